@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `chell run [options] [--] CMD ARGS...`: validate the configuration the
+ * command will see, preload libchell.so and exec the command in place (no
+ * fork), so its exit status - or the signal that killed it - is the command's
+ * own.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common/config.h"
+
+extern char **environ;
+
+void cmd_run_usage(FILE *f)
+{
+	fputs("Usage: chell run [OPTIONS] [--] COMMAND [ARGS...]\n"
+	      "\n"
+	      "Run COMMAND with libchell.so preloaded and the settings exported as CHELL_*\n"
+	      "environment variables. The exit status is COMMAND's; 127 if it is not found,\n"
+	      "126 if it cannot be executed, 2 for a usage or configuration error. '--' is\n"
+	      "needed only if COMMAND starts with '-'.\n"
+	      "\n"
+	      "Options:\n"
+	      "  -n, --dry-run            print the environment changes and the command; do not run\n"
+	      "  -h, --help               show this help\n"
+	      "\n"
+	      "Setting options:\n",
+	      f);
+	fputs(cli_setting_options_help, f);
+	fputs("\n"
+	      "The whole configuration (defaults, config file, environment, options) is\n"
+	      "checked before COMMAND starts. Unless on_error is set, the program runs with\n"
+	      "CHELL_ON_ERROR=abort, so a setting the library cannot honour stops it (exit 2)\n"
+	      "instead of silently running without Chell. libchell.so is $CHELL_LIB, else\n"
+	      "../lib/libchell.so next to chell, else the install libdir.\n",
+	      f);
+}
+
+/* Is `entry` (an LD_PRELOAD word) a libchell.so? */
+static int is_chell_lib(const char *entry, size_t n, const char *lib)
+{
+	if (strlen(lib) == n && strncmp(entry, lib, n) == 0)
+		return 1;
+	const char *base = entry;
+	for (size_t i = 0; i < n; i++)
+		if (entry[i] == '/')
+			base = entry + i + 1;
+	size_t bn = n - (size_t)(base - entry);
+	return bn >= 11 && strncmp(base, "libchell.so", 11) == 0;
+}
+
+/*
+ * lib first, then the existing entries minus any libchell.so: a nested
+ * `chell run` (or a user's own LD_PRELOAD of it) must not load two copies.
+ * glibc splits LD_PRELOAD on both ' ' and ':'.
+ */
+static char *preload_value(const char *lib, const char *old)
+{
+	size_t cap = strlen(lib) + (old ? strlen(old) : 0) + 2;
+	char *out = malloc(cap);
+	if (!out)
+		return NULL;
+	size_t len = (size_t)snprintf(out, cap, "%s", lib);
+	for (const char *p = old; p && *p;) {
+		size_t n = strcspn(p, " :");
+		if (n && !is_chell_lib(p, n, lib)) {
+			out[len++] = ':';
+			memcpy(out + len, p, n);
+			len += n;
+			out[len] = '\0';
+		}
+		p += n;
+		if (*p)
+			p++;
+	}
+	return out;
+}
+
+static void dry_run(const struct cli_env *env, char **cmd)
+{
+	static const char *const extra[] = {"CHELL_CONFIG", "LD_PRELOAD", NULL};
+	/* Show what the program will see that the user's shell might not. */
+	for (const char *const *x = extra; *x; x++) {
+		const char *v = cli_env_get(env, *x);
+		if (v) {
+			printf("%s=", *x);
+			cli_shell_quote(stdout, v);
+			putchar('\n');
+		}
+	}
+	for (const struct chell_setting_def *d = chell_setting_defs; d->key; d++) {
+		const char *v = cli_env_get(env, d->env);
+		if (v) {
+			printf("%s=", d->env);
+			cli_shell_quote(stdout, v);
+			putchar('\n');
+		}
+	}
+	for (char **a = cmd; *a; a++) {
+		if (a != cmd)
+			putchar(' ');
+		cli_shell_quote(stdout, *a);
+	}
+	putchar('\n');
+}
+
+int cmd_run(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{"dry-run", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},
+		CLI_SETTING_LONGOPTS,
+		{NULL, 0, NULL, 0},
+	};
+	struct cli_settings s;
+	struct cli_env env = {0};
+	struct chell_config cfg = {0};
+	int dry = 0, c, ret = CLI_EXIT_USAGE;
+	char err[PATH_MAX * 2 + 256];
+	if (cli_settings_init(&s)) {
+		cli_err("out of memory");
+		return CLI_EXIT_USAGE;
+	}
+	optind = 0;
+	opterr = 0;
+	/* '+': stop at the first non-option, which is the command (so '--' is optional). */
+	while ((c = getopt_long(argc, argv, "+:hn", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'n': dry = 1; continue;
+		case 'h': cmd_run_usage(stdout); ret = 0; goto out;
+		}
+		int r = cli_settings_option(&s, c, optarg);
+		if (r < 0)
+			goto out;
+		if (r == 0) {
+			ret = cli_bad_option("run", c, argv, longopts);
+			goto out;
+		}
+	}
+	char **cmd = argv + optind;
+	if (!*cmd) {
+		cli_err("run: no command given");
+		cli_usage_hint("run");
+		goto out;
+	}
+
+	if (cli_env_init(&env, environ) || cli_settings_export(&s, &env))
+		goto oom;
+	/* Check exactly what the library will load from the environment it gets. */
+	if (chell_config_load(&cfg, env.v, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	if (strcmp(chell_config_str(&cfg, "mode"), "shadow") == 0 &&
+	    !*chell_config_str(&cfg, "paths")) {
+		cli_err("mode shadow needs the files to check: give --path PREFIX (or set paths)");
+		goto out;
+	}
+	if (strcmp(cfg.origins[chell_setting_index("on_error")], "default") == 0 &&
+	    cli_env_set(&env, "CHELL_ON_ERROR", "abort"))
+		goto oom;
+
+	char lib[PATH_MAX];
+	if (cli_find_lib(lib, sizeof lib, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	char *preload = preload_value(lib, cli_env_get(&env, "LD_PRELOAD"));
+	if (!preload || cli_env_set(&env, "LD_PRELOAD", preload)) {
+		free(preload);
+		goto oom;
+	}
+	free(preload);
+
+	if (dry) {
+		dry_run(&env, cmd);
+		ret = 0;
+		goto out;
+	}
+	fflush(NULL);
+	execvpe(cmd[0], cmd, env.v);
+	int e = errno;
+	if (e == ENOENT && !strchr(cmd[0], '/')) {
+		cli_err("%s: command not found", cmd[0]);
+		ret = CLI_EXIT_NOTFOUND;
+	} else {
+		cli_err("cannot run %s: %s", cmd[0], strerror(e));
+		ret = e == ENOENT || e == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
+	}
+	goto out;
+oom:
+	cli_err("out of memory");
+out:
+	chell_config_free(&cfg);
+	cli_env_free(&env);
+	cli_settings_free(&s);
+	return ret;
+}

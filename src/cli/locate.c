@@ -1,0 +1,78 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Finding libchell.so: $CHELL_LIB, else ../lib next to this executable (the
+ * build tree and an installed prefix both have that layout), else the
+ * configured install libdir. Only existence is checked: the CLI never loads
+ * the library itself.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+#ifndef CHELL_INSTALL_LIBDIR
+#error "CHELL_INSTALL_LIBDIR must be defined by the build"
+#endif
+
+static int is_readable_file(const char *p)
+{
+	struct stat st;
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode) && access(p, R_OK) == 0;
+}
+
+/* Why p is not usable, for the CHELL_LIB message. */
+static const char *why_not(const char *p)
+{
+	struct stat st;
+	if (stat(p, &st))
+		return strerror(errno);
+	if (!S_ISREG(st.st_mode))
+		return "not a regular file";
+	if (access(p, R_OK))
+		return strerror(errno);
+	return "cannot resolve its absolute path";
+}
+
+static int resolve(const char *p, char *buf, size_t len)
+{
+	char real[PATH_MAX];
+	if (!is_readable_file(p) || !realpath(p, real) || strlen(real) >= len)
+		return -1;
+	strcpy(buf, real);
+	return 0;
+}
+
+int cli_find_lib(char *buf, size_t len, char *err, size_t errlen)
+{
+	const char *env = getenv("CHELL_LIB");
+	if (env && *env) {
+		if (resolve(env, buf, len) == 0)
+			return 0;
+		snprintf(err, errlen, "CHELL_LIB=%s: %s", env, why_not(env));
+		return -1;
+	}
+
+	char exe[PATH_MAX], cand[PATH_MAX + 32];
+	cand[0] = '\0';
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(cand, sizeof cand, "%s/../lib/libchell.so", exe);
+			if (resolve(cand, buf, len) == 0)
+				return 0;
+		}
+	}
+	const char *inst = CHELL_INSTALL_LIBDIR "/libchell.so";
+	if (resolve(inst, buf, len) == 0)
+		return 0;
+	snprintf(err, errlen, "cannot find libchell.so (looked for %s%s%s); build it or set CHELL_LIB",
+		 cand, *cand ? " and " : "", inst);
+	return -1;
+}
