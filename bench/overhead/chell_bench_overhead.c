@@ -43,6 +43,19 @@
 #include <time.h>
 #include <unistd.h>
 
+typedef ssize_t (*read_fn)(int, void *, size_t);
+typedef ssize_t (*pread_fn)(int, void *, size_t, off_t);
+typedef ssize_t (*write_fn)(int, const void *, size_t);
+typedef int (*fstat_fn)(int, struct stat *);
+typedef off_t (*lseek_fn)(int, off_t, int);
+struct ops {
+	read_fn read;
+	pread_fn pread;
+	write_fn write;
+	fstat_fn fstat;
+	lseek_fn lseek;
+};
+
 struct bench {
 	int plain_fd;     /* regular file not handled by Chell */
 	int handled_fd;   /* regular file under CHELL_PATHS (-1 if not given) */
@@ -51,6 +64,8 @@ struct bench {
 	long pipe_avail;  /* bytes currently in the pipe */
 	char *fill_buf;   /* source of the pipe refills */
 	size_t fill_len;
+	/* paired mode: [0] the names as this program resolves them, [1] libc's own */
+	const struct ops *ops[2];
 };
 
 static void die(const char *what)
@@ -95,10 +110,24 @@ static void pipe_fill(struct bench *b)
 	}
 }
 
-/* Each case performs n calls and returns the nanoseconds they took. */
-typedef uint64_t (*case_fn)(struct bench *b, long n);
+/*
+ * The calls a case makes. Each case body is written once, always inlined, and
+ * instantiated twice:
+ *   - with `plt_ops` (a constant), the compiler emits ordinary direct calls
+ *     through the PLT, exactly as an application calls libc: this is the
+ *     measurement compared across processes with and without preload;
+ *   - with a run-time table (`b->ops[]`), every call is an indirect call. The
+ *     paired mode (--paired) alternates batches through the symbol the program
+ *     sees (libchell's when preloaded) and through libc's own function found
+ *     with dlopen("libc.so.6"): both arms in one process, on the same
+ *     descriptors and pages, both equally indirect, so the difference is the
+ *     layer and nothing else (without preload both point to libc: A/A).
+ */
+static const struct ops plt_ops = {read, pread, write, fstat, lseek};
 
-static uint64_t case_pipe_read1(struct bench *b, long n)
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+ALWAYS_INLINE uint64_t body_pipe_read1(struct bench *b, const struct ops *o, long n)
 {
 	uint64_t total = 0;
 	char c;
@@ -109,7 +138,7 @@ static uint64_t case_pipe_read1(struct bench *b, long n)
 		long k = n < b->pipe_avail ? n : b->pipe_avail;
 		uint64_t t0 = now_ns();
 		for (long i = 0; i < k; i++) {
-			ssize_t r = read(b->pipe_r, &c, 1);
+			ssize_t r = o->read(b->pipe_r, &c, 1);
 			if (__builtin_expect(r != 1, 0))
 				fail_call("read(pipe, 1)", r);
 		}
@@ -120,73 +149,90 @@ static uint64_t case_pipe_read1(struct bench *b, long n)
 	return total;
 }
 
-static uint64_t do_read0(int fd, long n)
+ALWAYS_INLINE uint64_t body_read0(const struct ops *o, int fd, long n)
 {
 	char c;
 	uint64_t t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		ssize_t r = read(fd, &c, 0);
+		ssize_t r = o->read(fd, &c, 0);
 		if (__builtin_expect(r != 0, 0))
 			fail_call("read(file, 0)", r);
 	}
 	return now_ns() - t0;
 }
 
-static uint64_t do_pread1(int fd, long n)
+ALWAYS_INLINE uint64_t body_pread1(const struct ops *o, int fd, long n)
 {
 	char c;
 	uint64_t t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		ssize_t r = pread(fd, &c, 1, 0);
+		ssize_t r = o->pread(fd, &c, 1, 0);
 		if (__builtin_expect(r != 1, 0))
 			fail_call("pread(file, 1, 0)", r);
 	}
 	return now_ns() - t0;
 }
 
-static uint64_t do_fstat(int fd, long n)
+ALWAYS_INLINE uint64_t body_fstat(const struct ops *o, int fd, long n)
 {
 	struct stat st;
 	uint64_t t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		int r = fstat(fd, &st);
+		int r = o->fstat(fd, &st);
 		if (__builtin_expect(r != 0, 0))
 			fail_call("fstat(file)", r);
 	}
 	return now_ns() - t0;
 }
 
-static uint64_t do_lseek(int fd, long n)
+ALWAYS_INLINE uint64_t body_lseek(const struct ops *o, int fd, long n)
 {
 	uint64_t t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		off_t r = lseek(fd, 0, SEEK_CUR);
+		off_t r = o->lseek(fd, 0, SEEK_CUR);
 		if (__builtin_expect(r != 0, 0))
 			fail_call("lseek(file, 0, SEEK_CUR)", (long)r);
 	}
 	return now_ns() - t0;
 }
 
-static uint64_t case_file_read0(struct bench *b, long n) { return do_read0(b->plain_fd, n); }
-static uint64_t case_file_pread1(struct bench *b, long n) { return do_pread1(b->plain_fd, n); }
-static uint64_t case_file_fstat(struct bench *b, long n) { return do_fstat(b->plain_fd, n); }
-static uint64_t case_file_lseek(struct bench *b, long n) { return do_lseek(b->plain_fd, n); }
-static uint64_t case_handled_read0(struct bench *b, long n) { return do_read0(b->handled_fd, n); }
-static uint64_t case_handled_pread1(struct bench *b, long n) { return do_pread1(b->handled_fd, n); }
-static uint64_t case_handled_fstat(struct bench *b, long n) { return do_fstat(b->handled_fd, n); }
-static uint64_t case_handled_lseek(struct bench *b, long n) { return do_lseek(b->handled_fd, n); }
-
-static uint64_t case_devnull_write1(struct bench *b, long n)
+ALWAYS_INLINE uint64_t body_devnull_write1(struct bench *b, const struct ops *o, long n)
 {
 	const char c = 'x';
 	uint64_t t0 = now_ns();
 	for (long i = 0; i < n; i++) {
-		ssize_t r = write(b->null_fd, &c, 1);
+		ssize_t r = o->write(b->null_fd, &c, 1);
 		if (__builtin_expect(r != 1, 0))
 			fail_call("write(/dev/null, 1)", r);
 	}
 	return now_ns() - t0;
 }
+
+/* Each case performs n calls (through ops table `which`, see below) and returns the ns they took. */
+typedef uint64_t (*case_fn)(struct bench *b, int which, long n);
+
+/* which < 0: direct PLT calls; otherwise indirect calls through b->ops[which]. */
+#define DEFINE_CASE(name, expr)                                                  \
+	static uint64_t case_##name(struct bench *b, int which, long n)          \
+	{                                                                        \
+		if (which < 0) {                                                 \
+			const struct ops *o = &plt_ops;                          \
+			return expr;                                             \
+		} else {                                                         \
+			const struct ops *o = b->ops[which];                     \
+			return expr;                                             \
+		}                                                                \
+	}
+DEFINE_CASE(pipe_read1, body_pipe_read1(b, o, n))
+DEFINE_CASE(file_read0, body_read0(o, b->plain_fd, n))
+DEFINE_CASE(file_pread1, body_pread1(o, b->plain_fd, n))
+DEFINE_CASE(file_fstat, body_fstat(o, b->plain_fd, n))
+DEFINE_CASE(file_lseek, body_lseek(o, b->plain_fd, n))
+DEFINE_CASE(devnull_write1, body_devnull_write1(b, o, n))
+DEFINE_CASE(handled_read0, body_read0(o, b->handled_fd, n))
+DEFINE_CASE(handled_pread1, body_pread1(o, b->handled_fd, n))
+DEFINE_CASE(handled_fstat, body_fstat(o, b->handled_fd, n))
+DEFINE_CASE(handled_lseek, body_lseek(o, b->handled_fd, n))
 
 static const struct {
 	const char *name;
@@ -211,6 +257,35 @@ static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
 	return (x > y) - (x < y);
+}
+
+/* Median of v[0..n), n >= 1 (sorts a copy). */
+static double median(const double *v, long n)
+{
+	double *s = malloc(sizeof(double) * (size_t)n);
+	if (!s)
+		die("malloc");
+	memcpy(s, v, sizeof(double) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(double), cmp_double);
+	double m = n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	free(s);
+	return m;
+}
+
+static double min_of(const double *v, long n)
+{
+	double m = v[0];
+	for (long i = 1; i < n; i++)
+		m = v[i] < m ? v[i] : m;
+	return m;
+}
+
+static void print_series(const char *key, const double *v, long n)
+{
+	printf("\"%s\": [", key);
+	for (long i = 0; i < n; i++)
+		printf("%s%.3f", i ? ", " : "", v[i]);
+	printf("]");
 }
 
 /* Which loaded object provides `name` to this program (what its PLT will bind to). */
@@ -242,7 +317,8 @@ static void usage(FILE *to)
 {
 	fprintf(to,
 		"usage: chell_bench_overhead --plain-file F [--handled-file H] [--batch N] [--batches K]\n"
-		"                            [--warmup N] [--cpu C] [--case NAME]... [--calls N] [--list]\n");
+		"                            [--warmup N] [--cpu C] [--case NAME]... [--paired]\n"
+		"                            [--calls N] [--list]\n");
 }
 
 static long parse_long(const char *opt, const char *s, long min)
@@ -261,7 +337,7 @@ int main(int argc, char **argv)
 {
 	const char *plain = NULL, *handled = NULL;
 	long batch = 1000000, batches = 5, warmup = -1, cpu = -1, calls = -1;
-	int selected[NCASES] = {0}, any_selected = 0;
+	int selected[NCASES] = {0}, any_selected = 0, paired = 0;
 
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -269,6 +345,10 @@ int main(int argc, char **argv)
 			for (size_t k = 0; k < NCASES; k++)
 				printf("%s\t%s\n", cases[k].name, cases[k].desc);
 			return 0;
+		}
+		if (!strcmp(a, "--paired")) {
+			paired = 1;
+			continue;
 		}
 		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
 			usage(stdout);
@@ -351,9 +431,39 @@ int main(int argc, char **argv)
 		die("malloc");
 	memset(b.fill_buf, 'p', b.fill_len);
 
-	double *per_batch = malloc(sizeof(double) * (size_t)batches);
+	/*
+	 * Paired mode: the functions this program's calls bind to (libchell's when
+	 * preloaded) against libc's own, looked up in libc.so.6 itself.
+	 */
+	struct ops sym_ops, libc_ops;
+	void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+	if (!libc) {
+		errno = ENOENT;
+		die("dlopen(libc.so.6)");
+	}
+	sym_ops.read = (read_fn)dlsym(RTLD_DEFAULT, "read");
+	sym_ops.pread = (pread_fn)dlsym(RTLD_DEFAULT, "pread");
+	sym_ops.write = (write_fn)dlsym(RTLD_DEFAULT, "write");
+	sym_ops.fstat = (fstat_fn)dlsym(RTLD_DEFAULT, "fstat");
+	sym_ops.lseek = (lseek_fn)dlsym(RTLD_DEFAULT, "lseek");
+	libc_ops.read = (read_fn)dlsym(libc, "read");
+	libc_ops.pread = (pread_fn)dlsym(libc, "pread");
+	libc_ops.write = (write_fn)dlsym(libc, "write");
+	libc_ops.fstat = (fstat_fn)dlsym(libc, "fstat");
+	libc_ops.lseek = (lseek_fn)dlsym(libc, "lseek");
+	if (!sym_ops.read || !sym_ops.pread || !sym_ops.write || !sym_ops.fstat || !sym_ops.lseek ||
+	    !libc_ops.read || !libc_ops.pread || !libc_ops.write || !libc_ops.fstat || !libc_ops.lseek) {
+		errno = ENOENT;
+		die("dlsym");
+	}
+	b.ops[0] = &sym_ops;
+	b.ops[1] = &libc_ops;
+
+	double *per_batch = malloc(sizeof(double) * (size_t)batches * 4);
 	if (!per_batch)
 		die("malloc");
+	double *pair_sym = per_batch + batches, *pair_libc = pair_sym + batches,
+	       *pair_diff = pair_libc + batches;
 
 	printf("{\n  \"tool\": \"chell_bench_overhead\",\n");
 	printf("  \"mode\": \"%s\",\n", calls >= 0 ? "count" : "timing");
@@ -363,7 +473,8 @@ int main(int argc, char **argv)
 	for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
 		print_provider(names[k], k + 1 == sizeof(names) / sizeof(names[0]));
 	printf("  },\n");
-	printf("  \"cpu\": %ld,\n  \"pipe_capacity\": %d,\n", cpu, cap);
+	printf("  \"cpu\": %ld,\n  \"pipe_capacity\": %d,\n  \"paired\": %s,\n", cpu, cap,
+	       paired ? "true" : "false");
 	if (calls >= 0)
 		printf("  \"calls\": %ld,\n", calls);
 	else
@@ -382,20 +493,42 @@ int main(int argc, char **argv)
 		first = 0;
 		if (calls >= 0) {
 			/* Instruction counting: exactly `calls` calls, nothing else in the loop. */
-			uint64_t ns = cases[k].fn(&b, calls);
+			uint64_t ns = cases[k].fn(&b, -1, calls);
 			printf(", \"calls\": %ld, \"ns\": %llu}", calls, (unsigned long long)ns);
 		} else {
 			/* Warm caches, branch predictors and the kernel paths before the clock counts. */
-			cases[k].fn(&b, warmup);
+			cases[k].fn(&b, -1, warmup);
 			for (long j = 0; j < batches; j++)
-				per_batch[j] = (double)cases[k].fn(&b, batch) / (double)batch;
-			printf(", \"ns_per_call\": [");
-			for (long j = 0; j < batches; j++)
-				printf("%s%.3f", j ? ", " : "", per_batch[j]);
-			qsort(per_batch, (size_t)batches, sizeof(double), cmp_double);
-			double med = batches % 2 ? per_batch[batches / 2]
-						 : (per_batch[batches / 2 - 1] + per_batch[batches / 2]) / 2;
-			printf("], \"median\": %.3f, \"min\": %.3f}", med, per_batch[0]);
+				per_batch[j] = (double)cases[k].fn(&b, -1, batch) / (double)batch;
+			printf(", ");
+			print_series("ns_per_call", per_batch, batches);
+			printf(", \"median\": %.3f, \"min\": %.3f", median(per_batch, batches),
+			       min_of(per_batch, batches));
+			if (paired) {
+				/*
+				 * Alternate batches through both tables, swapping which goes
+				 * first each time, so slow drifts of the machine cancel.
+				 */
+				cases[k].fn(&b, 0, warmup);
+				cases[k].fn(&b, 1, warmup);
+				for (long j = 0; j < batches; j++) {
+					int first_arm = (int)(j & 1);
+					double t[2];
+					t[first_arm] = (double)cases[k].fn(&b, first_arm, batch) / (double)batch;
+					t[!first_arm] = (double)cases[k].fn(&b, !first_arm, batch) / (double)batch;
+					pair_sym[j] = t[0];
+					pair_libc[j] = t[1];
+					pair_diff[j] = t[0] - t[1];
+				}
+				printf(", \"paired\": {");
+				print_series("via_symbol", pair_sym, batches);
+				printf(", ");
+				print_series("via_libc", pair_libc, batches);
+				printf(", \"diff_median\": %.3f, \"symbol_median\": %.3f, \"libc_median\": %.3f}",
+				       median(pair_diff, batches), median(pair_sym, batches),
+				       median(pair_libc, batches));
+			}
+			printf("}");
 		}
 		fflush(stdout);
 	}
