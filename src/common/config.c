@@ -563,7 +563,8 @@ static int parse_file(struct chell_config *cfg, const char *path, char *err, siz
 			continue;
 		if (*s == '[') {
 			char *close = strchr(s, ']');
-			if (!close || trim(close + 1, close + 1 + strlen(close + 1))[0] != '\0') {
+			char *rest = close ? trim(close + 1, close + 1 + strlen(close + 1)) : NULL;
+			if (!close || (*rest && *rest != '#')) {
 				set_err(e, elen, origin, "malformed section header '%.200s'", s);
 				nerr++;
 				continue;
@@ -591,17 +592,42 @@ static int parse_file(struct chell_config *cfg, const char *path, char *err, siz
 		}
 		char *key = trim(s, eq);
 		char *val = eq + 1;
+		while (is_space(*val))
+			val++;
+		char *after = val; /* where a trailing comment may start */
+		int quoted = 0;
+		if (*val == '"') {
+			/* "value" (as TOML users write it): quotes are removed, '#' inside kept */
+			char *q = strchr(val + 1, '"');
+			if (!q) {
+				set_err(e, elen, origin, "missing closing '\"' in the value");
+				nerr++;
+				continue;
+			}
+			*q = '\0';
+			val++;
+			after = q + 1;
+			quoted = 1;
+		}
 		/*
 		 * Comments may follow a value after whitespace ("mode = trace  # why");
 		 * a '#' glued to text is part of the value.
 		 */
-		for (char *h = val; (h = strchr(h, '#')) != NULL; h++) {
-			if (h > val && is_space(h[-1])) {
+		for (char *h = after; (h = strchr(h, '#')) != NULL; h++) {
+			if (h == after || is_space(h[-1])) {
 				*h = '\0';
 				break;
 			}
 		}
-		val = trim(val, val + strlen(val));
+		if (quoted) {
+			if (*trim(after, after + strlen(after))) {
+				set_err(e, elen, origin, "unexpected text after the closing '\"'");
+				nerr++;
+				continue;
+			}
+		} else {
+			val = trim(val, val + strlen(val));
+		}
 		if (!*key) {
 			set_err(e, elen, origin, "missing setting name before '='");
 			nerr++;

@@ -224,6 +224,29 @@ static void test_file_crlf_bom_last_wins(void **state)
 	chell_config_free(&cfg);
 }
 
+static void test_file_quotes_and_comments(void **state)
+{
+	(void)state;
+	const char *path = CONF("quotes.conf",
+				"[trace]   # the trace handler\n"
+				"file = \"/tmp/a # b.log\"   # quoted: '#' kept, comment dropped\n"
+				"[]\n"
+				"paths = # nothing yet\n"
+				"mode=\"trace\"\n");
+	struct chell_config cfg = {0};
+	char err[512] = "";
+	if (load_env(&cfg, err, sizeof err, env_config(path), NULL))
+		fail_msg("%s", err);
+	assert_string_equal(chell_config_str(&cfg, "trace.file"), "/tmp/a # b.log");
+	assert_string_equal(chell_config_str(&cfg, "paths"), "");
+	assert_string_equal(chell_config_str(&cfg, "mode"), "trace");
+	chell_config_free(&cfg);
+	const char *msg = FILE_ERROR("q1.conf", "mode = \"trace\n");
+	assert_contains(msg, ":1: missing closing '\"'");
+	msg = FILE_ERROR("q2.conf", "\nmode = \"trace\" x\n");
+	assert_contains(msg, ":2: unexpected text after the closing '\"'");
+}
+
 /* An empty value restores the default; for a path list it clears what came before. */
 static void test_empty_value_resets(void **state)
 {
@@ -556,6 +579,7 @@ int main(void)
 		cmocka_unit_test(test_environ_when_envp_null),
 		cmocka_unit_test(test_file_sections),
 		cmocka_unit_test(test_file_crlf_bom_last_wins),
+		cmocka_unit_test(test_file_quotes_and_comments),
 		cmocka_unit_test(test_empty_value_resets),
 		cmocka_unit_test(test_env_overrides_file),
 		cmocka_unit_test(test_error_unknown_key),
