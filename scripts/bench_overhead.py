@@ -50,9 +50,20 @@ def machine_info():
     info = {"kernel": platform.release(), "cores": os.cpu_count(), "cpu_model": "?"}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                info["cpu_model"] = line.split(":", 1)[1].strip()
-                break
+            key, _, val = line.partition(":")
+            key, val = key.strip(), val.strip()
+            if key == "model name" and info["cpu_model"] == "?":
+                info["cpu_model"] = val
+            elif key == "cpu MHz" and "cpu_mhz" not in info:
+                info["cpu_mhz"] = float(val)
+            elif key == "flags" and "virtualized" not in info:
+                # A VM: expect more run-to-run noise than on bare metal.
+                info["virtualized"] = "hypervisor" in val.split()
+    except (OSError, ValueError):
+        pass
+    try:
+        info["clocksource"] = Path(
+            "/sys/devices/system/clocksource/clocksource0/current_clocksource").read_text().strip()
     except OSError:
         pass
     try:
