@@ -1,0 +1,178 @@
+"""Differential POSIX-semantics tests: the kernel is the oracle.
+
+Each tests/progs/sem_* program performs a deterministic scenario in one
+semantic area (dup, fork, exec, access checks, concurrent appends, signals,
+threads, stdio) and prints a canonical transcript: every call with its
+result and errno name, offsets, sizes and content hashes - never paths,
+pids or timings. The program runs plainly (the reference) and under
+`chell run --mode M --path DIR` for every mode, each time in a fresh tmpfs
+directory, and the transcripts and exit statuses must be identical,
+descriptor numbers included (Chell hands out the kernel's descriptors).
+"""
+import difflib
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import MODES, PROGS, chell_cmd, run
+
+SEM_PROGS = ["sem_dup", "sem_fork", "sem_exec", "sem_access", "sem_append",
+             "sem_signal", "sem_threads", "sem_stdio"]
+
+# A hang (e.g. a deadlock in a signal handler) must fail, not stall the suite.
+TIMEOUT = 120
+
+# Identical environment for plain and Chell runs.
+BASE_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": os.environ.get("HOME", "/root"),
+    "LC_ALL": "C",
+    "TZ": "UTC",
+}
+
+
+def prog(name):
+    p = PROGS / name
+    if not p.exists():
+        pytest.fail(f"{p} is not built (tests/progs/CMakeLists.txt)")
+    return p
+
+
+def run_plain(name, d):
+    return run([prog(name), d], env=dict(BASE_ENV), timeout=TIMEOUT)
+
+
+def run_chell(name, mode, d, tmp, extra_env=None):
+    """Run under Chell. Trace output goes to files in tmp (not stderr), the
+    shadow copies under tmp too, so stderr carries only real complaints."""
+    env = dict(BASE_ENV)
+    extra = []
+    if mode == "trace":
+        tdir = tmp / "trace"
+        tdir.mkdir(exist_ok=True)
+        extra = ["--trace-file", str(tdir / "trace.%p")]
+    if mode == "shadow":
+        sdir = tmp / "shadow"
+        sdir.mkdir(exist_ok=True)
+        env["CHELL_SHADOW_DIR"] = str(sdir)
+    if extra_env:
+        env.update(extra_env)
+    return run(chell_cmd(mode, [d], [prog(name), d], extra), env=env, timeout=TIMEOUT)
+
+
+def fresh(base, label):
+    d = base / label
+    d.mkdir()
+    return d
+
+
+def describe(res):
+    return (f"exit status {res.returncode}\n--- stderr (last 3000 chars) ---\n"
+            + res.stderr.decode(errors="replace")[-3000:])
+
+
+def diff(ref, got, ref_label, got_label):
+    a = ref.decode(errors="replace").splitlines(keepends=True)
+    b = got.decode(errors="replace").splitlines(keepends=True)
+    return "".join(difflib.unified_diff(a, b, ref_label, got_label, n=3))
+
+
+_reference = {}
+
+
+def reference(name, base):
+    """The plain transcript of `name`, computed once per session."""
+    if name not in _reference:
+        res = run_plain(name, fresh(base, "reference"))
+        assert res.returncode == 0, f"{name} failed plainly: {describe(res)}"
+        _reference[name] = res
+    return _reference[name]
+
+
+@pytest.mark.parametrize("name", SEM_PROGS)
+def test_plain_transcript_is_stable(name, workdir):
+    """Without Chell, two runs give the same transcript: otherwise a
+    difference under Chell would prove nothing."""
+    first = run_plain(name, fresh(workdir, "one"))
+    second = run_plain(name, fresh(workdir, "two"))
+    assert first.returncode == 0, describe(first)
+    assert second.returncode == 0, describe(second)
+    assert first.stdout, f"{name} printed no transcript"
+    assert first.stdout == second.stdout, diff(first.stdout, second.stdout, "run1", "run2")
+    # The transcripts that carry a verdict must say OK on the bare kernel.
+    text = first.stdout.decode()
+    if "verdict:" in text:
+        assert "verdict: OK" in text, text
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", SEM_PROGS)
+def test_same_transcript_under_chell(name, mode, workdir, tmp_path):
+    ref = reference(name, workdir)
+    got = run_chell(name, mode, fresh(workdir, "chell"), tmp_path)
+    err = got.stderr.decode(errors="replace")
+    assert "DIVERGENCE" not in err, f"shadow reported a divergence:\n{err[-6000:]}"
+    assert got.stdout == ref.stdout, (
+        f"{name} under --mode {mode} diverges from the kernel:\n"
+        + diff(ref.stdout, got.stdout, "plain", f"chell-{mode}") + "\n" + describe(got))
+    assert got.returncode == ref.returncode, describe(got)
+    if mode == "trace":
+        traces = list((tmp_path / "trace").glob("trace.*"))
+        assert traces and any(p.stat().st_size > 0 for p in traces), \
+            "trace mode wrote no trace for a program that opens files under --path"
+
+
+# ---------------------------------------------------------------------------
+# sem_exec under trace: the exec'd image keeps using the inherited descriptor
+# ---------------------------------------------------------------------------
+
+def _has_call(line, call, numbers):
+    """A trace line for `call` (pread, pread64...) whose numbers include all of
+    `numbers`. Only the call name and the arguments' values are relied on, not
+    the exact layout of a trace line."""
+    if not re.search(r"\b" + call + r"(64)?\b", line):
+        return False
+    found = set(int(x) for x in re.findall(r"(?<![\w.])-?\d+(?![\w.])", line))
+    return all(n in found for n in numbers)
+
+
+def test_exec_image_continues_with_inherited_fd(workdir, tmp_path):
+    """sem_exec ends by replacing itself (execve without fork); the new image
+    preads 13 bytes at 17 from the descriptor of f1 that the old image preads
+    11 bytes at 19 from just before the exec. Both calls must appear in the
+    trace of the same pid (trace.%p names the file after the pid), the old
+    image's first, on the same descriptor."""
+    d = fresh(workdir, "chell")
+    res = run_chell("sem_exec", "trace", d, tmp_path)
+    assert res.returncode == 0, describe(res)
+    out = res.stdout.decode()
+    m = re.search(r'open\(P\("f1"\), O_RDWR.*\) = (\d+)', out)
+    assert m, out[:2000]
+    fd_a = int(m.group(1))
+    assert "[final] done" in out, out[-2000:]
+
+    files = sorted((tmp_path / "trace").glob("trace.*"))
+    assert files, "no trace written"
+    matches = []
+    for p in files:
+        lines = p.read_text(errors="replace").splitlines()
+        pre = [i for i, l in enumerate(lines) if _has_call(l, "pread", (fd_a, 11, 19))]
+        post = [i for i, l in enumerate(lines) if _has_call(l, "pread", (fd_a, 13, 17))]
+        if pre or post:
+            matches.append((p.name, pre, post, lines))
+    assert matches, ("neither the pre-exec nor the post-exec pread is in the trace; "
+                     f"trace files: {[p.name for p in files]}")
+    for name, pre, post, lines in matches:
+        if pre and post:
+            assert pre[0] < post[-1], f"{name}: the new image's pread precedes the old one's"
+            # The pid in the file name is the same process before and after exec.
+            pid = name.split(".", 1)[1]
+            assert pid.isdigit(), name
+            return
+    detail = "\n".join(f"{n}: pre-exec lines {pre[:3]}, post-exec lines {post[:3]}"
+                       for n, pre, post, _ in matches)
+    pytest.fail("the pre-exec and post-exec preads are not in the same process's trace "
+                "(the trace was lost across exec, or the new image did not adopt the "
+                "inherited descriptor):\n" + detail)
