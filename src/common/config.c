@@ -756,39 +756,30 @@ uint64_t chell_config_u64(const struct chell_config *cfg, const char *key)
 }
 
 /*
- * The result is one allocation: the pointer array followed by the strings it
- * points to, so the caller releases everything with a single free(*out).
- * Empty entries are skipped.
+ * The array and every entry are separate malloc'd blocks, so a caller may
+ * replace an entry (the router swaps in a normalized path): release with
+ * free() on each entry, then on the array. Empty entries are skipped.
  */
 int chell_config_paths(const struct chell_config *cfg, const char *key, char ***out)
 {
 	const char *v = cfg->values[must_index(cfg, key)];
-	size_t len = strlen(v);
 	int count = 0;
+	for (const char *p = v; *p; p++)
+		if (*p == ':')
+			count++;
+	char **arr = calloc((size_t)count + 2, sizeof *arr);
+	if (!arr)
+		goto oom;
+	int k = 0;
 	for (const char *p = v; *p;) {
 		const char *colon = strchr(p, ':');
 		size_t n = colon ? (size_t)(colon - p) : strlen(p);
-		if (n)
-			count++;
-		if (!colon)
-			break;
-		p = colon + 1;
-	}
-	size_t ptrs = ((size_t)count + 1) * sizeof(char *);
-	char **arr = malloc(ptrs + len + 1);
-	if (!arr) {
-		*out = NULL;
-		return -1;
-	}
-	char *text = (char *)arr + ptrs;
-	memcpy(text, v, len + 1);
-	int k = 0;
-	for (char *p = text; *p;) {
-		char *colon = strchr(p, ':');
-		if (colon)
-			*colon = '\0';
-		if (*p)
-			arr[k++] = p;
+		if (n) {
+			if (!(arr[k] = malloc(n + 1)))
+				goto oom;
+			memcpy(arr[k], p, n);
+			arr[k++][n] = '\0';
+		}
 		if (!colon)
 			break;
 		p = colon + 1;
@@ -796,4 +787,10 @@ int chell_config_paths(const struct chell_config *cfg, const char *key, char ***
 	arr[k] = NULL;
 	*out = arr;
 	return k;
+oom:
+	for (int i = 0; arr && arr[i]; i++)
+		free(arr[i]);
+	free(arr);
+	*out = NULL;
+	return -1;
 }

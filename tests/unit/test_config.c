@@ -71,6 +71,13 @@ static const char *origin(const struct chell_config *cfg, const char *key)
 	return cfg->origins[chell_setting_index(key)];
 }
 
+static void free_paths(char **p)
+{
+	for (char **q = p; *q; q++)
+		free(*q);
+	free(p);
+}
+
 /* Load a file that must fail; returns the error message (static). */
 static const char *file_error(const char *name, const char *text, size_t len)
 {
@@ -114,7 +121,7 @@ static void test_defaults(void **state)
 	char **paths;
 	assert_int_equal(chell_config_paths(&cfg, "paths", &paths), 0);
 	assert_null(paths[0]);
-	free(paths);
+	free_paths(paths);
 	chell_config_free(&cfg);
 	assert_null(cfg.values);
 	chell_config_free(&cfg); /* twice is harmless */
@@ -206,7 +213,10 @@ static void test_file_sections(void **state)
 	assert_string_equal(p[2], "/c");
 	assert_string_equal(p[3], "/d");
 	assert_null(p[4]);
-	free(p); /* one allocation */
+	/* Entries are separate blocks: a caller may replace one (the router does). */
+	free(p[1]);
+	p[1] = strdup("/normalized");
+	free_paths(p);
 	chell_config_free(&cfg);
 }
 
@@ -551,7 +561,7 @@ static void test_pathlist_split(void **state)
 	assert_string_equal(p[0], "/a/b");
 	assert_string_equal(p[1], "/c/");
 	assert_null(p[2]);
-	free(p);
+	free_paths(p);
 	chell_config_free(&cfg);
 	assert_int_equal(chell_config_check("paths", "/", NULL, err, sizeof err), 0);
 	assert_int_equal(chell_config_check("paths", "relative", NULL, err, sizeof err), -1);
