@@ -176,3 +176,26 @@ def test_exec_image_continues_with_inherited_fd(workdir, tmp_path):
     pytest.fail("the pre-exec and post-exec preads are not in the same process's trace "
                 "(the trace was lost across exec, or the new image did not adopt the "
                 "inherited descriptor):\n" + detail)
+
+
+def test_exec_with_empty_environment_stays_under_chell(workdir, tmp_path):
+    """execle() with an empty environment drops LD_PRELOAD and CHELL_*; Chell
+    must carry its settings into the new image anyway, or that image escapes
+    it silently (same transcript in posix mode, untraced I/O, unshadowed
+    writes). The image started that way writes "from execle-empty-env\\n"
+    (22 bytes, a length no other image of sem_exec writes) to the O_APPEND
+    descriptor e: that write must be in the trace, in a child's trace file."""
+    d = fresh(workdir, "chell")
+    res = run_chell("sem_exec", "trace", d, tmp_path)
+    assert res.returncode == 0, describe(res)
+    out = res.stdout.decode()
+    m = re.search(r'open\(P\("f4"\), O_WRONLY.*\) = (\d+)', out)
+    assert m, out[:2000]
+    fd_e = int(m.group(1))
+    hits = []
+    for p in sorted((tmp_path / "trace").glob("trace.*")):
+        for line in p.read_text(errors="replace").splitlines():
+            if _has_call(line, "write", (fd_e, 22)):
+                hits.append((p.name, line))
+    assert hits, ("the image started by execle() with an empty environment left no "
+                  f"trace of its 22-byte write to fd {fd_e}: it ran without Chell")
