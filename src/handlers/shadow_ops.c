@@ -1,0 +1,572 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * shadow: the per-descriptor operations. Each one, under the inode lock:
+ *   1. runs on the handler under test (chell_down_*),
+ *   2. runs with the same arguments through chell_posix_handler on the
+ *      shadow descriptor,
+ *   3. compares what the application can observe: the result or -errno,
+ *      bytes read, the file offset afterwards, and for operations that change
+ *      the file, the file size and the bytes of the range they touched.
+ * The first difference is reported (shadow_diverge) and the process aborts.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "chell/handler.h"
+#include "chell/sys.h"
+#include "shadow.h"
+
+#ifndef RWF_NOWAIT
+#define RWF_NOWAIT 0x00000008
+#endif
+#ifndef RWF_APPEND
+#define RWF_APPEND 0x00000010
+#endif
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+#ifndef FALLOC_FL_COLLAPSE_RANGE
+#define FALLOC_FL_COLLAPSE_RANGE 0x08
+#endif
+#ifndef FALLOC_FL_INSERT_RANGE
+#define FALLOC_FL_INSERT_RANGE 0x20
+#endif
+
+#define POSIX (&chell_posix_handler)
+
+static const char *rn(long r, char *buf, size_t n)
+{
+	if (r < 0 && r > -4096) {
+		const char *e = shadow_errname(-r);
+		buf[0] = '-';
+		strncpy(buf + 1, e ? e : "?", n - 2);
+		buf[n - 1] = '\0';
+	} else {
+		/* no snprintf needed for a decimal */
+		char tmp[24];
+		int i = 0, neg = r < 0;
+		unsigned long v = neg ? (unsigned long)-r : (unsigned long)r;
+		do
+			tmp[i++] = (char)('0' + v % 10);
+		while ((v /= 10) && i < 22);
+		size_t k = 0;
+		if (neg)
+			buf[k++] = '-';
+		while (i && k + 1 < n)
+			buf[k++] = tmp[--i];
+		buf[k] = '\0';
+	}
+	return buf;
+}
+
+static void check_result(const struct shadow_op *o, const char *what, long r1, long r2)
+{
+	if (r1 == r2)
+		return;
+	char b1[40], b2[40];
+	shadow_diverge(o, "%s returned %s under test, %s on the shadow", what, rn(r1, b1, sizeof(b1)),
+		       rn(r2, b2, sizeof(b2)));
+}
+
+/* ------------------------------------------------------------ scratch memory */
+
+/* Small requests use the stack; larger ones an anonymous mapping, because
+ * this runs on application threads whose stacks may be small. */
+#define SMALL_BYTES 4096
+
+struct scratch {
+	void *map;
+	size_t maplen;
+	char small[SMALL_BYTES];
+};
+
+static void *scratch_get(struct scratch *s, size_t n)
+{
+	s->map = NULL;
+	if (n <= sizeof(s->small))
+		return s->small;
+	s->maplen = (n + 4095) & ~(size_t)4095;
+	long r = CHELL_SC(SYS_mmap, 0, s->maplen, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (r < 0 && r > -4096)
+		return NULL;
+	s->map = (void *)r;
+	return s->map;
+}
+
+static void scratch_put(struct scratch *s)
+{
+	if (s->map)
+		CHELL_SC(SYS_munmap, s->map, s->maplen, 0, 0, 0, 0);
+}
+
+static size_t iov_total(const struct iovec *iov, int cnt)
+{
+	size_t n = 0;
+	for (int i = 0; i < cnt; i++) {
+		if (iov[i].iov_len > (size_t)SSIZE_MAX - n)
+			return SSIZE_MAX;
+		n += iov[i].iov_len;
+	}
+	return n;
+}
+
+/* ----------------------------------------------------------------- checks */
+
+static int is_writeonly(chell_ctx *c)
+{
+	int fl = __atomic_load_n(&c->f->ofd->status_flags, __ATOMIC_RELAXED);
+	return (fl & O_ACCMODE) == O_WRONLY;
+}
+
+/* A read-only kernel descriptor on the primary inode, for write-only OFDs. */
+static int verify_fd(chell_ctx *c)
+{
+	struct shadow_local *l = c->f->local[c->layer];
+	if (!l) {
+		l = malloc(sizeof(*l));
+		if (!l)
+			return -1;
+		l->sfd = -1;
+		l->vfd = -2;
+		c->f->local[c->layer] = l;
+	}
+	if (l->vfd == -2) {
+		char link[40] = "/proc/self/fd/";
+		char num[16];
+		rn(c->fd, num, sizeof(num));
+		strcat(link, num);
+		int fd = sys_open(link, O_RDONLY | O_CLOEXEC, 0);
+		l->vfd = fd >= 0 ? chell_internal_fd(fd, 1) : -1;
+	}
+	return l->vfd;
+}
+
+/* Read the primary at pos as the application would see it. */
+static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
+{
+	chell_ctx *c = o->c;
+	if (is_writeonly(c)) {
+		int vfd = verify_fd(c);
+		return vfd >= 0 ? sys_pread(vfd, buf, n, pos) : -EBADF;
+	}
+	chell_ctx rc = *c;
+	rc.op = CHELL_OP_PREAD;
+	struct iovec v = {buf, n};
+	return chell_down_read(&rc, &v, 1, pos, 0);
+}
+
+void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_t len)
+{
+	if (len <= 0 || (o->e->flags & SHADOW_F_MAPPED))
+		return;
+	if (is_writeonly(o->c) && verify_fd(o->c) < 0)
+		return; /* cannot read it back (no /proc): results and sizes still checked */
+	struct scratch s;
+	size_t chunk = len <= SMALL_BYTES / 2 ? SMALL_BYTES / 2 : 256 * 1024;
+	unsigned char *a = scratch_get(&s, 2 * chunk);
+	if (!a)
+		return;
+	unsigned char *b = a + chunk;
+	off_t pos = start, end = start + len;
+	while (pos < end) {
+		size_t want = (size_t)(end - pos) < chunk ? (size_t)(end - pos) : chunk;
+		ssize_t r1 = primary_pread(o, b, want, pos);
+		ssize_t r2 = sys_pread(o->sfd, a, want, pos);
+		if (r1 != r2) {
+			char b1[40], b2[40];
+			shadow_diverge(o, "%s: reading back %zu bytes at %lld returned %s under test,"
+				       " %s on the shadow", what, want, (long long)pos,
+				       rn(r1, b1, sizeof(b1)), rn(r2, b2, sizeof(b2)));
+		}
+		if (r1 <= 0)
+			break;
+		if (memcmp(a, b, (size_t)r1) != 0)
+			shadow_diverge_data(o, what, (uint64_t)pos, a, b, (size_t)r1);
+		pos += r1;
+	}
+	scratch_put(&s);
+}
+
+void shadow_check_whole(struct shadow_op *o, int pfd, const char *what)
+{
+	struct stat s1, s2;
+	if (sys_fstat(pfd, &s1) < 0 || sys_fstat(o->sfd, &s2) < 0)
+		return;
+	if (s1.st_size != s2.st_size)
+		shadow_diverge(o, "%s: the file has %lld bytes, its shadow %lld", what,
+			       (long long)s1.st_size, (long long)s2.st_size);
+	struct scratch s;
+	size_t chunk = 1 << 20;
+	unsigned char *a = scratch_get(&s, 2 * chunk);
+	if (!a)
+		return;
+	unsigned char *b = a + chunk;
+	for (off_t pos = 0; pos < s1.st_size;) {
+		ssize_t r1 = sys_pread(pfd, b, chunk, pos);
+		ssize_t r2 = sys_pread(o->sfd, a, chunk, pos);
+		if (r1 != r2)
+			shadow_diverge(o, "%s: reading at %lld: %zd bytes from the file, %zd from the"
+				       " shadow", what, (long long)pos, r1, r2);
+		if (r1 <= 0)
+			break;
+		if (memcmp(a, b, (size_t)r1) != 0)
+			shadow_diverge_data(o, what, (uint64_t)pos, a, b, (size_t)r1);
+		pos += r1;
+	}
+	scratch_put(&s);
+}
+
+/* File offsets after the operation must agree. */
+static void check_offsets(struct shadow_op *o)
+{
+	chell_ctx lc = *o->c;
+	lc.op = CHELL_OP_LSEEK;
+	off_t o1 = chell_down_lseek(&lc, 0, SEEK_CUR);
+	off_t o2 = sys_lseek(o->sfd, 0, SEEK_CUR);
+	if (o->h) {
+		o->h->off_test = o1;
+		o->h->off_shadow = o2;
+	}
+	if (o1 != o2) {
+		char b1[40], b2[40];
+		shadow_diverge(o, "file offset after the operation is %s under test, %s on the shadow",
+			       rn(o1, b1, sizeof(b1)), rn(o2, b2, sizeof(b2)));
+	}
+}
+
+/* Sizes must agree; returns the (common) size. */
+static off_t check_sizes(struct shadow_op *o, const char *what)
+{
+	chell_ctx fc = *o->c;
+	fc.op = CHELL_OP_FSTAT;
+	struct stat s1, s2;
+	int r1 = chell_down_fstat(&fc, &s1);
+	int r2 = sys_fstat(o->sfd, &s2);
+	if (r1 < 0 || r2 < 0) {
+		check_result(o, "fstat after the operation", r1, r2);
+		return -1;
+	}
+	if (s1.st_size != s2.st_size)
+		shadow_diverge(o, "%s: file size is %lld under test, %lld on the shadow", what,
+			       (long long)s1.st_size, (long long)s2.st_size);
+	return s2.st_size;
+}
+
+/* ---------------------------------------------------------------- read/write */
+
+ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_read(c, iov, iovcnt, off, flags);
+	size_t total = iov_total(iov, iovcnt);
+	int64_t a[4] = {(int64_t)total, off, flags, iovcnt};
+	o.h = shadow_hist_add(c->op, c->fd, 4, a);
+
+	ssize_t r1 = chell_down_read(c, iov, iovcnt, off, flags);
+	o.h->r_test = r1;
+	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
+		/* A bad application buffer or a would-block: the shadow, with
+		 * its own buffer and no such condition, cannot reproduce it. */
+		o.h->r_shadow = r1;
+		shadow_op_end(&o);
+		return r1;
+	}
+	/* The shadow gets its own buffer, cut in the same iovec shape. */
+	struct scratch s;
+	size_t vbytes = (size_t)iovcnt * sizeof(struct iovec);
+	size_t dbytes = total < (size_t)0x7ffff000 ? total : (size_t)0x7ffff000;
+	char *mem = scratch_get(&s, vbytes + dbytes);
+	if (!mem)
+		shadow_diverge(&o, "out of memory for the shadow read buffer (%zu bytes)", dbytes);
+	struct iovec *siov = (struct iovec *)mem;
+	char *data = mem + vbytes, *q = data;
+	for (int i = 0; i < iovcnt; i++) {
+		size_t n = iov[i].iov_len;
+		if (n > dbytes - (size_t)(q - data))
+			n = dbytes - (size_t)(q - data);
+		siov[i].iov_base = q;
+		siov[i].iov_len = n;
+		q += n;
+	}
+	chell_ctx sc = shadow_ref_ctx(&o);
+	ssize_t r2 = POSIX->read(&sc, siov, iovcnt, off, flags & ~RWF_NOWAIT);
+	o.h->r_shadow = r2;
+	check_result(&o, chell_op_name(c->op), r1, r2);
+	check_offsets(&o);
+	if (r1 > 0 && !(o.e->flags & SHADOW_F_MAPPED)) {
+		/* Where the bytes came from, for the report. */
+		off_t start = off >= 0 ? off : o.h->off_shadow - r2;
+		size_t done = 0;
+		for (int i = 0; i < iovcnt && done < (size_t)r1; i++) {
+			size_t n = iov[i].iov_len;
+			if (n > (size_t)r1 - done)
+				n = (size_t)r1 - done;
+			if (memcmp(iov[i].iov_base, data + done, n) != 0)
+				shadow_diverge_data(&o, "read", (uint64_t)(start + (off_t)done),
+						    (const unsigned char *)data + done,
+						    (const unsigned char *)iov[i].iov_base, n);
+			done += n;
+		}
+	}
+	scratch_put(&s);
+	shadow_op_end(&o);
+	return r1;
+}
+
+ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_write(c, iov, iovcnt, off, flags);
+	size_t total = iov_total(iov, iovcnt);
+	int64_t a[4] = {(int64_t)total, off, flags, iovcnt};
+	o.h = shadow_hist_add(c->op, c->fd, 4, a);
+
+	ssize_t r1 = chell_down_write(c, iov, iovcnt, off, flags);
+	o.h->r_test = r1;
+	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
+		o.h->r_shadow = r1;
+		shadow_op_end(&o);
+		return r1;
+	}
+	/*
+	 * Same iovecs for the shadow. (An application thread changing the
+	 * buffer while the write is in progress would make the two copies
+	 * differ; that program has a data race of its own.)
+	 */
+	chell_ctx sc = shadow_ref_ctx(&o);
+	ssize_t r2 = POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
+	o.h->r_shadow = r2;
+	check_result(&o, chell_op_name(c->op), r1, r2);
+	check_offsets(&o);
+	off_t size = check_sizes(&o, chell_op_name(c->op));
+	if (r1 > 0) {
+		off_t start;
+		int sfl = sys_fcntl(o.sfd, F_GETFL, 0);
+		int append = ((sfl >= 0 && (sfl & O_APPEND)) && !(flags & RWF_NOAPPEND)) ||
+			     (flags & RWF_APPEND);
+		if (off < 0)
+			start = o.h->off_shadow - r2;
+		else if (append)
+			start = size - r2; /* Linux: pwrite on O_APPEND appends */
+		else
+			start = off;
+		shadow_check_range(&o, chell_op_name(c->op), start, r1);
+	}
+	shadow_op_end(&o);
+	return r1;
+}
+
+/* ------------------------------------------------------------------- others */
+
+off_t shadow_lseek(chell_ctx *c, off_t off, int whence)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_lseek(c, off, whence);
+	int64_t a[2] = {off, whence};
+	o.h = shadow_hist_add(c->op, c->fd, 2, a);
+	off_t r1 = chell_down_lseek(c, off, whence);
+	chell_ctx sc = shadow_ref_ctx(&o);
+	off_t r2 = POSIX->lseek(&sc, off, whence);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	if ((whence == SEEK_DATA || whence == SEEK_HOLE) && !(o.e->flags & SHADOW_F_SAME_FS) &&
+	    r1 >= 0 && r2 >= 0 && r1 != r2) {
+		/*
+		 * Holes are a property of the file system: with the shadow on a
+		 * different kind, both answers can be right. Follow the file
+		 * under test so later operations stay comparable.
+		 */
+		sys_lseek(o.sfd, r1, SEEK_SET);
+		r2 = r1;
+	}
+	check_result(&o, "lseek", r1, r2);
+	check_offsets(&o);
+	shadow_op_end(&o);
+	return r1;
+}
+
+int shadow_fsync(chell_ctx *c, int datasync)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_fsync(c, datasync);
+	int64_t a[1] = {datasync};
+	o.h = shadow_hist_add(c->op, c->fd, 1, a);
+	int r1 = chell_down_fsync(c, datasync);
+	chell_ctx sc = shadow_ref_ctx(&o);
+	int r2 = POSIX->fsync(&sc, datasync);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	check_result(&o, datasync ? "fdatasync" : "fsync", r1, r2);
+	shadow_op_end(&o);
+	return r1;
+}
+
+int shadow_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int flags)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_sync_file_range(c, off, n, flags);
+	int64_t a[3] = {off, n, flags};
+	o.h = shadow_hist_add(c->op, c->fd, 3, a);
+	int r1 = chell_down_sync_file_range(c, off, n, flags);
+	chell_ctx sc = shadow_ref_ctx(&o);
+	int r2 = POSIX->sync_file_range(&sc, off, n, flags);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	check_result(&o, "sync_file_range", r1, r2);
+	shadow_op_end(&o);
+	return r1;
+}
+
+int shadow_ftruncate(chell_ctx *c, off_t len)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_ftruncate(c, len);
+	struct stat st;
+	off_t old = sys_fstat(o.sfd, &st) == 0 ? st.st_size : -1;
+	int64_t a[2] = {len, old};
+	o.h = shadow_hist_add(c->op, c->fd, 2, a);
+	int r1 = chell_down_ftruncate(c, len);
+	chell_ctx sc = shadow_ref_ctx(&o);
+	int r2 = POSIX->ftruncate(&sc, len);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	check_result(&o, "ftruncate", r1, r2);
+	check_offsets(&o);
+	check_sizes(&o, "ftruncate");
+	if (r1 == 0 && old >= 0 && len > old)
+		shadow_check_range(&o, "ftruncate (the extension must read as zeros)", old, len - old);
+	shadow_op_end(&o);
+	return r1;
+}
+
+int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_fallocate(c, mode, off, len);
+	int64_t a[3] = {mode, off, len};
+	o.h = shadow_hist_add(c->op, c->fd, 3, a);
+	int r1 = chell_down_fallocate(c, mode, off, len);
+	chell_ctx sc = shadow_ref_ctx(&o);
+	int r2 = POSIX->fallocate(&sc, mode, off, len);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	check_result(&o, "fallocate", r1, r2);
+	check_offsets(&o);
+	off_t size = check_sizes(&o, "fallocate");
+	if (r1 == 0 && size > off) {
+		/* Collapse/insert move everything after off; other modes touch [off, off+len). */
+		off_t end = (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)) ||
+					    len > size - off
+				    ? size
+				    : off + len;
+		shadow_check_range(&o, "fallocate", off, end - off);
+	}
+	shadow_op_end(&o);
+	return r1;
+}
+
+int shadow_fstat(chell_ctx *c, struct stat *st)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_fstat(c, st);
+	int64_t a[4] = {-1, -1, -1, -1};
+	o.h = shadow_hist_add(c->op, c->fd, 4, a);
+	int r1 = chell_down_fstat(c, st);
+	struct stat ref;
+	int r2 = sys_fstat(o.sfd, &ref);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	check_result(&o, "fstat", r1, r2);
+	if (r1 == 0) {
+		o.h->args[0] = st->st_size;
+		o.h->args[1] = ref.st_size;
+		o.h->args[2] = st->st_blocks;
+		o.h->args[3] = ref.st_blocks;
+		if (st->st_size != ref.st_size)
+			shadow_diverge(&o, "fstat: st_size %lld under test, %lld on the shadow",
+				       (long long)st->st_size, (long long)ref.st_size);
+		if ((st->st_mode & S_IFMT) != (ref.st_mode & S_IFMT))
+			shadow_diverge(&o, "fstat: file type %#o under test, %#o on the shadow",
+				       (unsigned)(st->st_mode & S_IFMT), (unsigned)(ref.st_mode & S_IFMT));
+		/*
+		 * Allocated blocks are compared only when both files are on
+		 * tmpfs: there a block is a page that was written or
+		 * fallocated, the same on both sides. Disk file systems
+		 * allocate lazily and speculatively (delayed allocation,
+		 * preallocation), so equal histories need not give equal
+		 * counts there.
+		 */
+		if ((o.e->flags & SHADOW_F_TMPFS) && st->st_blocks != ref.st_blocks)
+			shadow_diverge(&o, "fstat: st_blocks %lld under test, %lld on the shadow",
+				       (long long)st->st_blocks, (long long)ref.st_blocks);
+	}
+	shadow_op_end(&o);
+	return r1;
+}
+
+int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
+{
+	struct shadow_op o;
+	/*
+	 * Only the status flags are a property of the open file description
+	 * that the shadow mirrors; descriptor flags, locks, leases, seals and
+	 * the rest pass down unchecked.
+	 */
+	if ((cmd != F_SETFL && cmd != F_GETFL) || !shadow_op_begin(c, &o))
+		return chell_down_fcntl(c, cmd, arg);
+	int64_t a[1] = {cmd == F_SETFL ? (int64_t)arg : -1};
+	o.h = shadow_hist_add(c->op, c->fd, 1, a);
+	int r1 = chell_down_fcntl(c, cmd, arg);
+	chell_ctx sc = shadow_ref_ctx(&o);
+	int r2 = POSIX->fcntl(&sc, cmd, arg);
+	o.h->r_test = r1;
+	o.h->r_shadow = r2;
+	check_result(&o, cmd == F_SETFL ? "fcntl(F_SETFL)" : "fcntl(F_GETFL)", r1, r2);
+	if (cmd == F_SETFL) {
+		chell_ctx gc = *c;
+		int g1 = chell_down_fcntl(&gc, F_GETFL, 0);
+		int g2 = sys_fcntl(o.sfd, F_GETFL, 0);
+		if (g1 != g2)
+			shadow_diverge(&o, "status flags after F_SETFL(%#lx): %#x under test, %#x on"
+				       " the shadow", arg, g1, g2);
+	}
+	shadow_op_end(&o);
+	return r1;
+}
+
+void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off)
+{
+	struct shadow_op o;
+	if (!shadow_op_begin(c, &o))
+		return chell_down_mmap(c, addr, len, prot, flags, off);
+	int64_t a[4] = {(int64_t)len, prot, flags, off};
+	o.h = shadow_hist_add(c->op, c->fd, 4, a);
+	void *r = chell_down_mmap(c, addr, len, prot, flags, off);
+	o.h->r_test = o.h->r_shadow = (int64_t)(intptr_t)r;
+	long lr = (long)(intptr_t)r;
+	/*
+	 * Stores through a shared writable mapping reach the file but not the
+	 * shadow, and no call tells us when they happen: from now on this
+	 * inode's data is not compared (results, offsets and sizes still are).
+	 */
+	if (!(lr < 0 && lr > -4096) && (prot & PROT_WRITE) && (flags & MAP_SHARED) &&
+	    !(o.e->flags & SHADOW_F_MAPPED)) {
+		__atomic_or_fetch(&o.e->flags, SHADOW_F_MAPPED, __ATOMIC_RELAXED);
+		chell_log("shadow: %s is mapped writable; its data is no longer compared",
+			  c->f && c->f->path ? c->f->path : "?");
+	}
+	shadow_op_end(&o);
+	return r;
+}
