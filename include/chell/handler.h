@@ -1,0 +1,220 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * chell/handler.h - the Nib handler API.
+ *
+ * Every descriptor a program opens under Chell is routed, at open time, to a
+ * *stack* of handlers (for example  trace -> posix,  or  shadow -> direct).
+ * A handler implements the operations it cares about and passes the others
+ * down with chell_down(); the bottom of every stack is the `posix` handler,
+ * which is the kernel.
+ *
+ * Conventions (as in liburing): every operation returns a non-negative result
+ * or a negative errno; the hub turns that into errno for the application.
+ * Handlers never call the interposed libc names (read, open, ...): they call
+ * the layer below or the raw system calls in chell/sys.h, so the library never
+ * recurses into itself.
+ */
+#ifndef CHELL_HANDLER_H
+#define CHELL_HANDLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define CHELL_MAX_LAYERS 4   /* deepest handler stack */
+#define CHELL_PRIV_BYTES 96  /* per-layer state shared by every process */
+
+/*
+ * One open file description (OFD) as the kernel defines it: created by open(),
+ * shared by dup() and inherited by fork() and exec(). It lives in a shared
+ * memory region inherited by the whole process tree, so per-OFD state that a
+ * handler keeps in user space (a file offset, a shadow descriptor) is shared
+ * exactly as the kernel shares its own.
+ */
+/*
+ * A lock shared by every process of the tree (it lives in shared memory):
+ * futex based, re-entrant for the owning thread, and recovered if the owner
+ * dies holding it. While any Chell lock is held, asynchronous signals aimed
+ * at the application's handlers are deferred until it is released, so an
+ * interposed call made from a signal handler never deadlocks (the kernel
+ * likewise delivers signals only when a system call returns).
+ */
+struct chell_lock {
+	uint32_t word;   /* 0 free, 1 locked, 2 locked with waiters */
+	int32_t owner;   /* tid of the holder */
+	uint32_t depth;  /* re-entry count */
+	uint32_t pad_;
+};
+void chell_lock_acquire(struct chell_lock *l);
+void chell_lock_release(struct chell_lock *l);
+
+struct chell_ofd {
+	uint32_t in_use;        /* slot allocated (atomic) */
+	uint32_t refs;          /* descriptors referring to it, all processes (atomic) */
+	uint32_t gen;           /* generation, bumped on each reuse of the slot */
+	uint32_t stack_id;      /* which handler stack serves it */
+	int32_t status_flags;   /* O_ACCMODE|O_APPEND|O_NONBLOCK|... as F_GETFL (atomic) */
+	uint64_t dev, ino;      /* identity of the file, checked when adopted after exec */
+	uint64_t offset;        /* file offset, for handlers that keep it in user space (atomic) */
+	struct chell_lock lock; /* serialises operations that must be atomic on this OFD */
+	/* Free for the handler at layer i. Zeroed when the OFD is created. */
+	unsigned char priv[CHELL_MAX_LAYERS][CHELL_PRIV_BYTES];
+};
+
+/* Per-process view of an OFD: one per OFD per process. */
+struct chell_file {
+	struct chell_ofd *ofd;     /* shared state */
+	uint32_t slot;             /* index of ofd in the shared region */
+	const struct chell_stack *stack;
+	char *path;                /* absolute path given at open (may be stale after rename) */
+	void *local[CHELL_MAX_LAYERS]; /* process-local state of layer i, NULL until set */
+	/* hub bookkeeping */
+	uint32_t refs;             /* descriptors of this process + calls in flight (atomic) */
+	uint32_t live;             /* 1 while allocated (atomic) */
+	uint32_t release_pending;  /* this process dropped the OFD's last reference */
+	struct chell_file *next_free;
+};
+
+/* Which application call an operation came from (for tracing and checks). */
+enum chell_op {
+	CHELL_OP_OPEN, CHELL_OP_CLOSE,
+	CHELL_OP_READ, CHELL_OP_PREAD, CHELL_OP_READV, CHELL_OP_PREADV, CHELL_OP_PREADV2,
+	CHELL_OP_WRITE, CHELL_OP_PWRITE, CHELL_OP_WRITEV, CHELL_OP_PWRITEV, CHELL_OP_PWRITEV2,
+	CHELL_OP_LSEEK, CHELL_OP_FSYNC, CHELL_OP_FDATASYNC, CHELL_OP_SYNC_FILE_RANGE,
+	CHELL_OP_FTRUNCATE, CHELL_OP_FALLOCATE, CHELL_OP_FSTAT, CHELL_OP_FCNTL,
+	CHELL_OP_DUP, CHELL_OP_MMAP, CHELL_OP_TRUNCATE, CHELL_OP_STAT,
+	CHELL_OP_FORK, CHELL_OP_EXEC, CHELL_OP_STDIO,
+	CHELL_OP_COUNT_
+};
+const char *chell_op_name(enum chell_op op);
+
+/* The context of one call as it travels down a stack. */
+typedef struct chell_ctx {
+	struct chell_file *f;  /* NULL for path operations on files not open */
+	int fd;                /* the application's descriptor (a real kernel fd) */
+	int layer;             /* index of the handler receiving this call */
+	enum chell_op op;      /* the application call */
+	const char *path;      /* open and path operations: absolute, normalised path */
+} chell_ctx;
+
+/*
+ * A handler. Every pointer may be NULL, meaning "pass down unchanged".
+ * Read/write take iovecs and an offset with preadv2() semantics: off == -1
+ * means "at the current offset, and advance it"; the hub has already
+ * validated arguments the way the kernel would (negative pread offsets,
+ * access mode, iovec count).
+ */
+struct chell_handler {
+	const char *name;
+	const char *summary;
+
+	/* Once per process image, after configuration is loaded. <0 disables the mode. */
+	int (*proc_init)(void);
+	/* Process events: fork (in the child: arg = parent pid), exec (arg unused). */
+	void (*proc_event)(enum chell_op ev, long arg);
+
+	/* Opens (dirfd, path) exactly as the application asked (c->path holds the
+	 * absolute form, c->f the new file) and returns the kernel fd or -errno. */
+	int (*open)(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode);
+	/* The OFD was created by open() and is now registered (ofd->priv is set up here). */
+	void (*opened)(chell_ctx *c);
+	/* A new image (after exec) inherited this OFD: rebuild process-local state. */
+	int (*adopt)(chell_ctx *c);
+	/* One descriptor is being closed (the kernel fd is closed by the posix layer). */
+	int (*close)(chell_ctx *c);
+	/* Notification: c->fd was duplicated to newfd (dup, dup2, dup3, F_DUPFD*). */
+	void (*dup)(chell_ctx *c, int newfd);
+	/* The last descriptor of this OFD in this process went away (f->local cleanup). */
+	void (*detach)(chell_ctx *c);
+	/* The last descriptor of this OFD in every process went away (ofd->priv cleanup). */
+	void (*release)(chell_ctx *c);
+
+	ssize_t (*read)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
+	ssize_t (*write)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
+	off_t (*lseek)(chell_ctx *c, off_t off, int whence);
+	int (*fsync)(chell_ctx *c, int datasync);
+	int (*sync_file_range)(chell_ctx *c, off_t off, off_t n, unsigned int flags);
+	int (*ftruncate)(chell_ctx *c, off_t len);
+	int (*fallocate)(chell_ctx *c, int mode, off_t off, off_t len);
+	int (*fstat)(chell_ctx *c, struct stat *st);
+	/* fcntl commands other than F_DUPFD*: F_GETFL, F_SETFL, F_GETFD, locks, ...
+	 * `arg` is the integer or pointer argument. For F_SETFL the hub refreshes
+	 * ofd->status_flags from the kernel afterwards. */
+	int (*fcntl)(chell_ctx *c, int cmd, unsigned long arg);
+	/* The application maps the file itself; returns the address or (void*)-errno. */
+	void *(*mmap)(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
+
+	/* Path operations on a routed path (c->f == NULL, c->fd == -1; c->path is
+	 * the absolute form; path/dirfd are what the application passed). */
+	int (*truncate)(chell_ctx *c, const char *path, off_t len);
+	int (*stat)(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags);
+};
+
+/* A handler stack: handlers[0] receives calls first. */
+struct chell_stack {
+	const char *mode;        /* configuration name, e.g. "trace" */
+	int depth;
+	const struct chell_handler *handlers[CHELL_MAX_LAYERS];
+};
+
+/* The handler at the layer of `c`. */
+const struct chell_handler *chell_layer(const chell_ctx *c);
+
+/*
+ * Pass an operation to the first handler *below* c->layer that implements it
+ * (the posix layer at the bottom implements everything). `c` is the caller's
+ * own context; it is not modified.
+ */
+int chell_down_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode);
+int chell_down_close(chell_ctx *c);
+ssize_t chell_down_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
+ssize_t chell_down_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
+off_t chell_down_lseek(chell_ctx *c, off_t off, int whence);
+int chell_down_fsync(chell_ctx *c, int datasync);
+int chell_down_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int flags);
+int chell_down_ftruncate(chell_ctx *c, off_t len);
+int chell_down_fallocate(chell_ctx *c, int mode, off_t off, off_t len);
+int chell_down_fstat(chell_ctx *c, struct stat *st);
+int chell_down_fcntl(chell_ctx *c, int cmd, unsigned long arg);
+void *chell_down_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
+int chell_down_truncate(chell_ctx *c, const char *path, off_t len);
+int chell_down_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags);
+
+/* The reference handler (the kernel). Usable directly, e.g. on a shadow fd. */
+extern const struct chell_handler chell_posix_handler;
+
+/* Per-OFD lock, shared by all processes (see struct chell_lock). */
+static inline void chell_ofd_lock(struct chell_ofd *ofd) { chell_lock_acquire(&ofd->lock); }
+static inline void chell_ofd_unlock(struct chell_ofd *ofd) { chell_lock_release(&ofd->lock); }
+
+/* Enter/leave a region in which application signal handlers are deferred. */
+void chell_crit_enter(void);
+void chell_crit_leave(void);
+
+/*
+ * A named area in the shared region, zeroed on first use and shared by the
+ * whole process tree (across fork and exec). Returns NULL if out of space.
+ */
+void *chell_shared_area(const char *name, size_t size);
+
+/* A descriptor for Chell's own use, kept high and out of the application's way. */
+int chell_internal_fd(int fd, int cloexec);
+/* Close a descriptor returned by chell_internal_fd(). */
+void chell_internal_close(int fd);
+
+/* Diagnostics: "chell: <msg>" on stderr, with no allocation and no recursion. */
+void chell_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Configuration lookup (see chell/config.h for the keys). */
+const char *chell_setting(const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

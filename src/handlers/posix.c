@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The posix handler: the kernel, through glibc. It is the bottom of every
+ * stack and the reference the shadow handler compares against. Each
+ * operation calls the libc function matching the application's original
+ * call (c->op), so errors come out exactly as without Chell.
+ */
+#include "../nib/nib.h"
+
+#define RET(expr) ({ long r_ = (long)(expr); r_ < 0 ? -(long)errno : r_; })
+
+static int px_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
+{
+	return (int)RET(REAL(openat)(dirfd, path, flags, mode));
+}
+
+static int px_close(chell_ctx *c)
+{
+	return (int)RET(REAL(close)(c->fd));
+}
+
+static ssize_t px_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	switch (c->op) {
+	case CHELL_OP_READ: return RET(REAL(read)(c->fd, iov[0].iov_base, iov[0].iov_len));
+	case CHELL_OP_PREAD: return RET(REAL(pread64)(c->fd, iov[0].iov_base, iov[0].iov_len, off));
+	case CHELL_OP_READV: return RET(REAL(readv)(c->fd, iov, cnt));
+	case CHELL_OP_PREADV: return RET(REAL(preadv64)(c->fd, iov, cnt, off));
+	default: return RET(REAL(preadv64v2)(c->fd, iov, cnt, off, flags));
+	}
+}
+
+static ssize_t px_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	switch (c->op) {
+	case CHELL_OP_WRITE: return RET(REAL(write)(c->fd, iov[0].iov_base, iov[0].iov_len));
+	case CHELL_OP_PWRITE: return RET(REAL(pwrite64)(c->fd, iov[0].iov_base, iov[0].iov_len, off));
+	case CHELL_OP_WRITEV: return RET(REAL(writev)(c->fd, iov, cnt));
+	case CHELL_OP_PWRITEV: return RET(REAL(pwritev64)(c->fd, iov, cnt, off));
+	default: return RET(REAL(pwritev64v2)(c->fd, iov, cnt, off, flags));
+	}
+}
+
+static off_t px_lseek(chell_ctx *c, off_t off, int whence)
+{
+	return RET(REAL(lseek64)(c->fd, off, whence));
+}
+
+static int px_fsync(chell_ctx *c, int datasync)
+{
+	return (int)RET(datasync ? REAL(fdatasync)(c->fd) : REAL(fsync)(c->fd));
+}
+
+static int px_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int flags)
+{
+	return (int)RET(REAL(sync_file_range)(c->fd, off, n, flags));
+}
+
+static int px_ftruncate(chell_ctx *c, off_t len)
+{
+	return (int)RET(REAL(ftruncate64)(c->fd, len));
+}
+
+static int px_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
+{
+	return (int)RET(REAL(fallocate64)(c->fd, mode, off, len));
+}
+
+static int px_fstat(chell_ctx *c, struct stat *st)
+{
+	return (int)RET(REAL(fstat64)(c->fd, st));
+}
+
+static int px_fcntl(chell_ctx *c, int cmd, unsigned long arg)
+{
+	return (int)RET(REAL(fcntl64)(c->fd, cmd, arg));
+}
+
+static void *px_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off)
+{
+	void *p = REAL(mmap64)(addr, len, prot, flags, c->fd, off);
+	return p == MAP_FAILED ? (void *)(intptr_t)-errno : p;
+}
+
+static int px_truncate(chell_ctx *c, const char *path, off_t len)
+{
+	return (int)RET(REAL(truncate64)(path, len));
+}
+
+static int px_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags)
+{
+	return (int)RET(REAL(fstatat64)(dirfd, path, st, at_flags));
+}
+
+const struct chell_handler chell_posix_handler = {
+	.name = "posix",
+	.summary = "the kernel (reference behaviour)",
+	.open = px_open,
+	.close = px_close,
+	.read = px_read,
+	.write = px_write,
+	.lseek = px_lseek,
+	.fsync = px_fsync,
+	.sync_file_range = px_sync_file_range,
+	.ftruncate = px_ftruncate,
+	.fallocate = px_fallocate,
+	.fstat = px_fstat,
+	.fcntl = px_fcntl,
+	.mmap = px_mmap,
+	.truncate = px_truncate,
+	.stat = px_stat,
+};

@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hub: start-up, handler stacks, and the lifetime of handled descriptors
+ * (open, close, dup, adoption after exec, process exit).
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dispatch.h"
+
+int chell_active;
+struct chell_config chell_cfg;
+const struct chell_stack *chell_mode_stack;
+bool chell_stack_has_path_ops;
+
+/* Mode name -> stack. Index is stored in ofd->stack_id. */
+static struct chell_stack stacks[] = {
+	{"posix", 1, {&chell_posix_handler}},
+	{"trace", 2, {&chell_trace_handler, &chell_posix_handler}},
+	{"shadow", 2, {&chell_shadow_handler, &chell_posix_handler}},
+};
+static uint32_t mode_stack_id;
+
+static const char *const op_names[CHELL_OP_COUNT_] = {
+	[CHELL_OP_OPEN] = "open", [CHELL_OP_CLOSE] = "close", [CHELL_OP_READ] = "read",
+	[CHELL_OP_PREAD] = "pread", [CHELL_OP_READV] = "readv", [CHELL_OP_PREADV] = "preadv",
+	[CHELL_OP_PREADV2] = "preadv2", [CHELL_OP_WRITE] = "write", [CHELL_OP_PWRITE] = "pwrite",
+	[CHELL_OP_WRITEV] = "writev", [CHELL_OP_PWRITEV] = "pwritev",
+	[CHELL_OP_PWRITEV2] = "pwritev2", [CHELL_OP_LSEEK] = "lseek", [CHELL_OP_FSYNC] = "fsync",
+	[CHELL_OP_FDATASYNC] = "fdatasync", [CHELL_OP_SYNC_FILE_RANGE] = "sync_file_range",
+	[CHELL_OP_FTRUNCATE] = "ftruncate", [CHELL_OP_FALLOCATE] = "fallocate",
+	[CHELL_OP_FSTAT] = "fstat", [CHELL_OP_FCNTL] = "fcntl", [CHELL_OP_DUP] = "dup",
+	[CHELL_OP_MMAP] = "mmap", [CHELL_OP_TRUNCATE] = "truncate", [CHELL_OP_STAT] = "stat",
+	[CHELL_OP_FORK] = "fork", [CHELL_OP_EXEC] = "exec", [CHELL_OP_STDIO] = "stdio",
+};
+
+CHELL_EXPORT const char *chell_op_name(enum chell_op op)
+{
+	return (unsigned)op < CHELL_OP_COUNT_ && op_names[op] ? op_names[op] : "?";
+}
+
+CHELL_EXPORT const char *chell_setting(const char *key)
+{
+	if (!chell_cfg.values)
+		return "";
+	return chell_config_str(&chell_cfg, key);
+}
+
+/* Bad configuration: say so, then either run the program untouched on the
+ * kernel path (never hurt the application) or stop, as on_error asks. */
+static void init_failed(const char *what)
+{
+	chell_log("%s", what);
+	const char *policy = chell_cfg.values ? chell_config_str(&chell_cfg, "on_error") : "";
+	if (strcmp(policy, "abort") == 0)
+		REAL(_exit)(2);
+	chell_log("continuing without Chell: every file uses the kernel path");
+	chell_active = 0;
+}
+
+static int select_stack(char *err, size_t errlen)
+{
+	const char *mode = chell_config_str(&chell_cfg, "mode");
+	for (uint32_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
+		if (strcmp(stacks[i].mode, mode) != 0)
+			continue;
+		if (strcmp(mode, "shadow") == 0 &&
+		    strcmp(chell_config_str(&chell_cfg, "shadow.under_test"), "trace") == 0) {
+			stacks[i].depth = 3;
+			stacks[i].handlers[1] = &chell_trace_handler;
+			stacks[i].handlers[2] = &chell_posix_handler;
+		}
+		mode_stack_id = i;
+		chell_mode_stack = &stacks[i];
+		return 0;
+	}
+	snprintf(err, errlen, "mode '%s' (CHELL_MODE) is not available in this build; available: posix, trace, shadow", mode);
+	return -1;
+}
+
+static void log_level_from_config(void)
+{
+	const char *lv = chell_config_str(&chell_cfg, "log.level");
+	chell_log_level = !strcmp(lv, "quiet") ? CHELL_LOG_QUIET
+			  : !strcmp(lv, "info") ? CHELL_LOG_INFO
+			  : !strcmp(lv, "debug") ? CHELL_LOG_DEBUG
+						  : CHELL_LOG_ERROR;
+}
+
+__attribute__((constructor(101))) static void chell_init(void)
+{
+	char err[512];
+	chell_real_resolve();
+	if (fdt_init() < 0) {
+		chell_log("cannot allocate the descriptor table; Chell is disabled");
+		return;
+	}
+	if (chell_config_load(&chell_cfg, NULL, err, sizeof(err)) < 0) {
+		init_failed(err);
+		return;
+	}
+	log_level_from_config();
+	if (select_stack(err, sizeof(err)) < 0 || router_init() < 0) {
+		if (err[0] == 0 || chell_mode_stack)
+			snprintf(err, sizeof(err), "bad path configuration");
+		init_failed(err);
+		return;
+	}
+	for (int i = 0; i < chell_mode_stack->depth; i++) {
+		const struct chell_handler *h = chell_mode_stack->handlers[i];
+		if (h->truncate || h->stat)
+			chell_stack_has_path_ops = h != &chell_posix_handler || chell_stack_has_path_ops;
+		if (h->proc_init && h->proc_init() < 0) {
+			snprintf(err, sizeof(err), "handler '%s' failed to start", h->name);
+			init_failed(err);
+			return;
+		}
+	}
+	chell_active = 1;
+	handoff_adopt_from_env();
+	for (int fd = 0; fd <= 2; fd++)
+		if (fdt_peek(fd))
+			stdio_fix_std_stream(fd);
+	chell_info("mode %s active", chell_mode_stack->mode);
+}
+
+__attribute__((destructor)) static void chell_fini(void)
+{
+	if (!chell_active)
+		return;
+	fflush(NULL); /* stdio streams on handled files reach their handlers first */
+	hub_process_exit();
+}
+
+static void forget_fd(int fd);
+
+/* ------------------------------------------------------------------- open */
+
+int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op op)
+{
+	char abs[PATH_MAX];
+	const struct chell_stack *st = NULL;
+	/* O_PATH and directories carry no file data; O_TMPFILE has no name to route. */
+	if (chell_active && path && !(flags & (O_PATH | O_DIRECTORY)) &&
+	    (flags & O_TMPFILE) != O_TMPFILE)
+		st = router_route(dirfd, path, abs, sizeof(abs));
+	if (!st)
+		return (int)hub_ret(REAL(openat)(dirfd, path, flags, mode));
+
+	/* No table lock while the handler opens: open() may block (a FIFO) or
+	 * take long (a shadow copy). The new number is ours until we return it. */
+	struct chell_file *f = file_alloc();
+	uint32_t slot;
+	if (!f || region_alloc_slot(&slot) < 0) {
+		/* Out of slots or memory: the kernel path is always correct. */
+		if (f)
+			file_put(f);
+		return (int)hub_ret(REAL(openat)(dirfd, path, flags, mode));
+	}
+	f->slot = slot;
+	f->ofd = region_slot(slot);
+	f->ofd->stack_id = mode_stack_id;
+	f->stack = st;
+	f->path = strdup(abs);
+
+	chell_ctx c = {f, -1, 0, op, abs};
+	int fd = hub_call_open(&c, dirfd, path, flags, mode);
+	if (fd < 0) {
+		region_free_slot(slot);
+		f->ofd = NULL;
+		file_put(f);
+		return (int)hub_ret(fd);
+	}
+	struct stat sb;
+	if ((unsigned)fd >= chell_fdt_cap || sys_fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
+		/* Not a regular file (a device, a FIFO): handlers let go, the
+		 * descriptor stays open on the plain kernel path. */
+		f->release_pending = 1;
+		atomic_store((_Atomic uint32_t *)&f->ofd->refs, 0);
+		file_put(f);
+		return fd;
+	}
+	f->ofd->dev = sb.st_dev;
+	f->ofd->ino = sb.st_ino;
+	atomic_store((_Atomic int32_t *)&f->ofd->status_flags, sys_fcntl(fd, F_GETFL, 0));
+	c.fd = fd;
+	for (int i = st->depth - 1; i >= 0; i--) {
+		if (st->handlers[i]->opened) {
+			c.layer = i;
+			st->handlers[i]->opened(&c);
+		}
+	}
+	fdt_lock();
+	forget_fd(fd); /* a stale entry, if the number was closed behind our back */
+	fdt_install(fd, f);
+	fdt_unlock();
+	return fd;
+}
+
+/* ------------------------------------------------------------------ close */
+
+/* Forget fd without a kernel close (the kernel already dropped it, e.g. as
+ * the target of dup2). Caller holds fdt_lock. */
+static void forget_fd(int fd)
+{
+	struct chell_file *f = fdt_remove(fd);
+	if (!f)
+		return;
+	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
+		f->release_pending = 1;
+	file_put(f);
+}
+
+int hub_close(int fd)
+{
+	if (unlikely(chell_is_internal_fd(fd)))
+		return (int)hub_ret(-EBADF); /* to the application it does not exist */
+	fdt_lock();
+	struct chell_file *f = fdt_remove(fd);
+	fdt_unlock();
+	if (!f)
+		return REAL(close)(fd);
+	chell_ctx c = {f, fd, 0, CHELL_OP_CLOSE, NULL};
+	int r = hub_call_close(&c);
+	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
+		f->release_pending = 1;
+	file_put(f);
+	return (int)hub_ret(r);
+}
+
+/* -------------------------------------------------------------------- dup */
+
+int hub_dup(int oldfd, int newfd, int minfd, int flags, enum chell_op op, int *err)
+{
+	int r;
+	if (newfd >= 0 && chell_is_internal_fd(newfd)) {
+		/* Chell holds that number for a file of its own (see docs). */
+		*err = EBUSY;
+		return -1;
+	}
+	fdt_lock();
+	struct chell_file *f = fdt_peek(oldfd);
+	if (newfd < 0) {
+		r = minfd < 0 ? REAL(dup)(oldfd)
+			      : REAL(fcntl64)(oldfd, (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD,
+					      minfd);
+	} else if (flags == -1) {
+		r = REAL(dup2)(oldfd, newfd);
+	} else {
+		r = REAL(dup3)(oldfd, newfd, flags);
+	}
+	*err = errno;
+	if (r >= 0 && r != oldfd) {
+		forget_fd(r); /* the kernel closed whatever r was */
+		if (f && (unsigned)r < chell_fdt_cap) {
+			file_ref(f);
+			atomic_fetch_add((_Atomic uint32_t *)&f->ofd->refs, 1);
+			fdt_install(r, f);
+		}
+	}
+	fdt_unlock();
+	if (r >= 0 && r != oldfd && f) {
+		for (int i = 0; i < f->stack->depth; i++)
+			if (f->stack->handlers[i]->dup) {
+				chell_ctx c = {f, oldfd, i, op, NULL};
+				f->stack->handlers[i]->dup(&c, r);
+			}
+	}
+	if (r >= 0 && r <= 2 && r != oldfd)
+		stdio_fix_std_stream(r);
+	return r;
+}
+
+/* -------------------------------------------------------------- lifecycle */
+
+void hub_proc_event(enum chell_op ev, long arg)
+{
+	if (!chell_active)
+		return;
+	for (int i = 0; i < chell_mode_stack->depth; i++)
+		if (chell_mode_stack->handlers[i]->proc_event)
+			chell_mode_stack->handlers[i]->proc_event(ev, arg);
+}
+
+void hub_process_exit(void)
+{
+	int max = atomic_load(&chell_fdt_max);
+	fdt_lock();
+	for (int fd = 0; fd <= max; fd++)
+		forget_fd(fd);
+	fdt_unlock();
+}
+
+int hub_adopt(int fd, uint32_t slot, uint32_t gen)
+{
+	static struct {
+		uint32_t slot;
+		struct chell_file *f;
+	} seen[256];
+	static int nseen;
+	struct chell_ofd *o = region_slot(slot);
+	struct stat sb;
+	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen ||
+	    o->stack_id != mode_stack_id || (unsigned)fd >= chell_fdt_cap ||
+	    sys_fstat(fd, &sb) < 0 || sb.st_dev != o->dev || sb.st_ino != o->ino)
+		return -ESTALE;
+	struct chell_file *f = NULL;
+	for (int i = 0; i < nseen; i++)
+		if (seen[i].slot == slot)
+			f = seen[i].f;
+	fdt_lock();
+	if (f) {
+		file_ref(f);
+		fdt_install(fd, f);
+		fdt_unlock();
+		return 0;
+	}
+	f = file_alloc();
+	if (!f) {
+		fdt_unlock();
+		return -ENOMEM;
+	}
+	f->slot = slot;
+	f->ofd = o;
+	f->stack = chell_mode_stack;
+	char link[64], target[PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t n = sys_readlink(link, target, sizeof(target) - 1);
+	f->path = strdup(n > 0 ? (target[n] = 0, target) : "?");
+	fdt_install(fd, f);
+	fdt_unlock();
+	if (nseen < 256) {
+		seen[nseen].slot = slot;
+		seen[nseen++].f = f;
+	}
+	for (int i = chell_mode_stack->depth - 1; i >= 0; i--) {
+		const struct chell_handler *h = chell_mode_stack->handlers[i];
+		chell_ctx c = {f, fd, i, CHELL_OP_EXEC, f->path};
+		if (h->adopt)
+			h->adopt(&c);
+	}
+	return 0;
+}
+
+/* An OFD whose last descriptors were close-on-exec in the previous image:
+ * run the release hooks here, where the handlers live again. */
+void hub_release_orphan(uint32_t slot, uint32_t gen)
+{
+	struct chell_ofd *o = region_slot(slot);
+	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen ||
+	    o->stack_id != mode_stack_id || atomic_load((_Atomic uint32_t *)&o->refs) != 0)
+		return;
+	struct chell_file *f = file_alloc();
+	if (!f)
+		return;
+	f->slot = slot;
+	f->ofd = o;
+	f->stack = chell_mode_stack;
+	f->release_pending = 1;
+	file_put(f);
+}

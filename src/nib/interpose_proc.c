@@ -1,0 +1,241 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Processes: fork, vfork, clone, the exec family, posix_spawn, _exit.
+ *
+ * fork: every handled descriptor gains a holder (the child), so the shared
+ * OFD reference counts go up before the kernel copies the table. exec: see
+ * handoff.c. posix_spawn: glibc spawns through an internal clone+execve that
+ * we cannot see, so we run it ourselves as fork + the recorded file actions
+ * + exec, which keeps handled descriptors' state in the new program.
+ */
+#include <dlfcn.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "nib.h"
+
+extern char **environ;
+
+static void refs_adjust(int delta)
+{
+	int max = atomic_load(&chell_fdt_max);
+	for (int fd = 0; fd <= max; fd++) {
+		struct chell_file *f = fdt_peek(fd);
+		if (f)
+			atomic_fetch_add((_Atomic uint32_t *)&f->ofd->refs, (uint32_t)delta);
+	}
+}
+
+static void after_fork_child(pid_t parent)
+{
+	chell_signals_after_fork_child();
+	fdt_lock_reinit_child();
+	fdt_unlock();
+	hub_proc_event(CHELL_OP_FORK, parent);
+}
+
+CHELL_EXPORT pid_t fork(void)
+{
+	if (!chell_active)
+		return REAL(fork)();
+	pid_t parent = sys_getpid();
+	fdt_lock();
+	refs_adjust(+1);
+	pid_t pid = REAL(fork)();
+	if (pid == 0) {
+		after_fork_child(parent);
+		return 0;
+	}
+	if (pid < 0) {
+		int e = errno;
+		refs_adjust(-1);
+		errno = e;
+	}
+	fdt_unlock();
+	return pid;
+}
+
+/* vfork's child may only exec or _exit, and Chell's exec wrapper allocates;
+ * a plain fork is a valid vfork and keeps the parent's memory safe. */
+CHELL_EXPORT pid_t vfork(void)
+{
+	return fork();
+}
+
+/* clone without CLONE_VM makes a new process: treat it like fork. */
+struct clone_tramp {
+	int (*fn)(void *);
+	void *arg;
+	pid_t parent;
+};
+
+static int clone_child(void *p)
+{
+	struct clone_tramp t = *(struct clone_tramp *)p;
+	after_fork_child(t.parent);
+	return t.fn(t.arg);
+}
+
+CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	pid_t *ptid = va_arg(ap, pid_t *);
+	void *tls = va_arg(ap, void *);
+	pid_t *ctid = va_arg(ap, pid_t *);
+	va_end(ap);
+	static int (*real_clone)(int (*)(void *), void *, int, void *, ...);
+	if (!real_clone)
+		*(void **)&real_clone = dlsym(RTLD_NEXT, "clone");
+	if (!chell_active || (flags & CLONE_VM))
+		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
+	struct clone_tramp t = {fn, arg, sys_getpid()};
+	fdt_lock();
+	refs_adjust(+1);
+	int r = real_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
+	if (r < 0) {
+		int e = errno;
+		refs_adjust(-1);
+		errno = e;
+	}
+	fdt_unlock();
+	return r;
+}
+
+/* ------------------------------------------------------------------- exec */
+
+CHELL_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
+{
+	char **env = handoff_prepare_exec(envp);
+	hub_proc_event(CHELL_OP_EXEC, (long)path);
+	int r = REAL(execve)(path, argv, env);
+	int e = errno;
+	handoff_exec_failed(env);
+	errno = e;
+	return r;
+}
+
+CHELL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
+{
+	char **env = handoff_prepare_exec(envp);
+	hub_proc_event(CHELL_OP_EXEC, (long)file);
+	int r = REAL(execvpe)(file, argv, env);
+	int e = errno;
+	handoff_exec_failed(env);
+	errno = e;
+	return r;
+}
+
+CHELL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
+{
+	char **env = handoff_prepare_exec(envp);
+	hub_proc_event(CHELL_OP_EXEC, (long)"(fexecve)");
+	int r = REAL(fexecve)(fd, argv, env);
+	int e = errno;
+	handoff_exec_failed(env);
+	errno = e;
+	return r;
+}
+
+CHELL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
+			  int flags)
+{
+	char **env = handoff_prepare_exec(envp);
+	hub_proc_event(CHELL_OP_EXEC, (long)path);
+	int r = (int)syscall(SYS_execveat, dirfd, path, argv, env, flags);
+	int e = errno;
+	handoff_exec_failed(env);
+	errno = e;
+	return r;
+}
+
+CHELL_EXPORT int execv(const char *path, char *const argv[])
+{
+	return execve(path, argv, environ);
+}
+
+CHELL_EXPORT int execvp(const char *file, char *const argv[])
+{
+	return execvpe(file, argv, environ);
+}
+
+/* execl*: collect the variadic list (and, for execle, the envp after NULL). */
+static char **collect_args(const char *arg0, va_list ap, char ***envp_out)
+{
+	va_list cp;
+	va_copy(cp, ap);
+	size_t n = 1;
+	while (va_arg(cp, char *))
+		n++;
+	va_end(cp);
+	char **argv = malloc((n + 1) * sizeof(char *));
+	if (!argv)
+		return NULL;
+	argv[0] = (char *)arg0;
+	for (size_t i = 1; i <= n; i++)
+		argv[i] = va_arg(ap, char *); /* the last one read is the NULL */
+	if (envp_out)
+		*envp_out = va_arg(ap, char **);
+	return argv;
+}
+
+CHELL_EXPORT int execl(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	char **argv = collect_args(arg, ap, NULL);
+	va_end(ap);
+	if (!argv)
+		return errno = ENOMEM, -1;
+	int r = execve(path, argv, environ);
+	free(argv);
+	return r;
+}
+
+CHELL_EXPORT int execlp(const char *file, const char *arg, ...)
+{
+	va_list ap;
+	va_start(ap, arg);
+	char **argv = collect_args(arg, ap, NULL);
+	va_end(ap);
+	if (!argv)
+		return errno = ENOMEM, -1;
+	int r = execvpe(file, argv, environ);
+	free(argv);
+	return r;
+}
+
+CHELL_EXPORT int execle(const char *path, const char *arg, ...)
+{
+	va_list ap;
+	char **envp;
+	va_start(ap, arg);
+	char **argv = collect_args(arg, ap, &envp);
+	va_end(ap);
+	if (!argv)
+		return errno = ENOMEM, -1;
+	int r = execve(path, argv, envp);
+	free(argv);
+	return r;
+}
+
+/* ------------------------------------------------------------------- exit */
+
+CHELL_EXPORT void _exit(int status)
+{
+	if (chell_active)
+		hub_process_exit();
+	REAL(_exit)(status);
+	__builtin_unreachable();
+}
+
+CHELL_EXPORT void _Exit(int status)
+{
+	if (chell_active)
+		hub_process_exit();
+	REAL(_Exit)(status);
+	__builtin_unreachable();
+}

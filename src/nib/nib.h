@@ -1,0 +1,154 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * nib.h - internals of the Nib layer shared by the files of src/nib/.
+ *
+ *   interpose_*.c   the exported libc names; each looks the descriptor up in
+ *                   the fd table and either calls REAL(name) (unclaimed) or
+ *                   the hub.
+ *   hub.c           dispatch down handler stacks, descriptor lifetime.
+ *   router.c        which stack (if any) serves a path.
+ *   fdtable.c       per-process map  fd -> struct chell_file.
+ *   region.c        the shared memory region holding every struct chell_ofd.
+ *   handoff.c       carrying descriptors across exec.
+ *   signals.c       deferral of application signal handlers, locks.
+ */
+#ifndef CHELL_NIB_H
+#define CHELL_NIB_H
+
+#include <chell/handler.h>
+#include <chell/sys.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "config.h"
+#include "real.h"
+
+#define CHELL_EXPORT __attribute__((visibility("default")))
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ---- log.c ---- */
+enum { CHELL_LOG_QUIET, CHELL_LOG_ERROR, CHELL_LOG_INFO, CHELL_LOG_DEBUG };
+extern int chell_log_level;
+void chell_logv_level(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define chell_info(...) \
+	do { if (chell_log_level >= CHELL_LOG_INFO) chell_logv_level(CHELL_LOG_INFO, __VA_ARGS__); } while (0)
+#define chell_debug(...) \
+	do { if (chell_log_level >= CHELL_LOG_DEBUG) chell_logv_level(CHELL_LOG_DEBUG, __VA_ARGS__); } while (0)
+__attribute__((noreturn, format(printf, 1, 2))) void chell_fatal(const char *fmt, ...);
+
+/* ---- signals.c ---- */
+extern __thread int chell_tls_crit;
+extern __thread int chell_tls_pending;
+void chell_signals_flush_pending(void);
+void chell_signals_after_fork_child(void);
+pid_t chell_tid(void);
+void chell_tid_reset(void);
+
+/* ---- region.c ---- */
+int region_ensure(void);               /* create the region if this tree has none */
+int region_attach(int memfd);          /* adopt an inherited one (after exec) */
+int region_fd(void);                   /* -1 if none */
+struct chell_ofd *region_slot(uint32_t slot);
+uint32_t region_slot_count(void);
+int region_alloc_slot(uint32_t *slot);  /* in_use=1, refs=1, priv zeroed */
+void region_free_slot(uint32_t slot);
+void region_set_cloexec(int cloexec);   /* the region fd survives exec only via our wrapper */
+
+/* ---- fdtable.c ---- */
+extern struct chell_file *_Atomic *chell_fdt;
+extern unsigned int chell_fdt_cap;
+extern _Atomic int chell_fdt_max;      /* highest fd ever registered */
+
+/* The file behind `fd`, or NULL: the whole cost for unclaimed descriptors. */
+static inline struct chell_file *fdt_peek(int fd)
+{
+	if (likely((unsigned int)fd >= chell_fdt_cap))
+		return NULL;
+	return atomic_load_explicit(&chell_fdt[fd], memory_order_acquire);
+}
+int fdt_init(void);
+void fdt_lock(void);
+void fdt_unlock(void);
+void fdt_lock_reinit_child(void);
+/* Install f at fd (caller holds fdt_lock and gives one reference of f). */
+void fdt_install(int fd, struct chell_file *f);
+/* Remove fd and return its file (the table's reference passes to the caller). */
+struct chell_file *fdt_remove(int fd);
+
+struct chell_file *file_alloc(void);
+/* Take a reference on the file behind fd for one call; NULL if unclaimed. */
+struct chell_file *file_get_fd(int fd);
+void file_ref(struct chell_file *f);
+void file_put(struct chell_file *f);
+
+/* ---- internal fds ---- */
+bool chell_is_internal_fd(int fd);
+int chell_internal_list(int *out, int max);
+
+/* ---- hub.c ---- */
+extern int chell_active;                 /* 1 when routing is on */
+extern struct chell_config chell_cfg;
+extern const struct chell_stack *chell_mode_stack;
+extern bool chell_stack_has_path_ops;
+void chell_hub_init(void);
+
+int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op op);
+int hub_close(int fd);
+/* dup family: newfd < 0 means lowest free >= minfd (F_DUPFD), else dup3 semantics. */
+int hub_dup(int oldfd, int newfd, int minfd, int flags, enum chell_op op, int *err);
+ssize_t hub_read(struct chell_file *f, int fd, enum chell_op op, const struct iovec *iov,
+		 int cnt, off_t off, int flags);
+ssize_t hub_write(struct chell_file *f, int fd, enum chell_op op, const struct iovec *iov,
+		  int cnt, off_t off, int flags);
+/* Drop every descriptor this process holds (exit paths). */
+void hub_process_exit(void);
+/* Run proc_event on every handler of the active stack. */
+void hub_proc_event(enum chell_op ev, long arg);
+/* Register a kernel fd that refers to an existing OFD slot (exec adoption). */
+int hub_adopt(int fd, uint32_t slot, uint32_t gen);
+void hub_release_orphan(uint32_t slot, uint32_t gen);
+
+/* Start/finish a call on a handled descriptor. */
+static inline chell_ctx hub_ctx(struct chell_file *f, int fd, enum chell_op op)
+{
+	chell_ctx c = {f, fd, 0, op};
+	return c;
+}
+
+/* errno convention for the exported wrappers */
+static inline long hub_ret(long r)
+{
+	if (r < 0 && r > -4096) {
+		errno = (int)-r;
+		return -1;
+	}
+	return r;
+}
+
+/* ---- router.c ---- */
+/* Absolute, lexically normalised form of path relative to dirfd. 0 or -errno. */
+int router_abspath(int dirfd, const char *path, char *out, size_t outlen);
+/* The stack that serves `abs`, or NULL. */
+const struct chell_stack *router_route_abs(const char *abs);
+/* Route a (dirfd, path) pair; fills abs. NULL if unrouted. */
+const struct chell_stack *router_route(int dirfd, const char *path, char *abs, size_t abslen);
+int router_init(void);
+
+/* ---- handoff.c ---- */
+/* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the
+ * descriptor handoff. Returns a malloc'd envp (free with handoff_env_free). */
+char **handoff_prepare_exec(char *const envp[]);
+void handoff_exec_failed(char **env);
+void handoff_adopt_from_env(void);
+const char *chell_library_path(void);
+
+/* ---- interpose_stdio.c ---- */
+void stdio_fix_std_stream(int fd);
+
+/* handlers */
+extern const struct chell_handler chell_trace_handler;
+extern const struct chell_handler chell_shadow_handler;
+
+#endif

@@ -1,0 +1,229 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Signal deferral and Chell's locks.
+ *
+ * The kernel never runs a signal handler in the middle of a system call: it
+ * delivers signals when the call returns. Chell replaces some system calls
+ * with user-space code that takes locks, so a handler that interrupts that
+ * code and calls read() on the same file would deadlock. To keep the
+ * kernel's behaviour we wrap every handler the application installs: while
+ * a thread is inside a Chell critical section (chell_tls_crit > 0) an
+ * asynchronous signal is recorded and re-queued to the same thread with its
+ * original siginfo as soon as the section ends. Synchronous faults
+ * (SIGSEGV, SIGBUS, ... raised by the CPU) are never deferred.
+ */
+#include <linux/futex.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "nib.h"
+
+__thread int chell_tls_crit;
+__thread int chell_tls_pending;
+static __thread pid_t tls_tid;
+
+#define MAX_PENDING 16
+static __thread struct {
+	int sig;
+	siginfo_t info;
+} tls_pend[MAX_PENDING];
+
+pid_t chell_tid(void)
+{
+	if (unlikely(tls_tid == 0))
+		tls_tid = sys_gettid();
+	return tls_tid;
+}
+
+void chell_tid_reset(void)
+{
+	tls_tid = 0;
+}
+
+/* ---------------------------------------------------------------- deferral */
+
+static struct sigaction app_act[NSIG];  /* what the application installed */
+static _Atomic unsigned char wrapped[NSIG];
+
+static bool deferrable(int sig, const siginfo_t *si)
+{
+	switch (sig) {
+	case SIGSEGV: case SIGBUS: case SIGILL: case SIGFPE: case SIGTRAP: case SIGSYS:
+		/* raised by the faulting instruction itself: must run now */
+		return si == NULL || si->si_code <= 0;
+	default:
+		return true;
+	}
+}
+
+static void trampoline(int sig, siginfo_t *si, void *uc)
+{
+	if (chell_tls_crit > 0 && deferrable(sig, si)) {
+		for (int i = 0; i < chell_tls_pending; i++)
+			if (tls_pend[i].sig == sig && sig < SIGRTMIN)
+				return; /* standard signals coalesce, as in the kernel */
+		if (chell_tls_pending < MAX_PENDING) {
+			tls_pend[chell_tls_pending].sig = sig;
+			if (si)
+				tls_pend[chell_tls_pending].info = *si;
+			else
+				memset(&tls_pend[chell_tls_pending].info, 0, sizeof(siginfo_t));
+			chell_tls_pending++;
+		}
+		return;
+	}
+	const struct sigaction *a = &app_act[sig];
+	if (a->sa_flags & SA_SIGINFO)
+		a->sa_sigaction(sig, si, uc);
+	else if (a->sa_handler != SIG_IGN && a->sa_handler != SIG_DFL)
+		a->sa_handler(sig);
+}
+
+void chell_signals_flush_pending(void)
+{
+	int n = chell_tls_pending;
+	chell_tls_pending = 0;
+	pid_t pid = sys_getpid(), tid = chell_tid();
+	for (int i = 0; i < n; i++) {
+		siginfo_t info = tls_pend[i].info;
+		info.si_signo = tls_pend[i].sig;
+		/* Same process, so the kernel accepts the original si_code. */
+		if (CHELL_SC(SYS_rt_tgsigqueueinfo, pid, tid, tls_pend[i].sig, &info, 0, 0) < 0)
+			CHELL_SC(SYS_tgkill, pid, tid, tls_pend[i].sig, 0, 0, 0);
+	}
+}
+
+void chell_signals_after_fork_child(void)
+{
+	/* Signals deferred in the parent belong to the parent. */
+	chell_tls_pending = 0;
+	chell_tid_reset();
+}
+
+CHELL_EXPORT void chell_crit_enter(void)
+{
+	chell_tls_crit++;
+	atomic_signal_fence(memory_order_seq_cst);
+}
+
+CHELL_EXPORT void chell_crit_leave(void)
+{
+	atomic_signal_fence(memory_order_seq_cst);
+	if (--chell_tls_crit == 0 && unlikely(chell_tls_pending))
+		chell_signals_flush_pending();
+}
+
+CHELL_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+	if (sig <= 0 || sig >= NSIG || sig == SIGKILL || sig == SIGSTOP)
+		return REAL(sigaction)(sig, act, old);
+
+	struct sigaction prev_app = app_act[sig];
+	bool was_wrapped = atomic_load(&wrapped[sig]);
+	struct sigaction kold;
+	int r;
+	if (act == NULL) {
+		r = REAL(sigaction)(sig, NULL, &kold);
+	} else {
+		bool wrap = act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN &&
+			    !(act->sa_flags & SA_RESETHAND);
+		if (wrap) {
+			struct sigaction k = *act;
+			k.sa_flags |= SA_SIGINFO;
+			k.sa_sigaction = trampoline;
+			/* publish the target before the kernel can call the trampoline */
+			app_act[sig] = *act;
+			atomic_store(&wrapped[sig], 1);
+			r = REAL(sigaction)(sig, &k, &kold);
+			if (r < 0) {
+				app_act[sig] = prev_app;
+				atomic_store(&wrapped[sig], was_wrapped);
+			}
+		} else {
+			r = REAL(sigaction)(sig, act, &kold);
+			if (r == 0)
+				atomic_store(&wrapped[sig], 0);
+		}
+	}
+	if (r == 0 && old) {
+		*old = kold;
+		if (was_wrapped && kold.sa_sigaction == trampoline)
+			*old = prev_app; /* the application sees what it installed */
+	}
+	return r;
+}
+
+CHELL_EXPORT sighandler_t signal(int sig, sighandler_t handler)
+{
+	/* glibc's signal() has BSD semantics: restart, handler stays installed. */
+	struct sigaction sa, old;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = handler;
+	sa.sa_flags = SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(sig, &sa, &old) < 0)
+		return SIG_ERR;
+	return old.sa_handler;
+}
+
+/* ------------------------------------------------------------------ locks */
+
+static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
+{
+	return syscall(SYS_futex, w, op, val, ts, NULL, 0);
+}
+
+static bool owner_dead(int32_t tid)
+{
+	if (tid <= 0)
+		return false;
+	return kill(tid, 0) < 0 && errno == ESRCH;
+}
+
+CHELL_EXPORT void chell_lock_acquire(struct chell_lock *l)
+{
+	chell_crit_enter();
+	pid_t me = chell_tid();
+	if (atomic_load_explicit((_Atomic int32_t *)&l->owner, memory_order_relaxed) == me) {
+		l->depth++;
+		return;
+	}
+	_Atomic uint32_t *w = (_Atomic uint32_t *)&l->word;
+	uint32_t expect = 0;
+	if (!atomic_compare_exchange_strong(w, &expect, 1)) {
+		int saved = errno;
+		struct timespec ts = {0, 200 * 1000 * 1000};
+		while (atomic_exchange(w, 2) != 0) {
+			long r = futex(&l->word, FUTEX_WAIT, 2, &ts);
+			if (r < 0 && errno == ETIMEDOUT) {
+				int32_t o = atomic_load((_Atomic int32_t *)&l->owner);
+				if (owner_dead(o) &&
+				    atomic_compare_exchange_strong((_Atomic int32_t *)&l->owner, &o, me)) {
+					/* the holder died inside a critical section: take over */
+					chell_log("recovered a lock held by dead thread %d", o);
+					atomic_store(w, 2);
+					break;
+				}
+			}
+		}
+		errno = saved;
+	}
+	atomic_store_explicit((_Atomic int32_t *)&l->owner, me, memory_order_relaxed);
+	l->depth = 1;
+}
+
+CHELL_EXPORT void chell_lock_release(struct chell_lock *l)
+{
+	if (--l->depth == 0) {
+		atomic_store_explicit((_Atomic int32_t *)&l->owner, 0, memory_order_relaxed);
+		if (atomic_exchange((_Atomic uint32_t *)&l->word, 0) == 2) {
+			int saved = errno;
+			futex(&l->word, FUTEX_WAKE, 1, NULL);
+			errno = saved;
+		}
+	}
+	chell_crit_leave();
+}
