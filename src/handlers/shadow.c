@@ -738,6 +738,7 @@ static int shadow_adopt(chell_ctx *c)
 		sys_lseek(fd, cur, SEEK_SET);
 	l->sfd = fd;
 	l->vfd = -2;
+	l->svfd = -2;
 	c->f->local[c->layer] = l;
 	chell_log("shadow: reopened lost shadow %s after exec (its offset is now per process)",
 		  spath);
@@ -767,6 +768,8 @@ static void drop_local(chell_ctx *c)
 		chell_internal_close(l->sfd);
 	if (l->vfd >= 0)
 		chell_internal_close(l->vfd);
+	if (l->svfd >= 0)
+		chell_internal_close(l->svfd);
 	free(l);
 	c->f->local[c->layer] = NULL;
 }
@@ -805,12 +808,18 @@ static void shadow_release(chell_ctx *c)
 		 * its path, if that still names the same inode.
 		 */
 		int fd = sys_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
-		struct stat st;
-		if (fd >= 0 && sys_fstat(fd, &st) == 0 && st.st_dev == o.e->dev &&
-		    st.st_ino == o.e->ino)
-			shadow_check_whole(&o, fd, "at the last close");
+		char spath[PATH_MAX];
+		shadow_entry_path(o.e, spath, sizeof(spath));
+		int sfd = sys_open(spath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		struct stat st, sst;
+		if (fd >= 0 && sfd >= 0 && sys_fstat(fd, &st) == 0 && st.st_dev == o.e->dev &&
+		    st.st_ino == o.e->ino && sys_fstat(sfd, &sst) == 0 && sst.st_dev == p->sdev &&
+		    sst.st_ino == p->sino)
+			shadow_check_whole(&o, fd, sfd, "at the last close");
 		if (fd >= 0)
 			sys_close(fd);
+		if (sfd >= 0)
+			sys_close(sfd);
 	}
 	if (!(l && l->sfd >= 0))
 		chell_internal_close(p->sfd);

@@ -151,6 +151,7 @@ _Static_assert(sizeof(struct shadow_priv) <= CHELL_PRIV_BYTES, "shadow_priv too 
 struct shadow_local {
 	int sfd;  /* reopened shadow fd after exec if the inherited one was lost, else -1 */
 	int vfd;  /* read-only kernel fd on the primary inode (write-only OFDs), -1/-2 */
+	int svfd; /* read-only fd on the shadow file (write-only OFDs), -1/-2 */
 };
 
 /* One operation in progress. */
@@ -200,8 +201,8 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg);
 void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
 /* Compare [start, start+len) of the file as the handler under test and the shadow see it. */
 void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_t len);
-/* Compare the whole files: sizes, then content (kernel view of fd `pfd`). */
-void shadow_check_whole(struct shadow_op *o, int pfd, const char *what);
+/* Compare the whole files: sizes, then content (kernel view: read-only fds on both). */
+void shadow_check_whole(struct shadow_op *o, int pfd, int sfd, const char *what);
 
 #endif /* CHELL_HANDLER_H */
 

@@ -122,36 +122,48 @@ static int is_writeonly(chell_ctx *c)
 	return (fl & O_ACCMODE) == O_WRONLY;
 }
 
-/* A read-only kernel descriptor on the primary inode, for write-only OFDs. */
-static int verify_fd(chell_ctx *c)
+/*
+ * Write-only open file descriptions cannot be read back, so written data is
+ * checked through read-only descriptors of our own: on the primary inode
+ * (reopened through /proc/self/fd, which works even if the file was
+ * unlinked) and on the shadow. Opened on first need, kept per process.
+ */
+static int reopen_ro(int fd)
 {
+	char link[40] = "/proc/self/fd/";
+	char num[16];
+	rn(fd, num, sizeof(num));
+	strcat(link, num);
+	int r = sys_open(link, O_RDONLY | O_CLOEXEC, 0);
+	return r >= 0 ? chell_internal_fd(r, 1) : -1;
+}
+
+static struct shadow_local *verify_fds(struct shadow_op *o)
+{
+	chell_ctx *c = o->c;
 	struct shadow_local *l = c->f->local[c->layer];
 	if (!l) {
 		l = malloc(sizeof(*l));
 		if (!l)
-			return -1;
+			return NULL;
 		l->sfd = -1;
-		l->vfd = -2;
+		l->vfd = l->svfd = -2;
 		c->f->local[c->layer] = l;
 	}
-	if (l->vfd == -2) {
-		char link[40] = "/proc/self/fd/";
-		char num[16];
-		rn(c->fd, num, sizeof(num));
-		strcat(link, num);
-		int fd = sys_open(link, O_RDONLY | O_CLOEXEC, 0);
-		l->vfd = fd >= 0 ? chell_internal_fd(fd, 1) : -1;
-	}
-	return l->vfd;
+	if (l->vfd == -2)
+		l->vfd = reopen_ro(c->fd);
+	if (l->svfd == -2)
+		l->svfd = reopen_ro(o->sfd);
+	return l->vfd >= 0 && l->svfd >= 0 ? l : NULL;
 }
 
-/* Read the primary at pos as the application would see it. */
+/* Read the primary at pos as the application would see it, and the shadow. */
 static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
 {
 	chell_ctx *c = o->c;
 	if (is_writeonly(c)) {
-		int vfd = verify_fd(c);
-		return vfd >= 0 ? sys_pread(vfd, buf, n, pos) : -EBADF;
+		struct shadow_local *l = verify_fds(o);
+		return l ? sys_pread(l->vfd, buf, n, pos) : -EBADF;
 	}
 	chell_ctx rc = *c;
 	rc.op = CHELL_OP_PREAD;
@@ -159,11 +171,20 @@ static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos
 	return chell_down_read(&rc, &v, 1, pos, 0);
 }
 
+static ssize_t shadow_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
+{
+	if (is_writeonly(o->c)) {
+		struct shadow_local *l = verify_fds(o);
+		return l ? sys_pread(l->svfd, buf, n, pos) : -EBADF;
+	}
+	return sys_pread(o->sfd, buf, n, pos);
+}
+
 void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_t len)
 {
 	if (len <= 0 || (o->e->flags & SHADOW_F_MAPPED))
 		return;
-	if (is_writeonly(o->c) && verify_fd(o->c) < 0)
+	if (is_writeonly(o->c) && !verify_fds(o))
 		return; /* cannot read it back (no /proc): results and sizes still checked */
 	struct scratch s;
 	size_t chunk = len <= SMALL_BYTES / 2 ? SMALL_BYTES / 2 : 256 * 1024;
@@ -175,7 +196,7 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 	while (pos < end) {
 		size_t want = (size_t)(end - pos) < chunk ? (size_t)(end - pos) : chunk;
 		ssize_t r1 = primary_pread(o, b, want, pos);
-		ssize_t r2 = sys_pread(o->sfd, a, want, pos);
+		ssize_t r2 = shadow_pread(o, a, want, pos);
 		if (r1 != r2) {
 			char b1[40], b2[40];
 			shadow_diverge(o, "%s: reading back %zu bytes at %lld returned %s under test,"
@@ -191,10 +212,10 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 	scratch_put(&s);
 }
 
-void shadow_check_whole(struct shadow_op *o, int pfd, const char *what)
+void shadow_check_whole(struct shadow_op *o, int pfd, int sfd, const char *what)
 {
 	struct stat s1, s2;
-	if (sys_fstat(pfd, &s1) < 0 || sys_fstat(o->sfd, &s2) < 0)
+	if (sys_fstat(pfd, &s1) < 0 || sys_fstat(sfd, &s2) < 0)
 		return;
 	if (s1.st_size != s2.st_size)
 		shadow_diverge(o, "%s: the file has %lld bytes, its shadow %lld", what,
@@ -207,7 +228,7 @@ void shadow_check_whole(struct shadow_op *o, int pfd, const char *what)
 	unsigned char *b = a + chunk;
 	for (off_t pos = 0; pos < s1.st_size;) {
 		ssize_t r1 = sys_pread(pfd, b, chunk, pos);
-		ssize_t r2 = sys_pread(o->sfd, a, chunk, pos);
+		ssize_t r2 = sys_pread(sfd, a, chunk, pos);
 		if (r1 != r2)
 			shadow_diverge(o, "%s: reading at %lld: %zd bytes from the file, %zd from the"
 				       " shadow", what, (long long)pos, r1, r2);
