@@ -147,7 +147,7 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 	    (flags & O_TMPFILE) != O_TMPFILE)
 		st = router_route(dirfd, path, abs, sizeof(abs));
 	if (!st)
-		return (int)hub_ret(REAL(openat)(dirfd, path, flags, mode));
+		return REAL(openat)(dirfd, path, flags, mode);
 
 	/* No table lock while the handler opens: open() may block (a FIFO) or
 	 * take long (a shadow copy). The new number is ours until we return it. */
@@ -157,7 +157,7 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 		/* Out of slots or memory: the kernel path is always correct. */
 		if (f)
 			file_put(f);
-		return (int)hub_ret(REAL(openat)(dirfd, path, flags, mode));
+		return REAL(openat)(dirfd, path, flags, mode);
 	}
 	f->slot = slot;
 	f->ofd = region_slot(slot);
@@ -232,9 +232,10 @@ int hub_close(int fd)
 
 /* -------------------------------------------------------------------- dup */
 
-int hub_dup(int oldfd, int newfd, int minfd, int flags, enum chell_op op, int *err)
+int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op op, int *err)
 {
 	int r;
+	int newfd = kind == HUB_DUP2 || kind == HUB_DUP3 ? arg : -1;
 	if (newfd >= 0 && chell_is_internal_fd(newfd)) {
 		/* Chell holds that number for a file of its own (see docs). */
 		*err = EBUSY;
@@ -242,14 +243,13 @@ int hub_dup(int oldfd, int newfd, int minfd, int flags, enum chell_op op, int *e
 	}
 	fdt_lock();
 	struct chell_file *f = fdt_peek(oldfd);
-	if (newfd < 0) {
-		r = minfd < 0 ? REAL(dup)(oldfd)
-			      : REAL(fcntl64)(oldfd, (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD,
-					      minfd);
-	} else if (flags == -1) {
-		r = REAL(dup2)(oldfd, newfd);
-	} else {
-		r = REAL(dup3)(oldfd, newfd, flags);
+	switch (kind) {
+	case HUB_DUP: r = REAL(dup)(oldfd); break;
+	case HUB_DUPFD:
+		r = REAL(fcntl64)(oldfd, (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, arg);
+		break;
+	case HUB_DUP2: r = REAL(dup2)(oldfd, newfd); break;
+	default: r = REAL(dup3)(oldfd, newfd, flags); break;
 	}
 	*err = errno;
 	if (r >= 0 && r != oldfd) {

@@ -60,7 +60,7 @@ CHELL_EXPORT int dup(int fd)
 {
 	if (likely(fdt_peek(fd) == NULL))
 		return REAL(dup)(fd);
-	int err, r = hub_dup(fd, -1, -1, 0, CHELL_OP_DUP, &err);
+	int err, r = hub_dup(fd, HUB_DUP, 0, 0, CHELL_OP_DUP, &err);
 	if (r < 0)
 		errno = err;
 	return r;
@@ -71,7 +71,7 @@ CHELL_EXPORT int dup2(int oldfd, int newfd)
 	if (likely(fdt_peek(oldfd) == NULL && fdt_peek(newfd) == NULL) &&
 	    !chell_is_internal_fd(newfd) && newfd > 2)
 		return REAL(dup2)(oldfd, newfd);
-	int err, r = hub_dup(oldfd, newfd, -1, -1, CHELL_OP_DUP, &err);
+	int err, r = hub_dup(oldfd, HUB_DUP2, newfd, 0, CHELL_OP_DUP, &err);
 	if (r < 0)
 		errno = err;
 	return r;
@@ -82,7 +82,7 @@ CHELL_EXPORT int dup3(int oldfd, int newfd, int flags)
 	if (likely(fdt_peek(oldfd) == NULL && fdt_peek(newfd) == NULL) &&
 	    !chell_is_internal_fd(newfd) && newfd > 2)
 		return REAL(dup3)(oldfd, newfd, flags);
-	int err, r = hub_dup(oldfd, newfd, -1, flags, CHELL_OP_DUP, &err);
+	int err, r = hub_dup(oldfd, HUB_DUP3, newfd, flags, CHELL_OP_DUP, &err);
 	if (r < 0)
 		errno = err;
 	return r;
@@ -93,7 +93,7 @@ static int do_fcntl(int fd, int cmd, unsigned long arg)
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
 		if (likely(fdt_peek(fd) == NULL))
 			return REAL(fcntl64)(fd, cmd, arg);
-		int err, r = hub_dup(fd, -1, (int)arg, cmd == F_DUPFD_CLOEXEC ? O_CLOEXEC : 0,
+		int err, r = hub_dup(fd, HUB_DUPFD, (int)arg, cmd == F_DUPFD_CLOEXEC ? O_CLOEXEC : 0,
 				     CHELL_OP_FCNTL, &err);
 		if (r < 0)
 			errno = err;

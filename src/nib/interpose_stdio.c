@@ -141,6 +141,9 @@ static FILE *open_stream(const char *path, const char *mode)
 	int fd = hub_open(AT_FDCWD, path, flags, 0666, CHELL_OP_OPEN);
 	if (fd < 0)
 		return NULL;
+	/* glibc positions a write-only append stream at the end at open */
+	if (mode[0] == 'a' && !strchr(mode, '+') && fdt_peek(fd))
+		lseek(fd, 0, SEEK_END);
 	FILE *fp = fdt_peek(fd) ? cookie_stream(fd, mode) : REAL(fdopen)(fd, mode);
 	if (!fp) {
 		int e = errno;
@@ -173,8 +176,12 @@ CHELL_EXPORT FILE *fdopen(int fd, const char *mode)
 		errno = EINVAL;
 		return NULL;
 	}
-	if ((want & O_APPEND) && !(have & O_APPEND) && fcntl(fd, F_SETFL, have | O_APPEND) < 0)
-		return NULL;
+	if ((want & O_APPEND) && !(have & O_APPEND)) {
+		if (fcntl(fd, F_SETFL, have | O_APPEND) < 0)
+			return NULL;
+		if (mode[0] == 'a' && !strchr(mode, '+')) /* as glibc does after adding O_APPEND */
+			lseek(fd, 0, SEEK_END);
+	}
 	return cookie_stream(fd, mode);
 }
 

@@ -96,8 +96,9 @@ void chell_hub_init(void);
 
 int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op op);
 int hub_close(int fd);
-/* dup family: newfd < 0 means lowest free >= minfd (F_DUPFD), else dup3 semantics. */
-int hub_dup(int oldfd, int newfd, int minfd, int flags, enum chell_op op, int *err);
+/* dup family: dup(), F_DUPFD[_CLOEXEC] (arg = minimum), dup2/dup3 (arg = newfd). */
+enum hub_dup_kind { HUB_DUP, HUB_DUPFD, HUB_DUP2, HUB_DUP3 };
+int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op op, int *err);
 ssize_t hub_read(struct chell_file *f, int fd, enum chell_op op, const struct iovec *iov,
 		 int cnt, off_t off, int flags);
 ssize_t hub_write(struct chell_file *f, int fd, enum chell_op op, const struct iovec *iov,
