@@ -27,7 +27,9 @@
  * Operations are counted in the shared model: "done" includes those made by
  * children and threads, and the main loop stops when it reaches N.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -324,6 +326,8 @@ static size_t m_avail(int f, uint64_t pos, size_t n)
 
 static void check_bytes(const char *what, int f, uint64_t pos, const unsigned char *got, size_t n)
 {
+	if (!n)
+		return;
 	const unsigned char *m = fdata(f) + pos;
 	if (pos + n > sh->cap)
 		fail("%s: read %zu bytes at %" PRIu64 " beyond model cap", what, n, pos);
