@@ -37,13 +37,31 @@ static const char *why_not(const char *p)
 	return "cannot resolve its absolute path";
 }
 
+/*
+ * Absolute path of p with its directory resolved but its own name kept: the
+ * build's libchell.so is a symlink to libchell.so.<version>, and the program
+ * should see (and a rebuild should keep) the stable name.
+ */
 static int resolve(const char *p, char *buf, size_t len)
 {
-	char real[PATH_MAX];
-	if (!is_readable_file(p) || !realpath(p, real) || strlen(real) >= len)
+	char dir[PATH_MAX], real[PATH_MAX];
+	if (!is_readable_file(p))
 		return -1;
-	strcpy(buf, real);
-	return 0;
+	const char *slash = strrchr(p, '/');
+	const char *base = slash ? slash + 1 : p;
+	if (slash) {
+		size_t n = slash == p ? 1 : (size_t)(slash - p);
+		if (n >= sizeof dir)
+			return -1;
+		memcpy(dir, p, n);
+		dir[n] = '\0';
+	} else {
+		strcpy(dir, ".");
+	}
+	if (!realpath(dir, real))
+		return -1;
+	int n = snprintf(buf, len, "%s%s%s", real, strcmp(real, "/") ? "/" : "", base);
+	return n > 0 && (size_t)n < len ? 0 : -1;
 }
 
 int cli_find_lib(char *buf, size_t len, char *err, size_t errlen)

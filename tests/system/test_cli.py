@@ -13,6 +13,9 @@ import pytest
 from conftest import CHELL, LIBCHELL, run
 
 SUBCOMMANDS = ["run", "config", "version", "help"]
+# What `chell run` preloads: the directory resolved, the name kept (not the
+# versioned file the build's libchell.so symlink points to).
+PRELOADED = str(LIBCHELL.parent.resolve() / LIBCHELL.name)
 
 
 def chell(*args, env=None, **kw):
@@ -191,7 +194,7 @@ def test_version():
     assert r.returncode == 0
     assert r.stdout.startswith("chell ")
     doc = json.loads(chell("version", "--json", env=clean_env()).stdout)
-    assert doc["library"] == str(LIBCHELL.resolve())
+    assert doc["library"] == PRELOADED
     assert chell("--version", env=clean_env()).stdout == r.stdout
 
 
@@ -209,7 +212,7 @@ def test_dry_run_exports_settings(tmp_path):
     assert "CHELL_TRACE_FILE=/tmp/t.%p" in lines
     assert "CHELL_SHADOW_HISTORY=3" in lines
     assert "CHELL_ON_ERROR=abort" in lines
-    assert f"LD_PRELOAD={LIBCHELL.resolve()}" in lines
+    assert f"LD_PRELOAD={PRELOADED}" in lines
     assert lines[-1] == "echo 'a b'"
 
 
@@ -253,7 +256,7 @@ def test_run_sets_ld_preload():
     r = chell("run", "--mode", "posix", "--", "sh", "-c", "echo $LD_PRELOAD", env=clean_env())
     assert r.returncode == 0, r.stderr
     assert "libchell.so" in r.stdout
-    assert r.stdout.split()[0].split(":")[0] == str(LIBCHELL.resolve())
+    assert r.stdout.split()[0].split(":")[0] == PRELOADED
 
 
 def test_run_keeps_existing_preload_and_drops_duplicate():
@@ -264,7 +267,7 @@ def test_run_keeps_existing_preload_and_drops_duplicate():
     r = chell("run", "--mode", "posix", "--", "sh", "-c", "echo $LD_PRELOAD",
               env=clean_env(LD_PRELOAD=f"{libm} /elsewhere/libchell.so"))
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == f"{LIBCHELL.resolve()}:{libm}"
+    assert r.stdout.strip() == f"{PRELOADED}:{libm}"
 
 
 def test_run_exports_on_error_unless_set(tmp_path):
