@@ -171,8 +171,15 @@ void shadow_hist_format(struct shadow_buf *b)
 		const char *const *lab = arg_labels(h->op);
 		sb_printf(b, "  #%llu tid %d %s fd %d", (unsigned long long)h->seq, h->tid,
 			  chell_op_name((enum chell_op)h->op), h->fd);
-		for (int i = 0; i < h->nargs; i++)
-			sb_printf(b, " %s=%lld", lab[i], (long long)h->args[i]);
+		for (int i = 0; i < h->nargs; i++) {
+			/* Flag words read best in hex, modes in octal. */
+			if (strcmp(lab[i], "flags") == 0 && h->args[i] > 0)
+				sb_printf(b, " %s=%#llx", lab[i], (unsigned long long)h->args[i]);
+			else if (strcmp(lab[i], "mode") == 0 && h->op == CHELL_OP_OPEN)
+				sb_printf(b, " %s=%#llo", lab[i], (unsigned long long)h->args[i]);
+			else
+				sb_printf(b, " %s=%lld", lab[i], (long long)h->args[i]);
+		}
 		sb_puts(b, " -> test=");
 		fmt_result(b, h->r_test);
 		sb_puts(b, " shadow=");

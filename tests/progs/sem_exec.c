@@ -252,10 +252,10 @@ int main(int argc, char **argv)
 		char *args[] = {exe, (char *)sem_dir, "--child", "posix_spawn", slist, NULL};
 		pid_t pid;
 		int rc = posix_spawn(&pid, exe, &fa, NULL, args, environ);
-		say("posix_spawn = %d\n", rc);
 		posix_spawn_file_actions_destroy(&fa);
 		if (rc == 0)
-			reap(pid, "posix_spawn");
+			reap(pid, "posix_spawn"); /* before printing: the child runs concurrently */
+		say("posix_spawn = %d\n", rc);
 		after();
 		sem_content("f5");
 		T(fcntl(50, F_GETFD)); /* the file actions ran in the child only */

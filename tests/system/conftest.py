@@ -4,6 +4,7 @@ The build directory is $CHELL_BUILD_DIR or <repo>/build. Tests run real,
 unmodified programs twice - plainly and under `chell run` - and compare.
 """
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -44,10 +45,15 @@ def workdir():
 
 @pytest.fixture
 def shadow_env(tmp_path):
-    """Environment that puts shadow copies and reports under tmp_path."""
+    """Environment that puts shadow copies and reports in a fresh directory on
+    the same kind of file system as the work directory (tmpfs), so results
+    that depend on the file system (holes, fallocate) compare like for like."""
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    d = tempfile.mkdtemp(prefix="chell-shadow-", dir=base)
     env = dict(os.environ)
-    env["CHELL_SHADOW_DIR"] = str(tmp_path / "shadow")
-    return env
+    env["CHELL_SHADOW_DIR"] = d
+    yield env
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def pytest_report_header(config):

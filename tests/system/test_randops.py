@@ -66,7 +66,10 @@ def run_randops(mode, seed, ops, base, extra=(), timeout=600):
             trace.mkdir()
             cli = ["--trace-file", str(trace / "trace.%p")]
         cmd = chell_cmd(mode, [data], argv, cli)
-    repro = shlex.join(str(c) for c in cmd)
+    # one line that works after the test's temporary directories are gone
+    dirs = [data] + ([shadow] if mode == "shadow" else []) + ([trace] if mode == "trace" else [])
+    repro = shlex.join(["mkdir", "-p"] + [str(x) for x in dirs]) + " && " + \
+        shlex.join(str(c) for c in cmd)
     env = dict(os.environ)
     env.pop("CHELL_SHADOW_DIR", None)  # the command line says where
     t0 = time.monotonic()
