@@ -2262,6 +2262,15 @@ int main(int argc, char **argv)
 			opt.no_fork ? 0 : opt.procs, opt.max_size, opt.no_fork ? " no-fork" : "",
 			opt.no_exec ? " no-exec" : "", opt.no_threads ? " no-threads" : "",
 			opt.no_stdio ? " no-stdio" : "");
+		/* Descriptors inherited from whoever started us (shells, CI runners
+		 * leak some) would shift every descriptor number and so change the
+		 * run: a seed must name the same run everywhere. Chell's own
+		 * descriptors live near the top of RLIMIT_NOFILE, far above these. */
+		for (int fd = 3; fd < MAXFD; fd++)
+			if (fcntl(fd, F_GETFD) >= 0) {
+				fprintf(stderr, "randops: closing inherited descriptor %d\n", fd);
+				close(fd);
+			}
 		/* start from nothing, so opens without O_CREAT meet ENOENT */
 		for (int f = 0; f < opt.files; f++)
 			if (unlink(fpath[f]) && errno != ENOENT)
