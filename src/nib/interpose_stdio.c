@@ -68,6 +68,13 @@ static ssize_t ck_write(void *p, const char *buf, size_t n)
 			break; /* errno is set; glibc marks the stream in error */
 		done += (size_t)w;
 	}
+	/* glibc's file streams advance their cached offset (_offset) after a
+	 * write, cookie streams don't, so a later fseek(SEEK_CUR) would be
+	 * computed from the position before the write. Mark the cache unknown:
+	 * glibc then asks our seek callback. */
+	struct cookie *ck = p;
+	if (ck->fp)
+		ck->fp->_offset = -1;
 	return (ssize_t)done;
 }
 
