@@ -64,3 +64,7 @@ def pytest_report_header(config):
 def _require_build():
     if not CHELL.exists() or not LIBCHELL.exists():
         pytest.exit(f"chell is not built in {BUILD}; run scripts/test.sh", returncode=2)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long differential runs (scaled by env)")
