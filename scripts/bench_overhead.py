@@ -86,6 +86,11 @@ def build_info(build):
                        capture_output=True, text=True)
     if r.returncode == 0:
         out["commit"] = r.stdout.strip()
+    # Uncommitted changes to the library make the commit an approximation.
+    r = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "include"],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        out["src_dirty"] = bool(r.stdout.strip())
     return out
 
 
@@ -345,7 +350,11 @@ def main():
         log(f"  {result['routing_check']}")
 
         log(f"timing: {args.reps} interleaved reps x 2 arms, {args.batches} x {args.batch} calls per case")
+        load_before = os.getloadavg()
         runs = timing(bench, args)
+        # The benchmark itself keeps one CPU busy (load ~1); more means other
+        # work shared the machine and the ns columns are noisier than usual.
+        result["loadavg"] = {"before": load_before, "after": os.getloadavg()}
         cases = [c["name"] for c in runs["base"][0]["cases"]]
         result["providers"] = {arm: runs[arm][0]["providers"] for arm in ARMS}
         result["provider_problems"] = {
@@ -424,6 +433,9 @@ def main():
     print(f"target: <= {TARGET_NS:g} ns added per call on unclaimed descriptors: "
           f"{result['verdict']['overall']} (same-process estimate; separate processes: "
           f"{result['verdict']['cross_process_overall']})" + (" (A/A run, no preload)" if args.no_preload else ""))
+    if max(result["loadavg"]["before"][0], result["loadavg"]["after"][0]) > 1.5:
+        print(f"WARNING: the machine was busy (load average {result['loadavg']}): "
+              "timings are noisy, rerun on a quiet machine; instruction counts are unaffected")
     for arm, bad in result["provider_problems"].items():
         if bad:
             print(f"WARNING: {arm} arm gets these names from an unexpected object: {bad}")
