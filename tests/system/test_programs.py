@@ -156,7 +156,9 @@ def steps_dd():
             [dd, "if=in.bin", "of=reblock.bin", "ibs=3000", "obs=7000", "count=50", q],
             [dd, "if=out.bin", "of=out.bin", "bs=8192", "skip=1", "seek=40", "count=3",
              "conv=notrunc", q],
-            [dd, "if=in.bin", "of=out.bin", "bs=4096", "seek=100", "count=2", q]]
+            [dd, "if=in.bin", "of=out.bin", "bs=4096", "seek=100", "count=2", q],
+            [dd, "if=in.bin", "of=trunc.bin", "bs=333", "count=5", "oflag=append",
+             "conv=notrunc", q]]
 
 
 # ---- sort ----
@@ -353,6 +355,18 @@ with open("data.bin", "rb") as f:                  # mmap read
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         print("mmap", len(m), h(m[:]), m[1000:1004].hex(), m.find(b"tail"))
 
+fd = os.open("v.bin", os.O_RDWR | os.O_CREAT, 0o600)   # vectored I/O
+print("writev", os.writev(fd, [b"one", b"", b"three" * 1000, bytearray(b"x")]))
+print("pwritev", os.pwritev(fd, [b"AB", b"CD"], 1))
+os.lseek(fd, 0, os.SEEK_SET)
+a, b = bytearray(4), bytearray(10)
+print("readv", os.readv(fd, [a, b]), bytes(a), bytes(b))
+print("preadv", os.preadv(fd, [a], 5000), bytes(a), os.lseek(fd, 0, os.SEEK_CUR))
+os.ftruncate(fd, 100)
+os.posix_fallocate(fd, 0, 8192)
+print("after fallocate", os.fstat(fd).st_size)
+os.close(fd)
+
 with open("new.tmp", "wb") as f:                   # write, fsync, rename
     f.write(b"replaced\n" * 100)
     f.flush()
@@ -400,7 +414,8 @@ def steps_mt():
     prog = PROGS / "mt_writer"
     if not prog.exists():
         pytest.skip("mt_writer is not built")
-    return [[prog, "regions.bin", "append.txt", "8", "64", "300"]]
+    return [[prog, "regions.bin", "append.txt", "8", "64", "300"],
+            [prog, "r2.bin", "a2.txt", "16", "30", "1000"]]  # more threads than cores
 
 
 CASES = {
@@ -434,7 +449,7 @@ CASES = {
     "shell": Case(setup_shell, steps_shell,
                   trace=[TraceExpect("f", (("write", positive), ("close", zero))),
                          TraceExpect("g", (("read", positive),))]),
-    "mt_writer": Case(setup_mt, steps_mt, unordered=("append.txt",),
+    "mt_writer": Case(setup_mt, steps_mt, unordered=("append.txt", "a2.txt"),
                       trace=[TraceExpect("regions.bin", (("write", positive), ("read", positive),
                                                          ("close", zero))),
                              TraceExpect("append.txt", (("write", positive), ("close", zero)))]),
