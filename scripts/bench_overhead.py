@@ -73,6 +73,31 @@ def machine_info():
     return info
 
 
+def cpu_times():
+    """(busy, total) jiffies over all CPUs from /proc/stat."""
+    f = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = f[3] + (f[4] if len(f) > 4 else 0)  # idle + iowait
+    return sum(f) - idle, sum(f)
+
+
+def busy_fraction(t0, t1):
+    db, dt = t1[0] - t0[0], t1[1] - t0[1]
+    return db / dt if dt > 0 else 0.0
+
+
+def wait_quiet(max_wait, threshold=0.10):
+    """Wait (at most max_wait s) until the machine is idle: less than
+    `threshold` of all CPU time busy over a 3 s window. Returns the last value."""
+    deadline = time.monotonic() + max_wait
+    while True:
+        t0 = cpu_times()
+        time.sleep(3)
+        busy = busy_fraction(t0, cpu_times())
+        if busy < threshold or time.monotonic() >= deadline:
+            return busy
+        log(f"  machine busy ({busy:.0%} of CPU time), waiting...")
+
+
 def build_info(build):
     out = {}
     cache = build / "CMakeCache.txt"
@@ -314,6 +339,8 @@ def main():
                     help="CPU to pin the benchmark to (default: the last one)")
     ap.add_argument("--ic-calls", type=int, nargs=2, default=(2000, 22000), metavar=("N1", "N2"),
                     help="call counts whose difference gives instructions per call")
+    ap.add_argument("--wait-quiet", type=int, default=0, metavar="SECONDS",
+                    help="before timing, wait up to SECONDS for the machine to be idle")
     ap.add_argument("--no-instructions", action="store_true", help="skip callgrind/perf counts")
     ap.add_argument("--no-preload", action="store_true",
                     help="A/A run: the 'chell' arm runs without LD_PRELOAD too (noise floor, "
@@ -350,11 +377,14 @@ def main():
         log(f"  {result['routing_check']}")
 
         log(f"timing: {args.reps} interleaved reps x 2 arms, {args.batches} x {args.batch} calls per case")
-        load_before = os.getloadavg()
+        if args.wait_quiet:
+            result["idle_check_busy"] = wait_quiet(args.wait_quiet)
+        load_before, t0 = os.getloadavg(), cpu_times()
         runs = timing(bench, args)
-        # The benchmark itself keeps one CPU busy (load ~1); more means other
-        # work shared the machine and the ns columns are noisier than usual.
+        # The benchmark itself keeps one CPU busy (1/ncpu of the machine);
+        # more than that means other work shared it and the ns are noisier.
         result["loadavg"] = {"before": load_before, "after": os.getloadavg()}
+        result["cpu_busy_during_timing"] = busy_fraction(t0, cpu_times())
         cases = [c["name"] for c in runs["base"][0]["cases"]]
         result["providers"] = {arm: runs[arm][0]["providers"] for arm in ARMS}
         result["provider_problems"] = {
@@ -433,9 +463,11 @@ def main():
     print(f"target: <= {TARGET_NS:g} ns added per call on unclaimed descriptors: "
           f"{result['verdict']['overall']} (same-process estimate; separate processes: "
           f"{result['verdict']['cross_process_overall']})" + (" (A/A run, no preload)" if args.no_preload else ""))
-    if max(result["loadavg"]["before"][0], result["loadavg"]["after"][0]) > 1.5:
-        print(f"WARNING: the machine was busy (load average {result['loadavg']}): "
-              "timings are noisy, rerun on a quiet machine; instruction counts are unaffected")
+    own = 1 / (os.cpu_count() or 1)
+    if result["cpu_busy_during_timing"] > own + 0.15:
+        print(f"WARNING: other work shared the machine ({result['cpu_busy_during_timing']:.0%} of CPU "
+              f"time busy, the benchmark accounts for {own:.0%}): timings are noisy, rerun with "
+              "--wait-quiet on a quiet machine; instruction counts are unaffected")
     for arm, bad in result["provider_problems"].items():
         if bad:
             print(f"WARNING: {arm} arm gets these names from an unexpected object: {bad}")
