@@ -405,6 +405,20 @@ def steps_shell():
     return [["/bin/sh", "-c", SH_SCRIPT]]
 
 
+# ---- sh exec ----
+# A shell that execs the program in its own process: the new image must take
+# over (or cleanly ignore) Chell's state from the shell, silently.
+def setup_exec(d):
+    (d / "in.txt").write_text("".join(f"{i}\n" for i in range(10000)))
+
+
+def steps_exec():
+    return [["/bin/sh", "-c", "exec cat in.txt"],
+            ["/bin/sh", "-c", "exec /bin/true"],
+            ["/bin/sh", "-c", "exec 5<in.txt; exec cat <&5"],     # an inherited routed fd
+            ["/bin/sh", "-c", "exec >out.txt; exec sort -r in.txt"]]
+
+
 # ---- mt_writer ----
 def setup_mt(d):
     pass
@@ -449,6 +463,9 @@ CASES = {
     "shell": Case(setup_shell, steps_shell,
                   trace=[TraceExpect("f", (("write", positive), ("close", zero))),
                          TraceExpect("g", (("read", positive),))]),
+    "sh_exec": Case(setup_exec, steps_exec,
+                    trace=[TraceExpect("in.txt", (("read", positive),)),
+                           TraceExpect("out.txt", (("write", positive),))]),
     "mt_writer": Case(setup_mt, steps_mt, unordered=("append.txt", "a2.txt"),
                       trace=[TraceExpect("regions.bin", (("write", positive), ("read", positive),
                                                          ("close", zero))),
