@@ -31,6 +31,7 @@
 #include "chell/handler.h"
 #include "chell/sys.h"
 #include "shadow.h"
+#include "../nib/nib.h" /* fdt_peek: is a descriptor still the file we were given? */
 
 struct shadow_table *shadow_tab;
 char shadow_dir[PATH_MAX];
@@ -437,6 +438,18 @@ struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o)
 	o->h = NULL;
 	chell_crit_enter();
 	shadow_lock_push(&o->e->lock);
+	/*
+	 * Another thread closed this descriptor between the hub's lookup and
+	 * now (the close itself waits for this lock before the kernel close,
+	 * but the number may already be gone or reused). Whatever the number
+	 * names now, the shadow of *this* description cannot mirror it: pass
+	 * the operation down unchecked.
+	 */
+	if (c->op != CHELL_OP_CLOSE && c->fd >= 0 && fdt_peek(c->fd) != c->f) {
+		shadow_lock_pop(&o->e->lock);
+		chell_crit_leave();
+		return NULL;
+	}
 	return o->e;
 }
 
@@ -484,6 +497,19 @@ static void __attribute__((noreturn)) diverge_text(const struct shadow_op *o, co
 		sb_printf(&b, "operation: %s on fd %d\n", chell_op_name(c->op), c->fd);
 		const char *path = c->path ? c->path : (c->f && c->f->path ? c->f->path : "?");
 		sb_printf(&b, "file:      %s\n", path);
+		if (c->fd >= 0) {
+			/* What the kernel thinks the descriptor is: a mismatch means
+			 * the descriptor table is wrong, not the file's data. */
+			char link[40], target[PATH_MAX];
+			snprintf(link, sizeof(link), "/proc/self/fd/%d", c->fd);
+			ssize_t n = sys_readlink(link, target, sizeof(target) - 1);
+			if (n > 0) {
+				target[n] = '\0';
+				sb_printf(&b, "kernel fd: %d -> %s%s\n", c->fd, target,
+					  strcmp(target, path) ? "  (NOT the file above!)" : "");
+			}
+		}
+		sb_printf(&b, "thread:    %d\n", (int)sys_gettid());
 	}
 	sb_printf(&b, "shadow:    %s\n", spath);
 	sb_printf(&b, "checking:  [%s] against posix on the shadow copy\n", under_test);
@@ -642,7 +668,13 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 	if (sys_fstat(r1, &pst) < 0 || !S_ISREG(pst.st_mode) || sys_fstat(r2, &sst) < 0 ||
 	    (e && (pst.st_dev != e->dev || pst.st_ino != e->ino))) {
 		/* Became something else meanwhile (a rename race): leave it unchecked. */
-		chell_log("shadow: %s changed while being opened; not checked", abs);
+		char link[40], target[PATH_MAX];
+		snprintf(link, sizeof(link), "/proc/self/fd/%d", r1);
+		ssize_t tn = sys_readlink(link, target, sizeof(target) - 1);
+		target[tn > 0 ? tn : 0] = '\0';
+		chell_log("shadow: %s changed while being opened (fd %d is %s, inode %llu, expected"
+			  " %llu); not checked", abs, r1, target, (unsigned long long)pst.st_ino,
+			  e ? (unsigned long long)e->ino : 0ull);
 		sys_close(r2);
 		goto out;
 	}
@@ -759,6 +791,21 @@ static int shadow_close(chell_ctx *c)
 	return r;
 }
 
+/*
+ * Close this process's copy of the shared shadow descriptor - only if the
+ * number still is that file: closing someone else's descriptor would
+ * corrupt the application.
+ */
+static void close_shadow_fd(struct shadow_priv *p)
+{
+	struct stat st;
+	if (sys_fstat(p->sfd, &st) == 0 && st.st_dev == p->sdev && st.st_ino == p->sino) {
+		chell_internal_close(p->sfd);
+		return;
+	}
+	chell_log("shadow: descriptor %d is no longer the shadow copy; not closing it", p->sfd);
+}
+
 static void drop_local(chell_ctx *c)
 {
 	struct shadow_local *l = local_of(c);
@@ -782,7 +829,7 @@ static void shadow_detach(chell_ctx *c)
 		return; /* release (next, in this process) needs the descriptors */
 	struct shadow_local *l = local_of(c);
 	if (!(l && l->sfd >= 0))
-		chell_internal_close(p->sfd); /* this process's copy of it */
+		close_shadow_fd(p); /* this process's copy of it */
 	drop_local(c);
 }
 
@@ -822,7 +869,7 @@ static void shadow_release(chell_ctx *c)
 			sys_close(sfd);
 	}
 	if (!(l && l->sfd >= 0))
-		chell_internal_close(p->sfd);
+		close_shadow_fd(p);
 	drop_local(c);
 	o.e->opens--;
 	p->ent = 0;

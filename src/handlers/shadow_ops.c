@@ -36,6 +36,11 @@
 #endif
 
 #define POSIX (&chell_posix_handler)
+/* The kernel's cap on one read or write (MAX_RW_COUNT). */
+#define MAX_RW 0x7ffff000L
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
 
 static const char *rn(long r, char *buf, size_t n)
 {
@@ -103,9 +108,12 @@ static void scratch_put(struct scratch *s)
 		CHELL_SC(SYS_munmap, s->map, s->maplen, 0, 0, 0, 0);
 }
 
+/* Total length, or SSIZE_MAX if it overflows (the kernel says EINVAL). */
 static size_t iov_total(const struct iovec *iov, int cnt)
 {
 	size_t n = 0;
+	if (cnt < 0 || cnt > IOV_MAX)
+		return 0;
 	for (int i = 0; i < cnt; i++) {
 		if (iov[i].iov_len > (size_t)SSIZE_MAX - n)
 			return SSIZE_MAX;
@@ -277,7 +285,108 @@ static off_t check_sizes(struct shadow_op *o, const char *what)
 	return s2.st_size;
 }
 
+/*
+ * EBADF from the handler under test for a descriptor the hub had just
+ * looked up means either the description does not allow the operation
+ * (the shadow, opened with the same flags, must say EBADF too) or another
+ * thread closed the descriptor meanwhile - which the shadow descriptor,
+ * owned by the description, cannot reproduce. Tell them apart by asking the
+ * kernel whether the number still names the file.
+ */
+static int closed_meanwhile(struct shadow_op *o, long r1)
+{
+	if (r1 != -EBADF)
+		return 0;
+	struct stat st;
+	if (sys_fstat(o->c->fd, &st) < 0 || st.st_dev != o->e->dev || st.st_ino != o->e->ino) {
+		if (o->h)
+			o->h->r_shadow = r1; /* not run: nothing to compare */
+		shadow_op_end(o);
+		return 1;
+	}
+	return 0;
+}
+
 /* ---------------------------------------------------------------- read/write */
+
+/*
+ * Segment i of a read, restricted to [lo, hi) of its own bytes, may have
+ * been overwritten by a later segment pointing at the same memory (readv
+ * lets segments alias; the last write wins). Compare only what segment i
+ * still owns: the parts no later segment (within the bytes read) covers.
+ */
+static void compare_piece(const struct shadow_op *o, const struct iovec *iov, const size_t *len,
+			  int cnt, int i, size_t lo, size_t hi, const char *sdata, off_t fpos)
+{
+	const char *base = (const char *)iov[i].iov_base;
+	for (int j = i + 1; j < cnt && lo < hi; j++) {
+		const char *b = (const char *)iov[j].iov_base;
+		if (!len[j] || b + len[j] <= base + lo || b >= base + hi)
+			continue;
+		/* Split around the overlap with segment j. */
+		size_t olo = b > base + lo ? (size_t)(b - base) : lo;
+		size_t ohi = b + len[j] < base + hi ? (size_t)(b + len[j] - base) : hi;
+		if (olo > lo)
+			compare_piece(o, iov, len, cnt, i, lo, olo, sdata, fpos);
+		lo = ohi;
+	}
+	if (lo < hi && memcmp(base + lo, sdata + lo, hi - lo) != 0)
+		shadow_diverge_data(o, "read", (uint64_t)(fpos + (off_t)lo),
+				    (const unsigned char *)sdata + lo, (const unsigned char *)base + lo,
+				    hi - lo);
+}
+
+static int by_base(const void *a, const void *b)
+{
+	const struct iovec *x = *(const struct iovec *const *)a, *y = *(const struct iovec *const *)b;
+	return x->iov_base < y->iov_base ? -1 : x->iov_base > y->iov_base;
+}
+
+static void compare_read(const struct shadow_op *o, const struct iovec *iov, int cnt, size_t n,
+			 const char *sdata, off_t start)
+{
+	/* Bytes each segment received. */
+	size_t lenbuf[64], *len = cnt <= 64 ? lenbuf : malloc((size_t)cnt * sizeof(size_t));
+	const struct iovec *ptrbuf[64], **sorted =
+		cnt <= 64 ? ptrbuf : malloc((size_t)cnt * sizeof(*sorted));
+	if (!len || !sorted)
+		shadow_diverge(o, "out of memory comparing a read of %d segments", cnt);
+	size_t done = 0;
+	int used = 0;
+	for (int i = 0; i < cnt; i++) {
+		size_t k = iov[i].iov_len < n - done ? iov[i].iov_len : n - done;
+		len[i] = k;
+		done += k;
+		if (k)
+			sorted[used++] = &iov[i];
+	}
+	/* Do the segments alias? (Sort by address, look at neighbours.) */
+	int alias = 0;
+	if (used > 1) {
+		qsort(sorted, (size_t)used, sizeof(*sorted), by_base);
+		for (int i = 1; i < used && !alias; i++) {
+			size_t pl = len[sorted[i - 1] - iov];
+			alias = (const char *)sorted[i - 1]->iov_base + pl >
+				(const char *)sorted[i]->iov_base;
+		}
+	}
+	done = 0;
+	for (int i = 0; i < cnt; i++) {
+		if (!len[i])
+			continue;
+		if (alias)
+			compare_piece(o, iov, len, cnt, i, 0, len[i], sdata + done,
+				      start + (off_t)done);
+		else if (memcmp(iov[i].iov_base, sdata + done, len[i]) != 0)
+			compare_piece(o, iov, len, i + 1, i, 0, len[i], sdata + done,
+				      start + (off_t)done);
+		done += len[i];
+	}
+	if (len != lenbuf)
+		free(len);
+	if (sorted != ptrbuf)
+		free(sorted);
+}
 
 ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
 {
@@ -290,6 +399,8 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 
 	ssize_t r1 = chell_down_read(c, iov, iovcnt, off, flags);
 	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
 		/* A bad application buffer or a would-block: the shadow, with
 		 * its own buffer and no such condition, cannot reproduce it. */
@@ -297,42 +408,44 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 		shadow_op_end(&o);
 		return r1;
 	}
-	/* The shadow gets its own buffer, cut in the same iovec shape. */
-	struct scratch s;
-	size_t vbytes = (size_t)iovcnt * sizeof(struct iovec);
-	size_t dbytes = total < (size_t)0x7ffff000 ? total : (size_t)0x7ffff000;
-	char *mem = scratch_get(&s, vbytes + dbytes);
-	if (!mem)
-		shadow_diverge(&o, "out of memory for the shadow read buffer (%zu bytes)", dbytes);
-	struct iovec *siov = (struct iovec *)mem;
-	char *data = mem + vbytes, *q = data;
-	for (int i = 0; i < iovcnt; i++) {
-		size_t n = iov[i].iov_len;
-		if (n > dbytes - (size_t)(q - data))
-			n = dbytes - (size_t)(q - data);
-		siov[i].iov_base = q;
-		siov[i].iov_len = n;
-		q += n;
+	/*
+	 * The shadow gets its own buffer, cut in the same iovec shape. The
+	 * kernel transfers at most MAX_RW_COUNT bytes per call, so clamping
+	 * the segments there changes nothing. A request the kernel rejects
+	 * before touching memory (bad count, lengths summing past
+	 * SSIZE_MAX: EINVAL) is passed on as it is, to be rejected the same.
+	 */
+	struct scratch s = {0};
+	const struct iovec *shadow_iov = iov;
+	char *data = NULL;
+	if (iovcnt >= 0 && iovcnt <= IOV_MAX && total != (size_t)SSIZE_MAX) {
+		size_t vbytes = (size_t)iovcnt * sizeof(struct iovec);
+		size_t dbytes = total < (size_t)MAX_RW ? total : (size_t)MAX_RW;
+		char *mem = scratch_get(&s, vbytes + dbytes);
+		if (!mem)
+			shadow_diverge(&o, "out of memory for the shadow read buffer (%zu bytes)",
+				       dbytes);
+		struct iovec *siov = (struct iovec *)mem;
+		char *q = data = mem + vbytes;
+		for (int i = 0; i < iovcnt; i++) {
+			size_t n = iov[i].iov_len;
+			if (n > dbytes - (size_t)(q - data))
+				n = dbytes - (size_t)(q - data);
+			siov[i].iov_base = q;
+			siov[i].iov_len = n;
+			q += n;
+		}
+		shadow_iov = siov;
 	}
 	chell_ctx sc = shadow_ref_ctx(&o);
-	ssize_t r2 = POSIX->read(&sc, siov, iovcnt, off, flags & ~RWF_NOWAIT);
+	ssize_t r2 = POSIX->read(&sc, shadow_iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
 	check_result(&o, chell_op_name(c->op), r1, r2);
 	check_offsets(&o);
-	if (r1 > 0 && !(o.e->flags & SHADOW_F_MAPPED)) {
+	if (r1 > 0 && data && !(o.e->flags & SHADOW_F_MAPPED)) {
 		/* Where the bytes came from, for the report. */
 		off_t start = off >= 0 ? off : o.h->off_shadow - r2;
-		size_t done = 0;
-		for (int i = 0; i < iovcnt && done < (size_t)r1; i++) {
-			size_t n = iov[i].iov_len;
-			if (n > (size_t)r1 - done)
-				n = (size_t)r1 - done;
-			if (memcmp(iov[i].iov_base, data + done, n) != 0)
-				shadow_diverge_data(&o, "read", (uint64_t)(start + (off_t)done),
-						    (const unsigned char *)data + done,
-						    (const unsigned char *)iov[i].iov_base, n);
-			done += n;
-		}
+		compare_read(&o, iov, iovcnt, (size_t)r1, data, start);
 	}
 	scratch_put(&s);
 	shadow_op_end(&o);
@@ -350,6 +463,8 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 
 	ssize_t r1 = chell_down_write(c, iov, iovcnt, off, flags);
 	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
@@ -393,6 +508,9 @@ off_t shadow_lseek(chell_ctx *c, off_t off, int whence)
 	int64_t a[2] = {off, whence};
 	o.h = shadow_hist_add(c->op, c->fd, 2, a);
 	off_t r1 = chell_down_lseek(c, off, whence);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
 	off_t r2 = POSIX->lseek(&sc, off, whence);
 	o.h->r_test = r1;
@@ -421,6 +539,9 @@ int shadow_fsync(chell_ctx *c, int datasync)
 	int64_t a[1] = {datasync};
 	o.h = shadow_hist_add(c->op, c->fd, 1, a);
 	int r1 = chell_down_fsync(c, datasync);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
 	int r2 = POSIX->fsync(&sc, datasync);
 	o.h->r_test = r1;
@@ -438,6 +559,9 @@ int shadow_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int flags)
 	int64_t a[3] = {off, n, flags};
 	o.h = shadow_hist_add(c->op, c->fd, 3, a);
 	int r1 = chell_down_sync_file_range(c, off, n, flags);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
 	int r2 = POSIX->sync_file_range(&sc, off, n, flags);
 	o.h->r_test = r1;
@@ -457,6 +581,9 @@ int shadow_ftruncate(chell_ctx *c, off_t len)
 	int64_t a[2] = {len, old};
 	o.h = shadow_hist_add(c->op, c->fd, 2, a);
 	int r1 = chell_down_ftruncate(c, len);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
 	int r2 = POSIX->ftruncate(&sc, len);
 	o.h->r_test = r1;
@@ -478,6 +605,9 @@ int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	int64_t a[3] = {mode, off, len};
 	o.h = shadow_hist_add(c->op, c->fd, 3, a);
 	int r1 = chell_down_fallocate(c, mode, off, len);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
 	int r2 = POSIX->fallocate(&sc, mode, off, len);
 	o.h->r_test = r1;
@@ -505,6 +635,9 @@ int shadow_fstat(chell_ctx *c, struct stat *st)
 	int64_t a[4] = {-1, -1, -1, -1};
 	o.h = shadow_hist_add(c->op, c->fd, 4, a);
 	int r1 = chell_down_fstat(c, st);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	struct stat ref;
 	int r2 = sys_fstat(o.sfd, &ref);
 	o.h->r_test = r1;
@@ -550,6 +683,9 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	int64_t a[1] = {cmd == F_SETFL ? (int64_t)arg : -1};
 	o.h = shadow_hist_add(c->op, c->fd, 1, a);
 	int r1 = chell_down_fcntl(c, cmd, arg);
+	o.h->r_test = r1;
+	if (closed_meanwhile(&o, r1))
+		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
 	int r2 = POSIX->fcntl(&sc, cmd, arg);
 	o.h->r_test = r1;
