@@ -74,17 +74,19 @@ char **handoff_prepare_exec(char *const envp[])
 	if (!envp)
 		envp = environ;
 
-	/* 1. descriptors */
+	/* 1. descriptors (none if this tree never handled a file: no region) */
 	size_t cap = 256, len = 0;
 	char *h = malloc(cap);
 	if (!h)
 		return (char **)envp;
-	len = (size_t)snprintf(h, cap, "v1;r=%d;", region_fd());
+	h[0] = 0;
+	if (region_fd() >= 0)
+		len = (size_t)snprintf(h, cap, "v1;r=%d;", region_fd());
 	dropped.n = 0;
 	char rel[8192];
 	size_t rlen = 0;
 	rel[0] = 0;
-	int max = atomic_load(&chell_fdt_max);
+	int max = region_fd() >= 0 ? atomic_load(&chell_fdt_max) : -1;
 	fdt_lock();
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
@@ -117,7 +119,7 @@ char **handoff_prepare_exec(char *const envp[])
 		if (nh)
 			h = nh;
 	}
-	if (len + rlen + 2 <= cap)
+	if (len && len + rlen + 2 <= cap)
 		len += (size_t)snprintf(h + len, cap - len, ";%s", rel);
 	region_set_cloexec(0);
 
@@ -159,7 +161,8 @@ char **handoff_prepare_exec(char *const envp[])
 			continue;
 		env[k++] = concat3(d->env, "=", v);
 	}
-	env[k++] = concat3("CHELL_HANDOFF=", h, "");
+	if (len)
+		env[k++] = concat3("CHELL_HANDOFF=", h, "");
 	env[k] = NULL;
 	free(h);
 	return env;
