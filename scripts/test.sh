@@ -1,0 +1,201 @@
+#!/usr/bin/env bash
+# The test command: every test of the repository, then a summary.
+#
+#   1. scripts/setup.sh (installs only what is missing)
+#   2. build/      : configure with -DCHELL_WERROR=ON, build
+#   3. ctest       : C unit tests (tests/unit)
+#   4. pytest      : every system test (tests/system), junit XML in out/
+#   5. build-asan/ : the same sources with -DCHELL_SANITIZE=ON (ASan + UBSan)
+#   6. ctest and the system tests again, against the sanitized libchell.so
+#
+# Every stage runs even if an earlier test stage failed (a build failure skips
+# the stages that need that build); the exit status is non-zero if any stage
+# failed. Options:
+#   --no-asan      skip stages 5-6
+#   --no-setup     skip stage 1 (no package checks)
+# Extra pytest options go in PYTEST_ADDOPTS, e.g. PYTEST_ADDOPTS='-k randops'.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+REPO=$PWD
+OUT=$REPO/out
+JOBS=$(nproc 2>/dev/null || echo 2)
+
+RUN_ASAN=1
+RUN_SETUP=1
+for a in "$@"; do
+	case $a in
+	--no-asan) RUN_ASAN=0 ;;
+	--no-setup) RUN_SETUP=0 ;;
+	-h | --help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	*) echo "test.sh: unknown option '$a' (see --help)" >&2; exit 2 ;;
+	esac
+done
+
+mkdir -p "$OUT"
+LOGDIR=$OUT/test-logs
+rm -rf "$LOGDIR"
+mkdir -p "$LOGDIR"
+
+declare -a S_NAME S_RESULT S_TIME
+FAILED=0
+T_START=$SECONDS
+
+# stage NAME LOG CMD...: run CMD with output on the terminal and in LOG.
+stage() {
+	local name=$1 log=$2
+	shift 2
+	local t0=$SECONDS rc
+	echo
+	echo "=== $name"
+	"$@" 2>&1 | tee "$LOGDIR/$log"
+	rc=${PIPESTATUS[0]}
+	S_NAME+=("$name")
+	S_TIME+=($((SECONDS - t0)))
+	if [[ $rc -eq 0 ]]; then
+		S_RESULT+=("ok")
+	else
+		S_RESULT+=("FAILED (exit $rc, log out/test-logs/$log)")
+		FAILED=1
+	fi
+	return "$rc"
+}
+
+skip() {
+	S_NAME+=("$1")
+	S_TIME+=(0)
+	S_RESULT+=("skipped: $2")
+}
+
+build() { # DIR CMAKE-ARGS...
+	local dir=$1
+	shift
+	cmake -S "$REPO" -B "$dir" -G Ninja -DCHELL_WERROR=ON "$@" && ninja -C "$dir"
+}
+
+# Last line of a pytest run ("N passed, M failed in Ts"), for the summary.
+pytest_tally() {
+	grep -E '^(=+ )?[0-9]+ (passed|failed|error)|no tests ran' "$LOGDIR/$1" | tail -1 | tr -d '='
+}
+
+# ------------------------------------------------------------------ 1. setup
+if [[ $RUN_SETUP == 1 ]]; then
+	stage "setup (scripts/setup.sh)" setup.log scripts/setup.sh || {
+		echo "test.sh: setup failed; cannot build" >&2
+		exit 1
+	}
+else
+	skip "setup" "--no-setup"
+fi
+
+# ------------------------------------------------------- 2-4. regular build
+if stage "build (build/, -Werror)" build.log build "$REPO/build"; then
+	stage "ctest (unit tests)" ctest.log \
+		ctest --test-dir "$REPO/build" --output-on-failure -j"$JOBS" \
+		--output-junit "$OUT/ctest.xml"
+	stage "pytest (tests/system)" pytest.log \
+		env CHELL_BUILD_DIR="$REPO/build" \
+		python3 -m pytest -q -p no:cacheprovider -rfE tests/system \
+		--junitxml="$OUT/pytest.xml"
+else
+	skip "ctest (unit tests)" "build failed"
+	skip "pytest (tests/system)" "build failed"
+fi
+
+# ------------------------------------------------------ 5-6. sanitizer build
+#
+# Foreign programs (sh, cat, tar, python) are not linked with ASan, so the
+# ASan runtime must be preloaded, and it must come before libc so its malloc
+# and interceptors are the ones every library binds to. `chell run` puts
+# libchell.so first in LD_PRELOAD and keeps the other entries, so with
+# LD_PRELOAD=libasan.so the program gets "libchell.so:libasan.so": libasan
+# is still ahead of libc (so it works: libchell's calls into libc go through
+# ASan's interceptors), but not first, which ASan refuses unless told
+# verify_asan_link_order=0. detect_leaks=0: the programs we run are not ours
+# and some leak by design at exit; abort_on_error=1 makes any report fatal.
+ASAN_OPTS="detect_leaks=0:abort_on_error=1:verify_asan_link_order=0:halt_on_error=1"
+UBSAN_OPTS="halt_on_error=1:print_stacktrace=1"
+
+# The system tests run against build-asan in two ways:
+#  - test_cli.py and test_randops.py pass our environment on to `chell run`,
+#    so they run directly with CHELL_BUILD_DIR=build-asan.
+#  - test_semantics.py and test_programs.py give their programs a fixed, clean
+#    environment (PATH, HOME, LC_ALL...), which would drop LD_PRELOAD and
+#    ASAN_OPTIONS. They run with CHELL_BUILD_DIR=out/asan-shim: the same
+#    binaries (symlinks), except bin/chell, a wrapper that sets both and then
+#    execs the real build-asan/bin/chell. Its one test that execs with an
+#    *empty* environment is deselected there: libchell re-adds its own
+#    LD_PRELOAD, but not libasan or ASAN_OPTIONS, so ASan aborts in that image.
+ASAN_DIRECT_TESTS=(tests/system/test_cli.py tests/system/test_randops.py)
+ASAN_SHIM_TESTS=(tests/system/test_semantics.py tests/system/test_programs.py)
+ASAN_SHIM_DESELECT="not empty_environment"
+
+make_asan_shim() {
+	local shim=$OUT/asan-shim libasan
+	libasan=$(gcc -print-file-name=libasan.so)
+	[[ -e $libasan ]] || { echo "no libasan.so from gcc" >&2; return 1; }
+	rm -rf "$shim"
+	mkdir -p "$shim/bin"
+	ln -s "$REPO/build-asan/lib" "$shim/lib"
+	for f in "$REPO"/build-asan/bin/*; do
+		[[ $(basename "$f") == chell ]] || ln -s "$f" "$shim/bin/"
+	done
+	cat >"$shim/bin/chell" <<-EOF
+		#!/bin/sh
+		# Generated by scripts/test.sh: the sanitized chell with the ASan
+		# runtime preloaded, for tests that run programs in a clean environment.
+		LD_PRELOAD="$libasan\${LD_PRELOAD:+:\$LD_PRELOAD}"
+		ASAN_OPTIONS="$ASAN_OPTS"
+		UBSAN_OPTIONS="$UBSAN_OPTS"
+		export LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS
+		exec "$REPO/build-asan/bin/chell" "\$@"
+	EOF
+	chmod +x "$shim/bin/chell"
+}
+
+if [[ $RUN_ASAN == 1 ]]; then
+	if stage "build (build-asan/, ASan+UBSan, -Werror)" build-asan.log \
+		build "$REPO/build-asan" -DCHELL_SANITIZE=ON; then
+		LIBASAN=$(gcc -print-file-name=libasan.so)
+		stage "ctest under ASan+UBSan" ctest-asan.log \
+			env ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="$UBSAN_OPTS" \
+			ctest --test-dir "$REPO/build-asan" --output-on-failure -j"$JOBS" \
+			--output-junit "$OUT/ctest-asan.xml"
+		stage "pytest under ASan+UBSan: ${ASAN_DIRECT_TESTS[*]##*/}" pytest-asan.log \
+			env CHELL_BUILD_DIR="$REPO/build-asan" LD_PRELOAD="$LIBASAN" \
+			ASAN_OPTIONS="$ASAN_OPTS" UBSAN_OPTIONS="$UBSAN_OPTS" \
+			python3 -m pytest -q -p no:cacheprovider -rfE "${ASAN_DIRECT_TESTS[@]}" \
+			--junitxml="$OUT/pytest-asan.xml"
+		shim_tests=()
+		for t in "${ASAN_SHIM_TESTS[@]}"; do
+			[[ -e $t ]] && shim_tests+=("$t")
+		done
+		if make_asan_shim; then
+			stage "pytest under ASan+UBSan: ${shim_tests[*]##*/}" pytest-asan-shim.log \
+				env CHELL_BUILD_DIR="$OUT/asan-shim" \
+				python3 -m pytest -q -p no:cacheprovider -rfE "${shim_tests[@]}" \
+				-k "$ASAN_SHIM_DESELECT" --junitxml="$OUT/pytest-asan-shim.xml"
+		else
+			skip "pytest under ASan+UBSan (shim)" "could not build out/asan-shim"
+			FAILED=1
+		fi
+	else
+		skip "ctest under ASan+UBSan" "build failed"
+		skip "pytest under ASan+UBSan" "build failed"
+	fi
+else
+	skip "ASan+UBSan build and tests" "--no-asan"
+fi
+
+# ---------------------------------------------------------------- summary
+echo
+echo "=============================== summary ==============================="
+for i in "${!S_NAME[@]}"; do
+	printf '%-62s %4ss  %s\n' "${S_NAME[$i]}" "${S_TIME[$i]}" "${S_RESULT[$i]}"
+done
+for log in pytest.log pytest-asan.log pytest-asan-shim.log; do
+	[[ -f $LOGDIR/$log ]] && printf '  %-22s %s\n' "$log:" "$(pytest_tally "$log")"
+done
+echo "junit XML: out/*.xml   logs: out/test-logs/"
+echo "total $((SECONDS - T_START))s: $([[ $FAILED == 0 ]] && echo PASSED || echo FAILED)"
+exit $FAILED
