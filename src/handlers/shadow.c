@@ -706,8 +706,6 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 		e->flags = 0;
 		if (m1 == m2)
 			e->flags |= SHADOW_F_SAME_FS;
-		if (m1 == m2 && m1 == TMPFS_MAGIC)
-			e->flags |= SHADOW_F_TMPFS;
 		memcpy(e->name, fresh.name, sizeof(e->name));
 		__atomic_store_n(&e->opens, 1, __ATOMIC_RELEASE);
 	} else {

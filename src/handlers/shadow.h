@@ -128,8 +128,6 @@ struct shadow_inode {
 
 /* The file and its shadow are on the same file system type. */
 #define SHADOW_F_SAME_FS 1u
-/* ... and it is tmpfs, where block counts are exact and comparable. */
-#define SHADOW_F_TMPFS 2u
 /* Mapped writable and shared: stores through the mapping reach the file but
  * not its shadow, so data is no longer compared (results and sizes still are). */
 #define SHADOW_F_MAPPED 4u

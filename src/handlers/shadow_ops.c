@@ -655,16 +655,15 @@ int shadow_fstat(chell_ctx *c, struct stat *st)
 			shadow_diverge(&o, "fstat: file type %#o under test, %#o on the shadow",
 				       (unsigned)(st->st_mode & S_IFMT), (unsigned)(ref.st_mode & S_IFMT));
 		/*
-		 * Allocated blocks are compared only when both files are on
-		 * tmpfs: there a block is a page that was written or
-		 * fallocated, the same on both sides. Disk file systems
-		 * allocate lazily and speculatively (delayed allocation,
-		 * preallocation), so equal histories need not give equal
-		 * counts there.
+		 * st_blocks is recorded in the history but not compared. Even
+		 * with both files on tmpfs the counts differ on correct runs
+		 * (chell_randops seed 202: 368 vs 288 blocks): the copy made at
+		 * first open reproduces data and holes (SEEK_DATA/SEEK_HOLE),
+		 * not the source's page allocation (e.g. fallocated but unwritten
+		 * pages, partially punched pages), and disk file systems add
+		 * delayed and speculative allocation. Allocation is not part of
+		 * what a program reads back.
 		 */
-		if ((o.e->flags & SHADOW_F_TMPFS) && st->st_blocks != ref.st_blocks)
-			shadow_diverge(&o, "fstat: st_blocks %lld under test, %lld on the shadow",
-				       (long long)st->st_blocks, (long long)ref.st_blocks);
 	}
 	shadow_op_end(&o);
 	return r1;
