@@ -97,11 +97,12 @@ __attribute__((unused)) static void sem_fl_(const char *name, int fd)
 }
 #define FL(fd) sem_fl_(#fd, (fd))
 
-/* An absolute path in the test directory; eight rotating buffers. */
+/* An absolute path in the test directory; eight rotating buffers per thread
+ * (shared buffers let one thread's path change under another's open()). */
 __attribute__((unused)) static const char *P(const char *name)
 {
-	static char bufs[8][4096];
-	static unsigned next;
+	static __thread char bufs[8][4096];
+	static __thread unsigned next;
 	char *b = bufs[next++ % 8];
 	snprintf(b, sizeof bufs[0], "%s/%s", sem_dir, name);
 	return b;
