@@ -199,7 +199,8 @@ void chell_crit_leave(void);
 
 /*
  * A named area in the shared region, zeroed on first use and shared by the
- * whole process tree (across fork and exec). Returns NULL if out of space.
+ * whole process tree (across fork and exec). `name` is at most 39 bytes.
+ * Returns NULL if the name is too long or the region is out of space.
  */
 void *chell_shared_area(const char *name, size_t size);
 

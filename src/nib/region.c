@@ -178,6 +178,8 @@ void region_free_slot(uint32_t slot)
 
 CHELL_EXPORT void *chell_shared_area(const char *name, size_t size)
 {
+	if (!name || !name[0] || strlen(name) >= sizeof(((struct region_area *)0)->name))
+		return NULL; /* names are stored whole, or not at all */
 	if (region_ensure() < 0)
 		return NULL;
 	struct region_hdr *h = (struct region_hdr *)region_base;

@@ -13,6 +13,9 @@
  * (SIGSEGV, SIGBUS, ... raised by the CPU) are never deferred.
  */
 #include <linux/futex.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <ucontext.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -24,12 +27,8 @@
 __thread int chell_tls_crit;
 __thread int chell_tls_pending;
 static __thread pid_t tls_tid;
-
-#define MAX_PENDING 16
-static __thread struct {
-	int sig;
-	siginfo_t info;
-} tls_pend[MAX_PENDING];
+/* signals this thread blocked to defer them; unblocked when the section ends */
+static __thread sigset_t tls_deferred;
 
 pid_t chell_tid(void)
 {
@@ -59,20 +58,43 @@ static bool deferrable(int sig, const siginfo_t *si)
 	}
 }
 
+/*
+ * Deferral lets the kernel keep the signal: we block it in the interrupted
+ * context's mask (restored when the trampoline returns), queue it again to
+ * this thread with its original siginfo, and unblock it when the critical
+ * section ends. The kernel then delivers it exactly as it would have, with
+ * its own queueing rules (standard signals coalesce, real-time ones queue).
+ */
+static void defer(int sig, siginfo_t *si, void *uc)
+{
+	sigset_t one;
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	/* blocked now, so an SA_NODEFER handler is not re-entered by the re-queue */
+	pthread_sigmask(SIG_BLOCK, &one, NULL);
+	if (uc)
+		sigaddset(&((ucontext_t *)uc)->uc_sigmask, sig);
+	sigaddset(&tls_deferred, sig);
+	chell_tls_pending = 1;
+	siginfo_t info;
+	if (si)
+		info = *si;
+	else {
+		memset(&info, 0, sizeof(info));
+		info.si_code = SI_TKILL;
+	}
+	info.si_signo = sig;
+	/* Same process, so the kernel accepts the original si_code. */
+	if (CHELL_SC(SYS_rt_tgsigqueueinfo, sys_getpid(), chell_tid(), sig, &info, 0, 0) < 0)
+		CHELL_SC(SYS_tgkill, sys_getpid(), chell_tid(), sig, 0, 0, 0);
+}
+
 static void trampoline(int sig, siginfo_t *si, void *uc)
 {
 	if (chell_tls_crit > 0 && deferrable(sig, si)) {
-		for (int i = 0; i < chell_tls_pending; i++)
-			if (tls_pend[i].sig == sig && sig < SIGRTMIN)
-				return; /* standard signals coalesce, as in the kernel */
-		if (chell_tls_pending < MAX_PENDING) {
-			tls_pend[chell_tls_pending].sig = sig;
-			if (si)
-				tls_pend[chell_tls_pending].info = *si;
-			else
-				memset(&tls_pend[chell_tls_pending].info, 0, sizeof(siginfo_t));
-			chell_tls_pending++;
-		}
+		int saved = errno;
+		defer(sig, si, uc);
+		errno = saved;
 		return;
 	}
 	const struct sigaction *a = &app_act[sig];
@@ -84,22 +106,23 @@ static void trampoline(int sig, siginfo_t *si, void *uc)
 
 void chell_signals_flush_pending(void)
 {
-	int n = chell_tls_pending;
+	int saved = errno;
+	sigset_t set = tls_deferred;
+	sigemptyset(&tls_deferred);
 	chell_tls_pending = 0;
-	pid_t pid = sys_getpid(), tid = chell_tid();
-	for (int i = 0; i < n; i++) {
-		siginfo_t info = tls_pend[i].info;
-		info.si_signo = tls_pend[i].sig;
-		/* Same process, so the kernel accepts the original si_code. */
-		if (CHELL_SC(SYS_rt_tgsigqueueinfo, pid, tid, tls_pend[i].sig, &info, 0, 0) < 0)
-			CHELL_SC(SYS_tgkill, pid, tid, tls_pend[i].sig, 0, 0, 0);
-	}
+	pthread_sigmask(SIG_UNBLOCK, &set, NULL); /* the kernel delivers them now */
+	errno = saved;
 }
 
 void chell_signals_after_fork_child(void)
 {
-	/* Signals deferred in the parent belong to the parent. */
-	chell_tls_pending = 0;
+	/* Pending signals are not inherited, but the mask is: undo our blocks. */
+	if (chell_tls_pending) {
+		sigset_t set = tls_deferred;
+		sigemptyset(&tls_deferred);
+		chell_tls_pending = 0;
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	}
 	chell_tid_reset();
 }
 
@@ -176,11 +199,24 @@ static long futex(uint32_t *w, int op, uint32_t val, const struct timespec *ts)
 	return syscall(SYS_futex, w, op, val, ts, NULL, 0);
 }
 
+/* A holder is dead if its thread is gone or a zombie (kill(tid, 0) still
+ * succeeds on a zombie that its parent has not reaped). */
 static bool owner_dead(int32_t tid)
 {
 	if (tid <= 0)
 		return false;
-	return kill(tid, 0) < 0 && errno == ESRCH;
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)tid);
+	int fd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ESRCH;
+	ssize_t n = sys_read(fd, buf, sizeof(buf) - 1);
+	sys_close(fd);
+	if (n <= 0)
+		return true;
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')'); /* the name may contain spaces and ')' */
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
 CHELL_EXPORT void chell_lock_acquire(struct chell_lock *l)
