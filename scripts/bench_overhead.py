@@ -324,14 +324,14 @@ def plot(path, result, cases):
     base = [res[c]["base"]["median"] for c in cases]
     chell = [res[c]["chell"]["median"] for c in cases]
     added = [res[c]["added_ns"] for c in cases]
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(11, 8), sharex=True,
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(13, 8), sharex=True,
                                    gridspec_kw={"height_ratios": [3, 2]})
     w = 0.38
     ax1.bar([i - w / 2 for i in x], base, w, label="without Chell")
     ax1.bar([i + w / 2 for i in x], chell, w,
             label="with libchell.so (posix mode)" if not result["config"]["no_preload"] else "A/A: second plain run")
     ax1.set_ylabel("ns per call (median of reps)")
-    ax1.legend()
+    ax1.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
     ax1.set_title(f"Chell interposition overhead - {result['machine']['cpu_model']}, "
                   f"{result['machine']['cores']} cores, Linux {result['machine']['kernel']}")
     inproc = [res[c]["inproc_added_ns"] for c in cases]
@@ -351,7 +351,10 @@ def plot(path, result, cases):
                          xytext=(0, 3), textcoords="offset points")
     ax2.margins(y=0.2)
     ax2.set_ylabel("added ns per call")
-    ax2.legend(loc="lower left", fontsize=8, ncol=2)
+    ax2.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    if ic:
+        ax2.set_title(f"added per call; figures on top: added instructions per call "
+                      f"({result['instructions']['tool']})", fontsize=9)
     ax2.set_xticks(list(x))
     ax2.set_xticklabels(cases, rotation=30, ha="right")
     fig.tight_layout()
