@@ -90,7 +90,7 @@ char **handoff_prepare_exec(char *const envp[])
 	fdt_lock();
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
-		if (!f)
+		if (!f || f == FILE_CLOSING)
 			continue;
 		int fl = sys_fcntl(fd, F_GETFD, 0);
 		if (fl >= 0 && (fl & FD_CLOEXEC)) {

@@ -206,7 +206,7 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 static void forget_fd(int fd)
 {
 	struct chell_file *f = fdt_remove(fd);
-	if (!f)
+	if (!f || f == FILE_CLOSING) /* a close in another thread owns that one */
 		return;
 	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
 		f->release_pending = 1;
@@ -218,12 +218,20 @@ int hub_close(int fd)
 	if (unlikely(chell_is_internal_fd(fd)))
 		return (int)hub_ret(-EBADF); /* to the application it does not exist */
 	fdt_lock();
-	struct chell_file *f = fdt_remove(fd);
+	struct chell_file *f = fdt_peek(fd);
+	if (f && f != FILE_CLOSING)
+		atomic_store(&chell_fdt[fd], FILE_CLOSING); /* calls racing with us: EBADF */
 	fdt_unlock();
 	if (!f)
 		return REAL(close)(fd);
+	if (f == FILE_CLOSING)
+		return (int)hub_ret(-EBADF); /* another thread is closing it */
 	chell_ctx c = {f, fd, 0, CHELL_OP_CLOSE, NULL};
-	int r = hub_call_close(&c);
+	int r = hub_call_close(&c); /* the kernel descriptor is gone after this */
+	fdt_lock();
+	struct chell_file *expect = FILE_CLOSING; /* unless an open already reused the number */
+	atomic_compare_exchange_strong(&chell_fdt[fd], &expect, NULL);
+	fdt_unlock();
 	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
 		f->release_pending = 1;
 	file_put(f);
@@ -243,6 +251,11 @@ int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op
 	}
 	fdt_lock();
 	struct chell_file *f = fdt_peek(oldfd);
+	if (f == FILE_CLOSING) {
+		fdt_unlock();
+		*err = EBADF;
+		return -1;
+	}
 	switch (kind) {
 	case HUB_DUP: r = REAL(dup)(oldfd); break;
 	case HUB_DUPFD:

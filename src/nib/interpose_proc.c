@@ -24,7 +24,7 @@ static void refs_adjust(int delta)
 	int max = atomic_load(&chell_fdt_max);
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
-		if (f)
+		if (f && f != FILE_CLOSING)
 			atomic_fetch_add((_Atomic uint32_t *)&f->ofd->refs, (uint32_t)delta);
 	}
 }

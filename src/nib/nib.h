@@ -77,6 +77,10 @@ void fdt_install(int fd, struct chell_file *f);
 /* Remove fd and return its file (the table's reference passes to the caller). */
 struct chell_file *fdt_remove(int fd);
 
+/* Table entry of a descriptor being closed (see closing.c). */
+extern struct chell_file chell_closing_file;
+#define FILE_CLOSING (&chell_closing_file)
+
 struct chell_file *file_alloc(void);
 /* Take a reference on the file behind fd for one call; NULL if unclaimed. */
 struct chell_file *file_get_fd(int fd);
