@@ -162,18 +162,36 @@ def median(xs):
 
 
 def timing(bench, args):
-    """Interleaved repetitions; returns {arm: [run json, ...]}."""
+    """Interleaved repetitions; returns ({arm: [run json, ...]}, info).
+
+    With --wait-quiet, a repetition during which other work kept the machine
+    busy is discarded and measured again once it is quiet, until the wait
+    budget is spent; the discarded ones are counted in the result."""
     runs = {a: [] for a in ARMS}
-    for rep in range(args.reps):
+    own = 1 / (os.cpu_count() or 1)
+    deadline = time.monotonic() + args.wait_quiet
+    info = {"rep_busy": [], "discarded_busy": []}
+    rep = 0
+    while rep < args.reps:
         # Alternate the order so a drift in machine speed hits both arms alike.
         order = ARMS if rep % 2 == 0 else ARMS[::-1]
+        got, c0 = {}, cpu_times()
         for arm in order:
             t0 = time.monotonic()
-            res = bench.run_json(bench.argv("--batch", args.batch, "--batches", args.batches,
-                                            "--paired"), bench.env(arm))
-            runs[arm].append(res)
+            got[arm] = bench.run_json(bench.argv("--batch", args.batch, "--batches", args.batches,
+                                                 "--paired"), bench.env(arm))
             log(f"  rep {rep + 1}/{args.reps} {arm:5s} {time.monotonic() - t0:5.1f}s")
-    return runs
+        busy = busy_fraction(c0, cpu_times())
+        if args.wait_quiet and busy > own + 0.15 and time.monotonic() < deadline:
+            info["discarded_busy"].append(busy)
+            log(f"  rep {rep + 1} discarded: machine {busy:.0%} busy (the benchmark is {own:.0%})")
+            wait_quiet(max(0, deadline - time.monotonic()))
+            continue
+        info["rep_busy"].append(busy)
+        for arm in ARMS:
+            runs[arm].append(got[arm])
+        rep += 1
+    return runs, info
 
 
 def check_providers(run, expect_chell):
@@ -421,7 +439,8 @@ def main():
         if args.wait_quiet:
             result["idle_check_busy"] = wait_quiet(args.wait_quiet)
         load_before, t0 = os.getloadavg(), cpu_times()
-        runs = timing(bench, args)
+        runs, rep_info = timing(bench, args)
+        result["timing_reps"] = rep_info
         # The benchmark itself keeps one CPU busy (1/ncpu of the machine);
         # more than that means other work shared it and the ns are noisier.
         result["loadavg"] = {"before": load_before, "after": os.getloadavg()}
