@@ -124,7 +124,10 @@ UBSAN_OPTS="halt_on_error=1:print_stacktrace=1"
 #    binaries (symlinks), except bin/chell, a wrapper that adds libasan to
 #    LD_PRELOAD and sets ASAN_OPTIONS, then execs the real build-asan/bin/chell.
 #    Tests that give their programs a fixed, clean environment (PATH, HOME,
-#    LC_ALL, ...) would otherwise drop both.
+#    LC_ALL, ...) would otherwise drop both. ASAN_OPTIONS is also set for the
+#    run itself, so the sanitized test programs the tests start plainly
+#    (without chell) report the same way.
+# The unit tests keep leak detection: they are ours, and link the library.
 ASAN_DIRECT_TESTS=(tests/system/test_cli.py)
 # Deselected under ASan, with the reason (node ids; missing ones are ignored):
 #  - an image exec'd with an explicitly empty environment: libchell re-adds
@@ -192,6 +195,7 @@ if [[ $RUN_ASAN == 1 ]]; then
 		if make_asan_shim; then
 			stage "pytest under ASan+UBSan: the other system tests" pytest-asan-shim.log \
 				env CHELL_BUILD_DIR="$OUT/asan-shim" \
+				ASAN_OPTIONS="$ASAN_OPTS" UBSAN_OPTIONS="$UBSAN_OPTS" \
 				python3 -m pytest -q -p no:cacheprovider -rfE "${shim_tests[@]}" \
 				"${deselect[@]}" --junitxml="$OUT/pytest-asan-shim.xml"
 		else
