@@ -89,7 +89,7 @@ enum chell_op {
 	CHELL_OP_LSEEK, CHELL_OP_FSYNC, CHELL_OP_FDATASYNC, CHELL_OP_SYNC_FILE_RANGE,
 	CHELL_OP_FTRUNCATE, CHELL_OP_FALLOCATE, CHELL_OP_FSTAT, CHELL_OP_FCNTL,
 	CHELL_OP_DUP, CHELL_OP_MMAP, CHELL_OP_TRUNCATE, CHELL_OP_STAT,
-	CHELL_OP_FORK, CHELL_OP_EXEC, CHELL_OP_STDIO,
+	CHELL_OP_FORK, CHELL_OP_EXEC, CHELL_OP_STDIO, CHELL_OP_EXIT,
 	CHELL_OP_COUNT_
 };
 const char *chell_op_name(enum chell_op op);
@@ -116,7 +116,8 @@ struct chell_handler {
 
 	/* Once per process image, after configuration is loaded. <0 disables the mode. */
 	int (*proc_init)(void);
-	/* Process events: fork (in the child: arg = parent pid), exec (arg unused). */
+	/* Process events: fork (in the child: arg = parent pid), exec (arg = path),
+	 * exit (arg = status, or -1 from the library destructor). */
 	void (*proc_event)(enum chell_op ev, long arg);
 
 	/* Opens (dirfd, path) exactly as the application asked (c->path holds the
@@ -134,6 +135,9 @@ struct chell_handler {
 	void (*detach)(chell_ctx *c);
 	/* The last descriptor of this OFD in every process went away (ofd->priv cleanup). */
 	void (*release)(chell_ctx *c);
+	/* The descriptor may next be used outside Chell (it survives an exec):
+	 * bring the kernel's view of it (the file offset) up to date. */
+	int (*sync_out)(chell_ctx *c);
 
 	ssize_t (*read)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
 	ssize_t (*write)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);

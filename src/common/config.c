@@ -40,15 +40,17 @@ extern char **environ;
 const struct chell_setting_def chell_setting_defs[] = {
 	{"mode", "CHELL_MODE", CHELL_T_ENUM, "posix", "posix|trace|shadow|direct|cache",
 	 "handler stack for matched files: posix (kernel), trace (log each call), "
-	 "shadow (check against a copy); direct and cache are not available yet"},
+	 "shadow (check against a copy), direct (memory-mapped I/O on tmpfs/DAX); "
+	 "cache is not available yet"},
 	{"paths", "CHELL_PATHS", CHELL_T_PATHLIST, "", NULL,
 	 "':'-separated absolute prefixes of the files Chell handles; empty = every "
-	 "regular file (shadow needs at least one); in a file, 'path = X' or 'paths = A:B' append"},
+	 "regular file (direct: every file on a tmpfs or DAX mount; shadow needs at least one); "
+	 "in a file, 'path = X' or 'paths = A:B' append"},
 	{"trace.file", "CHELL_TRACE_FILE", CHELL_T_PATH, "", NULL,
 	 "where trace mode writes its log; empty = stderr; %p is replaced by the pid"},
 	{"shadow.dir", "CHELL_SHADOW_DIR", CHELL_T_PATH, "/tmp/chell-shadow", NULL,
 	 "directory for shadow copies and divergence reports"},
-	{"shadow.under_test", "CHELL_SHADOW_UNDER_TEST", CHELL_T_ENUM, "posix", "posix|trace",
+	{"shadow.under_test", "CHELL_SHADOW_UNDER_TEST", CHELL_T_ENUM, "posix", "posix|trace|direct",
 	 "handler stack that shadow mode checks against its posix copy"},
 	{"shadow.history", "CHELL_SHADOW_HISTORY", CHELL_T_UINT, "64", NULL,
 	 "number of recent operations kept for the divergence report"},
@@ -61,6 +63,14 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "(passthrough) or exit with status 2 (abort)"},
 	{"stats.file", "CHELL_STATS_FILE", CHELL_T_PATH, "", NULL,
 	 "if set, JSON operation counters are written there at exit; %p is replaced by the pid"},
+	{"direct.chunk_size", "CHELL_DIRECT_CHUNK_SIZE", CHELL_T_SIZE, "2M", NULL,
+	 "direct mode maps files in chunks of this size (a power of two, 4K to 1G)"},
+	{"direct.populate", "CHELL_DIRECT_POPULATE", CHELL_T_BOOL, "1", NULL,
+	 "map chunks with MAP_POPULATE, so first accesses take no page faults"},
+	{"direct.map_sync", "CHELL_DIRECT_MAP_SYNC", CHELL_T_ENUM, "auto", "auto|on|off",
+	 "use MAP_SYNC (DAX): auto tries it and falls back; on also reports a refusal"},
+	{"direct.nt_threshold", "CHELL_DIRECT_NT_THRESHOLD", CHELL_T_SIZE, "256K", NULL,
+	 "on MAP_SYNC mappings, writes of at least this size use non-temporal stores"},
 	{NULL, NULL, CHELL_T_STRING, NULL, NULL, NULL},
 };
 

@@ -105,6 +105,11 @@ char **handoff_prepare_exec(char *const envp[])
 		}
 		if (fl < 0)
 			continue;
+		for (int i = 0; i < f->stack->depth; i++) /* e.g. direct: the kernel offset */
+			if (f->stack->handlers[i]->sync_out) {
+				chell_ctx c = {f, fd, i, CHELL_OP_EXEC, NULL};
+				f->stack->handlers[i]->sync_out(&c);
+			}
 		if (len + 40 > cap) {
 			char *nh = realloc(h, cap *= 2);
 			if (!nh)

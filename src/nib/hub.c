@@ -20,6 +20,7 @@ static struct chell_stack stacks[] = {
 	{"posix", 1, {&chell_posix_handler}},
 	{"trace", 2, {&chell_trace_handler, &chell_posix_handler}},
 	{"shadow", 2, {&chell_shadow_handler, &chell_posix_handler}},
+	{"direct", 2, {&chell_direct_handler, &chell_posix_handler}},
 };
 static uint32_t mode_stack_id;
 
@@ -34,6 +35,7 @@ static const char *const op_names[CHELL_OP_COUNT_] = {
 	[CHELL_OP_FSTAT] = "fstat", [CHELL_OP_FCNTL] = "fcntl", [CHELL_OP_DUP] = "dup",
 	[CHELL_OP_MMAP] = "mmap", [CHELL_OP_TRUNCATE] = "truncate", [CHELL_OP_STAT] = "stat",
 	[CHELL_OP_FORK] = "fork", [CHELL_OP_EXEC] = "exec", [CHELL_OP_STDIO] = "stdio",
+	[CHELL_OP_EXIT] = "exit",
 };
 
 CHELL_EXPORT const char *chell_op_name(enum chell_op op)
@@ -66,17 +68,18 @@ static int select_stack(char *err, size_t errlen)
 	for (uint32_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
 		if (strcmp(stacks[i].mode, mode) != 0)
 			continue;
-		if (strcmp(mode, "shadow") == 0 &&
-		    strcmp(chell_config_str(&chell_cfg, "shadow.under_test"), "trace") == 0) {
+		const char *ut = chell_config_str(&chell_cfg, "shadow.under_test");
+		if (strcmp(mode, "shadow") == 0 && strcmp(ut, "posix") != 0) {
 			stacks[i].depth = 3;
-			stacks[i].handlers[1] = &chell_trace_handler;
+			stacks[i].handlers[1] = strcmp(ut, "direct") == 0 ? &chell_direct_handler
+									  : &chell_trace_handler;
 			stacks[i].handlers[2] = &chell_posix_handler;
 		}
 		mode_stack_id = i;
 		chell_mode_stack = &stacks[i];
 		return 0;
 	}
-	snprintf(err, errlen, "mode '%s' (CHELL_MODE) is not available in this build; available: posix, trace, shadow", mode);
+	snprintf(err, errlen, "mode '%s' (CHELL_MODE) is not available in this build; available: posix, trace, shadow, direct", mode);
 	return -1;
 }
 
@@ -131,6 +134,7 @@ __attribute__((destructor)) static void chell_fini(void)
 	if (!chell_active)
 		return;
 	fflush(NULL); /* stdio streams on handled files reach their handlers first */
+	hub_proc_event(CHELL_OP_EXIT, -1);
 	hub_process_exit();
 }
 

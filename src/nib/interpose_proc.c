@@ -226,16 +226,20 @@ CHELL_EXPORT int execle(const char *path, const char *arg, ...)
 
 CHELL_EXPORT void _exit(int status)
 {
-	if (chell_active)
+	if (chell_active) {
+		hub_proc_event(CHELL_OP_EXIT, status);
 		hub_process_exit();
+	}
 	REAL(_exit)(status);
 	__builtin_unreachable();
 }
 
 CHELL_EXPORT void _Exit(int status)
 {
-	if (chell_active)
+	if (chell_active) {
+		hub_proc_event(CHELL_OP_EXIT, status);
 		hub_process_exit();
+	}
 	REAL(_Exit)(status);
 	__builtin_unreachable();
 }

@@ -18,6 +18,7 @@
 #include <chell/handler.h>
 #include <chell/sys.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 
@@ -42,6 +43,8 @@ __attribute__((noreturn, format(printf, 1, 2))) void chell_fatal(const char *fmt
 extern __thread int chell_tls_crit;
 extern __thread int chell_tls_pending;
 void chell_signals_flush_pending(void);
+/* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct mode copies). */
+void chell_set_fault_hook(bool (*hook)(int sig, siginfo_t *si, void *uc));
 void chell_signals_after_fork_child(void);
 pid_t chell_tid(void);
 void chell_tid_reset(void);
@@ -155,5 +158,6 @@ void stdio_fix_std_stream(int fd);
 /* handlers */
 extern const struct chell_handler chell_trace_handler;
 extern const struct chell_handler chell_shadow_handler;
+extern const struct chell_handler chell_direct_handler;
 
 #endif

@@ -9,6 +9,7 @@
  * routed. Later modes add routing by mount type (tmpfs, DAX).
  */
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +20,111 @@ static size_t *prefix_len;
 static int nprefixes;
 static char *excluded[4];
 static int nexcluded;
+
+/* Mount points, longest first, with whether each is a fast tier (tmpfs, or
+ * mounted with the dax option). Used by modes that serve the fast tier when
+ * no prefix is configured. */
+struct mount_ent {
+	char *dir;
+	size_t len;
+	bool fast;
+};
+static struct mount_ent *mounts;
+static int nmounts;
+static bool route_by_mount;
+
+/* mountinfo escapes space, tab, newline and backslash as \ooo */
+static void unescape(char *s)
+{
+	char *o = s;
+	for (; *s; s++) {
+		if (s[0] == '\\' && s[1] >= '0' && s[1] <= '7' && s[2] && s[3]) {
+			*o++ = (char)((s[1] - '0') * 64 + (s[2] - '0') * 8 + (s[3] - '0'));
+			s += 3;
+		} else {
+			*o++ = *s;
+		}
+	}
+	*o = 0;
+}
+
+static int cmp_mount(const void *a, const void *b)
+{
+	const struct mount_ent *x = a, *y = b;
+	return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
+}
+
+static void load_mounts(void)
+{
+	int fd = sys_open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return;
+	size_t cap = 65536, len = 0;
+	char *buf = malloc(cap);
+	ssize_t n;
+	while (buf && (n = sys_read(fd, buf + len, cap - len - 1)) > 0) {
+		len += (size_t)n;
+		if (len + 1 >= cap) {
+			char *nb = realloc(buf, cap *= 2);
+			if (!nb)
+				break;
+			buf = nb;
+		}
+	}
+	sys_close(fd);
+	if (!buf)
+		return;
+	buf[len] = 0;
+	int cap_m = 64;
+	mounts = calloc((size_t)cap_m, sizeof(*mounts));
+	for (char *line = buf, *next; mounts && line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		/* id parent maj:min root mountpoint options [optional...] - fstype source superopts */
+		char *field[6] = {0};
+		char *p = line;
+		for (int i = 0; i < 6 && p; i++) {
+			field[i] = p;
+			p = strchr(p, ' ');
+			if (p)
+				*p++ = 0;
+		}
+		char *dash = p ? strstr(p, "- ") : NULL;
+		if (!field[4] || !dash)
+			continue;
+		char *fstype = dash + 2, *src = strchr(fstype, ' ');
+		if (!src)
+			continue;
+		*src++ = 0;
+		char *superopts = strchr(src, ' ');
+		superopts = superopts ? superopts + 1 : (char *)"";
+		if (nmounts == cap_m) {
+			struct mount_ent *nm = realloc(mounts, sizeof(*mounts) * (size_t)(cap_m *= 2));
+			if (!nm)
+				break;
+			mounts = nm;
+		}
+		unescape(field[4]);
+		struct mount_ent *m = &mounts[nmounts++];
+		m->dir = strdup(field[4]);
+		m->len = strlen(field[4]);
+		m->fast = !strcmp(fstype, "tmpfs") || strstr(superopts, "dax") || strstr(field[5], "dax");
+	}
+	free(buf);
+	if (mounts)
+		qsort(mounts, (size_t)nmounts, sizeof(*mounts), cmp_mount);
+}
+
+static bool under(const char *abs, const char *prefix, size_t len);
+
+static bool on_fast_mount(const char *abs)
+{
+	for (int i = 0; i < nmounts; i++) /* longest mount point containing abs */
+		if (under(abs, mounts[i].dir, mounts[i].len))
+			return mounts[i].fast;
+	return false;
+}
 
 static void add_excluded(const char *p)
 {
@@ -44,6 +150,11 @@ int router_init(void)
 		prefix_len[i] = strlen(prefixes[i]);
 	}
 	add_excluded(chell_setting("shadow.dir"));
+	/* Without prefixes, direct mode serves exactly the fast tier. */
+	if (nprefixes == 0 && strcmp(chell_mode_stack->mode, "direct") == 0) {
+		route_by_mount = true;
+		load_mounts();
+	}
 	return 0;
 }
 
@@ -62,7 +173,7 @@ const struct chell_stack *router_route_abs(const char *abs)
 		if (under(abs, excluded[i], strlen(excluded[i])))
 			return NULL;
 	if (nprefixes == 0)
-		return chell_mode_stack;
+		return !route_by_mount || on_fast_mount(abs) ? chell_mode_stack : NULL;
 	for (int i = 0; i < nprefixes; i++)
 		if (under(abs, prefixes[i], prefix_len[i]))
 			return chell_mode_stack;

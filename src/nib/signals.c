@@ -89,19 +89,93 @@ static void defer(int sig, siginfo_t *si, void *uc)
 		CHELL_SC(SYS_tgkill, sys_getpid(), chell_tid(), sig, 0, 0, 0);
 }
 
+/* A handler that may claim synchronous SIGBUS/SIGSEGV raised inside Chell's
+ * own code (the direct handler's copies). */
+static bool (*fault_hook)(int sig, siginfo_t *si, void *uc);
+
+static bool is_fault_sig(int sig)
+{
+	return sig == SIGBUS || sig == SIGSEGV;
+}
+
+/* A fault nobody claimed, with the application at SIG_DFL or SIG_IGN: act as
+ * the kernel would. */
+static void fault_default(int sig, siginfo_t *si)
+{
+	struct sigaction dfl;
+	memset(&dfl, 0, sizeof(dfl));
+	dfl.sa_handler = SIG_DFL;
+	if (si && si->si_code > 0) {
+		/* a real fault: returning re-executes the instruction, which now
+		 * kills the process with the right signal (even if ignored) */
+		REAL(sigaction)(sig, &dfl, NULL);
+		return;
+	}
+	if (app_act[sig].sa_handler == SIG_IGN)
+		return; /* sent by someone and ignored */
+	REAL(sigaction)(sig, &dfl, NULL);
+	sigset_t one;
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	pthread_sigmask(SIG_UNBLOCK, &one, NULL);
+	CHELL_SC(SYS_tgkill, sys_getpid(), chell_tid(), sig, 0, 0, 0);
+}
+
 static void trampoline(int sig, siginfo_t *si, void *uc)
 {
+	if (is_fault_sig(sig) && fault_hook && si && si->si_code > 0 && fault_hook(sig, si, uc))
+		return; /* Chell's own copy faulted: it resumes and reports a short copy */
 	if (chell_tls_crit > 0 && deferrable(sig, si)) {
 		int saved = errno;
 		defer(sig, si, uc);
 		errno = saved;
 		return;
 	}
-	const struct sigaction *a = &app_act[sig];
+	struct sigaction *a = &app_act[sig];
+	if (!(a->sa_flags & SA_SIGINFO) && (a->sa_handler == SIG_IGN || a->sa_handler == SIG_DFL)) {
+		fault_default(sig, si); /* only fault signals are wrapped while at default */
+		return;
+	}
+	if (is_fault_sig(sig) && (a->sa_flags & SA_RESETHAND)) {
+		struct sigaction once = *a;
+		memset(a, 0, sizeof(*a));
+		a->sa_handler = SIG_DFL;
+		if (once.sa_flags & SA_SIGINFO)
+			once.sa_sigaction(sig, si, uc);
+		else
+			once.sa_handler(sig);
+		return;
+	}
 	if (a->sa_flags & SA_SIGINFO)
 		a->sa_sigaction(sig, si, uc);
-	else if (a->sa_handler != SIG_IGN && a->sa_handler != SIG_DFL)
+	else
 		a->sa_handler(sig);
+}
+
+/* Keep the trampoline installed for SIGBUS and SIGSEGV whatever the
+ * application asks, so the hook sees faults first. */
+static int install_fault_trampoline(int sig)
+{
+	struct sigaction k;
+	memset(&k, 0, sizeof(k));
+	k.sa_sigaction = trampoline;
+	k.sa_mask = app_act[sig].sa_mask;
+	k.sa_flags = SA_SIGINFO | (app_act[sig].sa_flags & (SA_ONSTACK | SA_RESTART | SA_NODEFER));
+	return REAL(sigaction)(sig, &k, NULL);
+}
+
+void chell_set_fault_hook(bool (*hook)(int, siginfo_t *, void *))
+{
+	static const int sigs[] = {SIGBUS, SIGSEGV};
+	fault_hook = hook;
+	for (int i = 0; i < 2; i++) {
+		int sig = sigs[i];
+		struct sigaction cur;
+		if (REAL(sigaction)(sig, NULL, &cur) == 0 && !atomic_load(&wrapped[sig]))
+			app_act[sig] = cur; /* what the application (or the default) has now */
+		atomic_store(&wrapped[sig], 1);
+		install_fault_trampoline(sig);
+	}
 }
 
 void chell_signals_flush_pending(void)
@@ -150,6 +224,11 @@ CHELL_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
 	int r;
 	if (act == NULL) {
 		r = REAL(sigaction)(sig, NULL, &kold);
+	} else if (fault_hook && is_fault_sig(sig)) {
+		r = REAL(sigaction)(sig, NULL, &kold);
+		app_act[sig] = *act;
+		if (r == 0)
+			r = install_fault_trampoline(sig);
 	} else {
 		bool wrap = act->sa_handler != SIG_DFL && act->sa_handler != SIG_IGN &&
 			    !(act->sa_flags & SA_RESETHAND);

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The zero-copy API of chell/chell.h. On direct files the buffers are the
+ * mapping itself; on every other descriptor a per-thread buffer and plain
+ * read()/write() give the same results with a copy.
+ */
+#include <chell/chell.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "direct.h"
+
+static __thread unsigned char *tls_buf;
+static __thread size_t tls_buf_len;
+
+/* The pending chell_get_write_buf reservation of this thread. */
+static __thread struct {
+	int fd;
+	struct chell_file *f;
+	int layer;
+	uint64_t pos;
+	size_t len;
+	void *ptr;
+	bool append_locked;
+} tls_w = {-1};
+
+static void *staging(size_t count)
+{
+	if (count > tls_buf_len) {
+		void *p = realloc(tls_buf, count ? count : 1);
+		if (!p)
+			return NULL;
+		tls_buf = p;
+		tls_buf_len = count;
+	}
+	return tls_buf;
+}
+
+CHELL_EXPORT const char *chell_version(void)
+{
+	return CHELL_VERSION_STRING;
+}
+
+CHELL_EXPORT ssize_t chell_get_read_buf(int fd, const void **buf, size_t count)
+{
+	int layer;
+	struct chell_file *f = direct_file_get(fd, &layer);
+	if (f) {
+		ssize_t r = direct_read_ptr(f, layer, fd, buf, count);
+		file_put(f);
+		return hub_ret(r);
+	}
+	void *b = staging(count);
+	if (!b) {
+		errno = ENOMEM;
+		return -1;
+	}
+	ssize_t r = read(fd, b, count);
+	if (r >= 0)
+		*buf = b;
+	return r;
+}
+
+CHELL_EXPORT ssize_t chell_get_write_buf(int fd, void **buf, size_t count)
+{
+	if (tls_w.fd >= 0) { /* one reservation at a time per thread */
+		errno = EBUSY;
+		return -1;
+	}
+	int layer;
+	struct chell_file *f = direct_file_get(fd, &layer);
+	if (f) {
+		chell_ctx c = {f, fd, layer, CHELL_OP_WRITE, NULL};
+		struct direct_local *l = (struct direct_local *)f->local[layer];
+		int st = atomic_load((_Atomic int32_t *)&f->ofd->status_flags);
+		size_t chunk = (size_t)1 << direct_chunk_shift;
+		if ((st & O_ACCMODE) == O_RDONLY || !l->map->writable) {
+			file_put(f);
+			errno = EBADF;
+			return -1;
+		}
+		bool append = st & O_APPEND;
+		if (append)
+			chell_lock_acquire(&l->inode->lock); /* held until the commit */
+		uint64_t pos = append ? direct_inode_refresh(l->inode, fd)
+				      : atomic_load((_Atomic uint64_t *)&f->ofd->offset);
+		size_t n = count, to_end = chunk - (size_t)(pos & (chunk - 1));
+		if (n > to_end)
+			n = to_end;
+		unsigned char *a = n ? direct_addr(l->map, pos) : NULL;
+		if (n && !a)
+			a = direct_map_chunk_slow(l->map, fd, pos >> direct_chunk_shift),
+			a = a ? a + (pos & (chunk - 1)) : NULL;
+		if (n && !a) {
+			if (append)
+				chell_lock_release(&l->inode->lock);
+			file_put(f);
+			errno = EIO;
+			return -1;
+		}
+		(void)c;
+		tls_w.fd = fd;
+		tls_w.f = f; /* keeps the file alive until the commit */
+		tls_w.layer = layer;
+		tls_w.pos = pos;
+		tls_w.len = n;
+		tls_w.ptr = a;
+		tls_w.append_locked = append;
+		*buf = a;
+		return (ssize_t)n;
+	}
+	void *b = staging(count);
+	if (!b) {
+		errno = ENOMEM;
+		return -1;
+	}
+	tls_w.fd = fd;
+	tls_w.f = NULL;
+	tls_w.len = count;
+	tls_w.ptr = b;
+	*buf = b;
+	return (ssize_t)count;
+}
+
+CHELL_EXPORT ssize_t chell_commit_write_buf(int fd, const void *buf, size_t len)
+{
+	if (tls_w.fd != fd || buf != tls_w.ptr || len > tls_w.len) {
+		errno = EINVAL;
+		return -1;
+	}
+	struct chell_file *f = tls_w.f;
+	tls_w.fd = -1;
+	if (!f)
+		return write(fd, buf, len);
+	struct direct_local *l = (struct direct_local *)f->local[tls_w.layer];
+	struct direct_inode *in = l->inode;
+	ssize_t r = (ssize_t)len;
+	uint64_t end = tls_w.pos + len;
+	/* The bytes are already in place; make the size cover them. */
+	if (!tls_w.append_locked)
+		chell_lock_acquire(&in->lock);
+	if (end > atomic_load((_Atomic uint64_t *)&in->size)) {
+		int e = (int)CHELL_SC(SYS_fallocate, fd, 0, tls_w.pos, len, 0, 0);
+		if (e == -EOPNOTSUPP)
+			e = sys_ftruncate(fd, (off_t)end);
+		if (e < 0)
+			r = e;
+		else
+			atomic_store((_Atomic uint64_t *)&in->size, end);
+	}
+	chell_lock_release(&in->lock);
+	if (r > 0) {
+		if (l->map->map_sync == 2)
+			direct_flush(buf, len);
+		atomic_store((_Atomic uint64_t *)&f->ofd->offset, end);
+		DSTAT(writes, 1);
+		DSTAT(zero_copy, 1);
+		DSTAT(write_bytes, len);
+	}
+	file_put(f);
+	return hub_ret(r);
+}

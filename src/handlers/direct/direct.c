@@ -1,0 +1,618 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The direct handler's operations.
+ *
+ * Offsets live in the shared OFD (ofd->offset), so dup'ed descriptors,
+ * forked children and exec'ed images share them as the kernel shares its
+ * own; the kernel's offset of the descriptor is left behind and brought up
+ * to date only when the descriptor may be used outside Chell (before exec).
+ * Sizes come from the shared inode entry (inode.c). Every size change goes
+ * to the kernel first (fallocate/ftruncate), so fstat() and other programs
+ * always see the true size.
+ *
+ * Whenever the mapping cannot serve a request (a page truncated away by
+ * another process, a file we may not map writable) the kernel does the
+ * rest, with the same arguments: the answer is the kernel's by construction.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "direct.h"
+
+#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
+#define RWF_KNOWN (RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND)
+
+static int inode_ready;
+
+static inline struct direct_ofd *D(const chell_ctx *c)
+{
+	return (struct direct_ofd *)c->f->ofd->priv[c->layer];
+}
+
+static inline struct direct_local *L(const chell_ctx *c)
+{
+	return (struct direct_local *)c->f->local[c->layer];
+}
+
+static inline _Atomic uint64_t *OFFSET(const chell_ctx *c)
+{
+	return (_Atomic uint64_t *)&c->f->ofd->offset;
+}
+
+static inline int status(const chell_ctx *c)
+{
+	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
+}
+
+static inline uint64_t isize(struct direct_inode *in)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&in->size, memory_order_acquire);
+}
+
+static inline void isize_set(struct direct_inode *in, uint64_t v)
+{
+	atomic_store_explicit((_Atomic uint64_t *)&in->size, v, memory_order_release);
+}
+
+static uint64_t parse_size(const char *s, uint64_t def)
+{
+	char *end;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s)
+		return def;
+	switch (*end) {
+	case 'k': case 'K': v <<= 10; break;
+	case 'm': case 'M': v <<= 20; break;
+	case 'g': case 'G': v <<= 30; break;
+	default: break;
+	}
+	return v;
+}
+
+static int direct_proc_init(void)
+{
+	uint64_t chunk = parse_size(chell_setting("direct.chunk_size"), 2u << 20);
+	if (chunk < 4096 || (chunk & (chunk - 1)) || chunk > (1ull << 30)) {
+		chell_log("direct.chunk_size must be a power of two between 4K and 1G");
+		return -1;
+	}
+	direct_chunk_shift = (unsigned)__builtin_ctzll(chunk);
+	const char *pop = chell_setting("direct.populate");
+	direct_populate = !(pop[0] == '0' || pop[0] == 'f' || pop[0] == 'n' || !strcmp(pop, "off"));
+	const char *ms = chell_setting("direct.map_sync");
+	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;
+	direct_nt_threshold = parse_size(chell_setting("direct.nt_threshold"), 256 * 1024);
+	return direct_copy_init();
+}
+
+static void direct_proc_event(enum chell_op ev, long arg)
+{
+	if (ev == CHELL_OP_FORK)
+		direct_map_after_fork();
+	else if (ev == CHELL_OP_EXIT)
+		direct_stats_dump();
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+static int direct_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
+{
+	return chell_down_open(c, dirfd, path, flags, mode);
+}
+
+/* Set up process-local state; 0 if the file can be served from a mapping. */
+static int attach(chell_ctx *c, int count_open)
+{
+	struct direct_ofd *d = D(c);
+	if (!inode_ready) {
+		if (direct_inode_init() < 0)
+			return -1;
+		inode_ready = 1;
+	}
+	struct stat st;
+	if (sys_fstat(c->fd, &st) < 0)
+		return -1;
+	int acc = status(c) & O_ACCMODE;
+	int err = 0;
+	struct direct_map *m = direct_map_get(c->fd, st.st_dev, st.st_ino, acc != O_RDONLY, &err);
+	if (!m)
+		return -1;
+	if (err) { /* writable descriptor, but we cannot map the file writable */
+		direct_map_put(m);
+		return -1;
+	}
+	struct direct_inode *in = direct_inode_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	if (!in) {
+		direct_map_put(m);
+		return -1;
+	}
+	if (!count_open)
+		direct_inode_put(in); /* adoption: the OFD is already counted */
+	if (count_open)
+		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
+	struct direct_local *l = malloc(sizeof(*l));
+	if (!l) {
+		if (count_open)
+			direct_inode_put(in);
+		direct_map_put(m);
+		return -1;
+	}
+	l->map = m;
+	l->inode = in;
+	c->f->local[c->layer] = l;
+	d->dev = st.st_dev;
+	d->ino = st.st_ino;
+	return 0;
+}
+
+static void direct_opened(chell_ctx *c)
+{
+	struct direct_ofd *d = D(c);
+	d->active = 0;
+	if (status(c) & O_DIRECT)
+		return; /* the application wants the kernel's I/O path */
+	if (attach(c, 1) == 0)
+		d->active = 1;
+	else
+		DSTAT(kernel_fallbacks, 1);
+}
+
+static int direct_adopt(chell_ctx *c)
+{
+	struct direct_ofd *d = D(c);
+	if (d->active && attach(c, 0) < 0) {
+		/* cannot map it in this image: give the offset back to the kernel */
+		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+		d->active = 0;
+	}
+	return 0;
+}
+
+static void direct_detach(chell_ctx *c)
+{
+	struct direct_local *l = L(c);
+	if (l) {
+		direct_map_put(l->map);
+		free(l);
+		c->f->local[c->layer] = NULL;
+	}
+}
+
+static void direct_release(chell_ctx *c)
+{
+	struct direct_ofd *d = D(c);
+	if (d->active && inode_ready) {
+		/* The inode entry is found again by identity: the local state of
+		 * the releasing process may already be gone. */
+		struct direct_inode *in = direct_inode_get(d->dev, d->ino, 0);
+		if (in) {
+			direct_inode_put(in); /* the lookup's own count */
+			direct_inode_put(in); /* this OFD's */
+		}
+	}
+	d->active = 0;
+}
+
+/* Before the descriptor may be used outside Chell (exec), the kernel's
+ * offset must be ours. */
+static int direct_sync_out(chell_ctx *c)
+{
+	if (D(c)->active)
+		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+	return 0;
+}
+
+/* --------------------------------------------------------------- helpers */
+
+/* Sum of iovec lengths as the kernel checks and clamps it, or -errno. */
+static ssize_t iov_total(const struct iovec *iov, int cnt)
+{
+	if (cnt < 0 || cnt > IOV_MAX)
+		return -EINVAL;
+	size_t total = 0;
+	for (int i = 0; i < cnt; i++) {
+		if ((ssize_t)iov[i].iov_len < 0)
+			return -EINVAL;
+		total += iov[i].iov_len;
+		if (total > (size_t)MAX_RW_COUNT)
+			return MAX_RW_COUNT;
+	}
+	return (ssize_t)total;
+}
+
+static bool positional(enum chell_op op)
+{
+	return op == CHELL_OP_PREAD || op == CHELL_OP_PREADV || op == CHELL_OP_PWRITE ||
+	       op == CHELL_OP_PWRITEV;
+}
+
+/* Address of `pos` in the mapping, mapping its chunk first if needed. */
+static inline unsigned char *addr_of(struct direct_map *m, int fd, uint64_t pos)
+{
+	unsigned char *a = direct_addr(m, pos);
+	if (likely(a))
+		return a;
+	unsigned char *base = direct_map_chunk_slow(m, fd, pos >> direct_chunk_shift);
+	return base ? base + (pos & ((1ull << direct_chunk_shift) - 1)) : NULL;
+}
+
+/*
+ * Move n bytes between the iovecs and the file at pos. to_file: write.
+ * Returns bytes moved (the kernel finishes what the mapping could not), or
+ * -errno if nothing could be moved.
+ */
+static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
+			int to_file)
+{
+	struct direct_map *m = L(c)->map;
+	size_t done = 0, chunk = (size_t)1 << direct_chunk_shift;
+	bool nt = to_file && m->map_sync == 2 && n >= direct_nt_threshold;
+	for (int i = 0; i < cnt && done < n; i++) {
+		size_t vlen = iov[i].iov_len < n - done ? iov[i].iov_len : n - done, vdone = 0;
+		while (vdone < vlen) {
+			uint64_t p = pos + done;
+			size_t piece = chunk - (size_t)(p & (chunk - 1));
+			if (piece > vlen - vdone)
+				piece = vlen - vdone;
+			unsigned char *a = addr_of(m, c->fd, p);
+			unsigned char *u = (unsigned char *)iov[i].iov_base + vdone;
+			int fault = 0;
+			size_t got = 0;
+			if (a && (!to_file || m->writable))
+				got = to_file ? (nt ? direct_copy_nt(a, u, piece, &fault)
+						    : direct_copy(a, u, piece, &fault))
+					      : direct_copy(u, a, piece, &fault);
+			if (got && to_file && m->map_sync == 2 && !nt)
+				direct_flush(a, got); /* persistent on the next fence (fsync) */
+			done += got;
+			vdone += got;
+			if (got == piece)
+				continue;
+			/* The mapping could not serve it: a page truncated away, a bad
+			 * user buffer, no mapping. The kernel does the rest and has
+			 * the last word. */
+			if (fault)
+				DSTAT(faults, 1);
+			DSTAT(kernel_fallbacks, 1);
+			ssize_t k = to_file ? sys_pwrite(c->fd, u + got, piece - got, (off_t)(p + got))
+					    : sys_pread(c->fd, u + got, piece - got, (off_t)(p + got));
+			if (k < 0)
+				return done ? (ssize_t)done : k;
+			done += (size_t)k;
+			vdone += (size_t)k;
+			if ((size_t)k < piece - got) /* end of file (or disk full) */
+				return (ssize_t)done;
+		}
+	}
+	return (ssize_t)done;
+}
+
+/* Make the file at least `end` bytes long, through the kernel. Caller holds
+ * the inode lock. fallocate never shrinks (another process may have grown
+ * the file meanwhile) and keeps holes before `pos` as a write would. */
+static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end)
+{
+	if (end <= isize(in))
+		return 0;
+	int r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, pos, end - pos, 0, 0);
+	if (r == -EOPNOTSUPP || r == -ENOSYS) {
+		uint64_t now = direct_inode_refresh(in, c->fd);
+		r = end > now ? sys_ftruncate(c->fd, (off_t)end) : 0;
+	}
+	if (r < 0)
+		return r;
+	DSTAT(extends, 1);
+	if (end > isize(in))
+		isize_set(in, end);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ read */
+
+static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (!D(c)->active)
+		return chell_down_read(c, iov, cnt, off, flags);
+	bool pos_call = positional(c->op);
+	if ((pos_call && off < 0) || (!pos_call && off < -1))
+		return -EINVAL;
+	if ((status(c) & O_ACCMODE) == O_WRONLY)
+		return -EBADF;
+	if (flags & ~RWF_KNOWN)
+		return -EOPNOTSUPP;
+	ssize_t total = iov_total(iov, cnt);
+	if (total <= 0)
+		return total;
+	struct direct_inode *in = L(c)->inode;
+	DSTAT(reads, 1);
+	if (off >= 0) {
+		uint64_t size = isize(in);
+		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
+			size = direct_inode_refresh(in, c->fd);
+		if ((uint64_t)off >= size)
+			return 0;
+		size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total : (size_t)(size - (uint64_t)off);
+		ssize_t r = transfer(c, iov, cnt, (uint64_t)off, n, 0);
+		if (r > 0)
+			DSTAT(read_bytes, (uint64_t)r);
+		return r;
+	}
+	/* At the shared offset: reserve [pos, pos+n) atomically, so concurrent
+	 * readers of one description get disjoint ranges, as with the kernel. */
+	_Atomic uint64_t *offp = OFFSET(c);
+	uint64_t pos = atomic_load(offp), size = isize(in);
+	size_t n;
+	bool refreshed = false;
+	for (;;) {
+		if (pos + (uint64_t)total > size && !refreshed) {
+			size = direct_inode_refresh(in, c->fd);
+			refreshed = true;
+		}
+		n = pos >= size ? 0 : ((size_t)total < size - pos ? (size_t)total : (size_t)(size - pos));
+		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
+			break;
+	}
+	if (n == 0)
+		return 0;
+	ssize_t r = transfer(c, iov, cnt, pos, n, 0);
+	if (r != (ssize_t)n) { /* short: give back what was not read */
+		uint64_t expect = pos + n;
+		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+	}
+	if (r > 0)
+		DSTAT(read_bytes, (uint64_t)r);
+	return r;
+}
+
+/* ----------------------------------------------------------------- write */
+
+static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (!D(c)->active)
+		return chell_down_write(c, iov, cnt, off, flags);
+	bool pos_call = positional(c->op);
+	if ((pos_call && off < 0) || (!pos_call && off < -1))
+		return -EINVAL;
+	int st = status(c);
+	if ((st & O_ACCMODE) == O_RDONLY)
+		return -EBADF;
+	if (flags & ~RWF_KNOWN)
+		return -EOPNOTSUPP;
+	ssize_t total = iov_total(iov, cnt);
+	if (total <= 0)
+		return total;
+	struct direct_local *l = L(c);
+	struct direct_inode *in = l->inode;
+	if (!l->map->writable)
+		return chell_down_write(c, iov, cnt, off, flags); /* cannot happen: opened() checks */
+	DSTAT(writes, 1);
+	_Atomic uint64_t *offp = OFFSET(c);
+	bool append = (st & O_APPEND) || (flags & RWF_APPEND);
+	ssize_t r;
+	if (append) {
+		/* One writer at a time per file, across the whole process tree:
+		 * appends never interleave or overwrite each other. */
+		chell_lock_acquire(&in->lock);
+		uint64_t pos = direct_inode_refresh(in, c->fd); /* outsiders may have appended */
+		int e = extend(c, in, pos, pos + (uint64_t)total);
+		r = e < 0 ? e : transfer(c, iov, cnt, pos, (size_t)total, 1);
+		if (r > 0 && off == -1)
+			atomic_store(offp, pos + (uint64_t)r);
+		chell_lock_release(&in->lock);
+	} else {
+		uint64_t pos;
+		if (off >= 0) {
+			pos = (uint64_t)off;
+		} else {
+			pos = atomic_load(offp);
+			while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
+				;
+		}
+		uint64_t end = pos + (uint64_t)total;
+		int e = 0;
+		if (end > isize(in)) {
+			chell_lock_acquire(&in->lock);
+			e = extend(c, in, pos, end);
+			chell_lock_release(&in->lock);
+		}
+		r = e < 0 ? e : transfer(c, iov, cnt, pos, (size_t)total, 1);
+		if (off < 0 && r != total) {
+			uint64_t expect = end;
+			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+		}
+	}
+	if (r > 0) {
+		DSTAT(write_bytes, (uint64_t)r);
+		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
+			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
+			if (s < 0)
+				return s;
+		}
+	}
+	return r;
+}
+
+/* ------------------------------------------------------- offset and size */
+
+static off_t direct_lseek(chell_ctx *c, off_t off, int whence)
+{
+	if (!D(c)->active)
+		return chell_down_lseek(c, off, whence);
+	_Atomic uint64_t *offp = OFFSET(c);
+	switch (whence) {
+	case SEEK_SET:
+		if (off < 0)
+			return -EINVAL;
+		atomic_store(offp, (uint64_t)off);
+		return off;
+	case SEEK_CUR: {
+		uint64_t cur = atomic_load(offp);
+		for (;;) {
+			long long n;
+			if (__builtin_add_overflow((long long)cur, (long long)off, &n))
+				return -EOVERFLOW;
+			if (n < 0)
+				return -EINVAL;
+			if (atomic_compare_exchange_weak(offp, &cur, (uint64_t)n))
+				return (off_t)n;
+		}
+	}
+	case SEEK_END: {
+		uint64_t size = direct_inode_refresh(L(c)->inode, c->fd);
+		long long n;
+		if (__builtin_add_overflow((long long)size, (long long)off, &n))
+			return -EOVERFLOW;
+		if (n < 0)
+			return -EINVAL;
+		atomic_store(offp, (uint64_t)n);
+		return (off_t)n;
+	}
+	case SEEK_DATA:
+	case SEEK_HOLE: {
+		/* the kernel knows the holes; its answer becomes our offset */
+		off_t r = sys_lseek(c->fd, off, whence);
+		if (r >= 0)
+			atomic_store(offp, (uint64_t)r);
+		return r;
+	}
+	default:
+		return -EINVAL;
+	}
+}
+
+static int direct_ftruncate(chell_ctx *c, off_t len)
+{
+	if (!D(c)->active)
+		return chell_down_ftruncate(c, len);
+	struct direct_inode *in = L(c)->inode;
+	chell_lock_acquire(&in->lock);
+	int r = chell_down_ftruncate(c, len);
+	if (r == 0)
+		isize_set(in, (uint64_t)len);
+	chell_lock_release(&in->lock);
+	return r;
+}
+
+static int direct_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
+{
+	if (!D(c)->active)
+		return chell_down_fallocate(c, mode, off, len);
+	struct direct_inode *in = L(c)->inode;
+	chell_lock_acquire(&in->lock);
+	int r = chell_down_fallocate(c, mode, off, len);
+	if (r == 0)
+		direct_inode_refresh(in, c->fd);
+	chell_lock_release(&in->lock);
+	return r;
+}
+
+static int direct_fsync(chell_ctx *c, int datasync)
+{
+	DSTAT(fsyncs, 1);
+	if (D(c)->active && L(c)->map->map_sync == 2) {
+		/* MAP_SYNC on DAX: every write already wrote back its cache lines
+		 * (clwb or non-temporal stores); the fence makes them durable, and
+		 * the file system keeps metadata of mapped pages in sync. */
+		direct_fence();
+		return 0;
+	}
+	return chell_down_fsync(c, datasync);
+}
+
+static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
+{
+	int r = chell_down_fcntl(c, cmd, arg);
+	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT)) {
+		/* the application asks for the kernel's I/O path from now on */
+		direct_sync_out(c);
+		D(c)->active = 0;
+	}
+	return r;
+}
+
+const struct chell_handler chell_direct_handler = {
+	.name = "direct",
+	.summary = "files on tmpfs/DAX mapped in chunks; read/write are memcpy",
+	.proc_init = direct_proc_init,
+	.proc_event = direct_proc_event,
+	.open = direct_open,
+	.opened = direct_opened,
+	.adopt = direct_adopt,
+	.detach = direct_detach,
+	.release = direct_release,
+	.sync_out = direct_sync_out,
+	.read = direct_read,
+	.write = direct_write,
+	.lseek = direct_lseek,
+	.fsync = direct_fsync,
+	.ftruncate = direct_ftruncate,
+	.fallocate = direct_fallocate,
+	.fcntl = direct_fcntl,
+};
+
+/* --------------------------------------------------------- for api.c */
+
+struct chell_file *direct_file_get(int fd, int *layer)
+{
+	struct chell_file *f = file_get_fd(fd);
+	if (!f)
+		return NULL;
+	for (int i = 0; i < f->stack->depth; i++) {
+		if (f->stack->handlers[i] == &chell_direct_handler) {
+			struct direct_ofd *d = (struct direct_ofd *)f->ofd->priv[i];
+			if (d->active && f->local[i]) {
+				*layer = i;
+				return f;
+			}
+			break;
+		}
+	}
+	file_put(f);
+	return NULL;
+}
+
+/* get_read_buf on a direct file: a pointer into the mapping, up to the end
+ * of the chunk, offset advanced like read(). */
+ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count)
+{
+	chell_ctx cc = {f, fd, layer, CHELL_OP_READ, NULL};
+	chell_ctx *c = &cc;
+	if ((status(c) & O_ACCMODE) == O_WRONLY)
+		return -EBADF;
+	if (count > (size_t)MAX_RW_COUNT)
+		count = MAX_RW_COUNT;
+	struct direct_local *l = L(c);
+	_Atomic uint64_t *offp = OFFSET(c);
+	size_t chunk = (size_t)1 << direct_chunk_shift;
+	uint64_t pos = atomic_load(offp), size = isize(l->inode);
+	size_t n;
+	bool refreshed = false;
+	for (;;) {
+		if (pos + count > size && !refreshed) {
+			size = direct_inode_refresh(l->inode, fd);
+			refreshed = true;
+		}
+		n = pos >= size ? 0 : (count < size - pos ? count : (size_t)(size - pos));
+		size_t to_chunk_end = chunk - (size_t)(pos & (chunk - 1));
+		if (n > to_chunk_end)
+			n = to_chunk_end;
+		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
+			break;
+	}
+	if (n == 0) {
+		*buf = NULL;
+		return 0;
+	}
+	unsigned char *a = addr_of(l->map, fd, pos);
+	if (!a) {
+		uint64_t expect = pos + n;
+		atomic_compare_exchange_strong(offp, &expect, pos);
+		return -EIO;
+	}
+	DSTAT(zero_copy, 1);
+	DSTAT(read_bytes, n);
+	*buf = a;
+	return (ssize_t)n;
+}

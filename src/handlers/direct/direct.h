@@ -1,0 +1,107 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The direct handler (Quill / Chell-Direct): files on a fast tier (tmpfs,
+ * DAX) are mapped into the process in chunks, and read/write become memcpy
+ * on the mapping with no system call in the common case.
+ *
+ *   direct.c   the handler operations (offsets, sizes, O_APPEND, fallbacks)
+ *   inode.c    per-file state shared by the process tree (size, append lock)
+ *   map.c      per-process chunk mappings of each file
+ *   copy.c     fault-tolerant copies and cache-line flushing
+ *   api.c      chell_get_read_buf / chell_get_write_buf
+ *   stats.c    per-process counters
+ */
+#ifndef CHELL_DIRECT_H
+#define CHELL_DIRECT_H
+
+#include "../../nib/nib.h"
+
+/* ---- inode.c: one entry per file open in direct mode anywhere in the tree */
+struct direct_inode {
+	uint64_t dev, ino;
+	uint64_t size;          /* the file size as Chell last set or saw it (atomic) */
+	uint32_t opens;         /* OFDs in direct mode on this file (tree-wide) */
+	uint32_t used;          /* 0 never used, 1 in use, 2 removed */
+	struct chell_lock lock; /* size changes and O_APPEND writes */
+};
+int direct_inode_init(void);
+struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
+void direct_inode_put(struct direct_inode *in);
+/* Re-read the size from the kernel (another process may have changed it). */
+uint64_t direct_inode_refresh(struct direct_inode *in, int fd);
+
+/* ---- map.c: the chunks of one file mapped in this process */
+#define DIRECT_L2_BITS 10
+#define DIRECT_L1_SIZE 1024
+typedef unsigned char *_Atomic direct_chunk_ptr;
+struct direct_map {
+	uint64_t dev, ino;
+	int refs;                     /* chell_files of this process using it */
+	int writable;                 /* mapped PROT_WRITE */
+	int map_sync;                 /* MAP_SYNC: stores persist once flushed */
+	struct direct_map *next;
+	/* chunk k lives at l1[k >> L2_BITS][k & (L2-1)]: O(1) lookup, no realloc */
+	direct_chunk_ptr *_Atomic l1[DIRECT_L1_SIZE];
+};
+extern unsigned int direct_chunk_shift;  /* log2(chunk size) */
+extern int direct_populate;
+extern int direct_map_sync_mode;        /* 0 off, 1 auto, 2 on */
+struct direct_map *direct_map_get(int fd, uint64_t dev, uint64_t ino, int want_write, int *err);
+void direct_map_put(struct direct_map *m);
+/* Address of file offset `off`, mapping its chunk if needed; NULL on failure. */
+unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t chunk);
+void direct_map_after_fork(void);
+
+static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
+{
+	uint64_t k = off >> direct_chunk_shift;
+	if (unlikely(k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS)))
+		return NULL;
+	direct_chunk_ptr *l2 = atomic_load_explicit(&m->l1[k >> DIRECT_L2_BITS], memory_order_acquire);
+	if (unlikely(!l2))
+		return NULL;
+	unsigned char *base =
+		atomic_load_explicit(&l2[k & ((1u << DIRECT_L2_BITS) - 1)], memory_order_acquire);
+	return base ? base + (off & ((1ull << direct_chunk_shift) - 1)) : NULL;
+}
+
+/* ---- copy.c */
+/* Copy n bytes; a fault on either side (a page truncated away by another
+ * process, a bad user buffer) stops the copy: returns the bytes copied and
+ * sets *fault to the signal number (else 0). */
+size_t direct_copy(void *dst, const void *src, size_t n, int *fault);
+/* Same, with non-temporal stores (large writes to persistent memory). */
+size_t direct_copy_nt(void *dst, const void *src, size_t n, int *fault);
+/* Write back the cache lines of [addr, addr+len) and fence. */
+void direct_flush(const void *addr, size_t len);
+void direct_fence(void);
+int direct_copy_init(void);
+extern size_t direct_nt_threshold;
+
+/* ---- stats.c: per-thread counters, summed on demand */
+struct direct_stats {
+	uint64_t reads, writes, read_bytes, write_bytes;
+	uint64_t kernel_fallbacks, mmaps, faults, extends, fsyncs, zero_copy;
+};
+struct direct_stats *direct_stats_tls(void);
+#define DSTAT(field, n) (direct_stats_tls()->field += (n))
+void direct_stats_sum(struct direct_stats *out);
+void direct_stats_dump(void);
+
+/* ---- direct.c: per-OFD state kept in ofd->priv[layer] */
+struct direct_ofd {
+	uint32_t active;        /* 1: served from the mapping; 0: passed to the kernel */
+	uint32_t pad_;
+	uint64_t dev, ino;
+};
+/* Per-process state of a handled file, in f->local[layer]. */
+struct direct_local {
+	struct direct_map *map;
+	struct direct_inode *inode;
+};
+extern const struct chell_handler chell_direct_handler;
+/* For api.c: the direct state of fd, or NULL when fd is not direct. */
+struct chell_file *direct_file_get(int fd, int *layer);
+ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count);
+
+#endif

@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-file state shared by every process of the tree: the file size Chell
+ * works with and the lock that makes extensions and O_APPEND writes atomic.
+ *
+ * Reads need the size on every call and a stat() would cost as much as the
+ * read itself, so the size is cached here and kept exact by every size
+ * change Chell makes. Changes made outside Chell are caught where they
+ * matter: a read that reaches the cached end of file asks the kernel again,
+ * and a copy that faults on a page truncated away falls back to the kernel.
+ */
+#include <string.h>
+
+#include "direct.h"
+
+#define INODE_SLOTS 4096
+
+struct inode_table {
+	struct chell_lock lock; /* guards lookups, inserts and removals */
+	struct direct_inode slot[INODE_SLOTS];
+};
+
+static struct inode_table *table;
+
+int direct_inode_init(void)
+{
+	table = chell_shared_area("direct.inodes", sizeof(*table));
+	if (!table) {
+		chell_log("direct: no room for the shared file table");
+		return -1;
+	}
+	return 0;
+}
+
+static uint64_t hash(uint64_t dev, uint64_t ino)
+{
+	uint64_t h = dev * 0x9e3779b97f4a7c15ull ^ ino * 0xc2b2ae3d27d4eb4full;
+	return h ^ (h >> 29);
+}
+
+struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size)
+{
+	struct direct_inode *res = NULL, *free_slot = NULL;
+	chell_lock_acquire(&table->lock);
+	uint64_t h = hash(dev, ino);
+	for (int i = 0; i < INODE_SLOTS; i++) {
+		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		if (in->used != 1) { /* 0: never used (end of the probe), 2: removed */
+			if (!free_slot)
+				free_slot = in;
+			if (in->used == 0)
+				break;
+			continue;
+		}
+		if (in->dev == dev && in->ino == ino) {
+			res = in;
+			break;
+		}
+	}
+	if (!res && free_slot) {
+		res = free_slot;
+		memset(res, 0, sizeof(*res));
+		res->dev = dev;
+		res->ino = ino;
+		res->used = 1;
+	}
+	if (res) {
+		if (res->opens++ == 0) /* first opener: the kernel's size is the truth */
+			atomic_store((_Atomic uint64_t *)&res->size, kernel_size);
+	}
+	chell_lock_release(&table->lock);
+	return res;
+}
+
+void direct_inode_put(struct direct_inode *in)
+{
+	chell_lock_acquire(&table->lock);
+	if (--in->opens == 0)
+		in->used = 2; /* a tombstone keeps later probes going */
+	chell_lock_release(&table->lock);
+}
+
+uint64_t direct_inode_refresh(struct direct_inode *in, int fd)
+{
+	struct stat st;
+	if (sys_fstat(fd, &st) == 0)
+		atomic_store((_Atomic uint64_t *)&in->size, (uint64_t)st.st_size);
+	return atomic_load((_Atomic uint64_t *)&in->size);
+}

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-process mappings of direct files, chunk by chunk.
+ *
+ * A file is mapped in fixed-size chunks (2 MB by default) as they are first
+ * touched, each with one mmap(MAP_SHARED [| MAP_POPULATE] [| MAP_SYNC]).
+ * Chunks make mapping cost proportional to what is used, let a growing file
+ * gain one mapping per chunk instead of a remap per append, and keep the
+ * number of VMAs low. A two-level table finds the chunk of any offset with
+ * two loads (no tree walk, no lock), and is never reallocated, so readers
+ * need no lock. Mappings of a file are shared by every descriptor of the
+ * process and unmapped when its last descriptor goes (on tmpfs a mapped
+ * deleted file would otherwise keep its memory).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "direct.h"
+
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+
+unsigned int direct_chunk_shift = 21;
+int direct_populate = 1;
+int direct_map_sync_mode = 1;
+
+static struct direct_map *maps;
+static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void direct_map_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	maps_lock = fresh;
+}
+
+/* A descriptor on the same file with the access the mapping needs: fd itself
+ * if it allows it, else a reopen through /proc (closed by the caller). */
+static int mapping_fd(int fd, int writable, int *opened)
+{
+	int fl = sys_fcntl(fd, F_GETFL, 0);
+	*opened = 0;
+	if (fl >= 0 && ((fl & O_ACCMODE) == O_RDWR || (!writable && (fl & O_ACCMODE) == O_RDONLY)))
+		return fd;
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	int nfd = sys_open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	if (nfd >= 0)
+		*opened = 1;
+	return nfd;
+}
+
+struct direct_map *direct_map_get(int fd, uint64_t dev, uint64_t ino, int want_write, int *err)
+{
+	pthread_mutex_lock(&maps_lock);
+	struct direct_map *m;
+	for (m = maps; m; m = m->next)
+		if (m->dev == dev && m->ino == ino)
+			break;
+	if (m) {
+		m->refs++;
+		pthread_mutex_unlock(&maps_lock);
+		return m;
+	}
+	/* Can this process map the file read-write? Then every descriptor can
+	 * share one writable mapping; otherwise read-only (or not at all). */
+	int opened, writable = 1;
+	int mfd = mapping_fd(fd, 1, &opened);
+	if (mfd < 0) {
+		writable = 0;
+		mfd = mapping_fd(fd, 0, &opened);
+	}
+	if (mfd < 0) {
+		pthread_mutex_unlock(&maps_lock);
+		*err = mfd;
+		return NULL; /* e.g. write-only and unreadable: the kernel path serves it */
+	}
+	if (opened)
+		sys_close(mfd);
+	m = calloc(1, sizeof(*m));
+	if (!m) {
+		pthread_mutex_unlock(&maps_lock);
+		*err = -ENOMEM;
+		return NULL;
+	}
+	m->dev = dev;
+	m->ino = ino;
+	m->refs = 1;
+	m->writable = writable;
+	m->map_sync = direct_map_sync_mode; /* 1 = not known yet: try it on the first chunk */
+	m->next = maps;
+	maps = m;
+	pthread_mutex_unlock(&maps_lock);
+	if (want_write && !writable)
+		*err = -EACCES;
+	return m;
+}
+
+void direct_map_put(struct direct_map *m)
+{
+	pthread_mutex_lock(&maps_lock);
+	if (--m->refs > 0) {
+		pthread_mutex_unlock(&maps_lock);
+		return;
+	}
+	for (struct direct_map **pp = &maps; *pp; pp = &(*pp)->next)
+		if (*pp == m) {
+			*pp = m->next;
+			break;
+		}
+	pthread_mutex_unlock(&maps_lock);
+	size_t chunk = (size_t)1 << direct_chunk_shift;
+	for (int i = 0; i < DIRECT_L1_SIZE; i++) {
+		direct_chunk_ptr *l2 = m->l1[i];
+		if (!l2)
+			continue;
+		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++)
+			if (l2[j])
+				munmap(l2[j], chunk);
+		free((void *)l2);
+	}
+	free(m);
+}
+
+unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
+{
+	if (k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS))
+		return NULL;
+	size_t chunk = (size_t)1 << direct_chunk_shift;
+	pthread_mutex_lock(&maps_lock);
+	direct_chunk_ptr *l2 = m->l1[k >> DIRECT_L2_BITS];
+	if (!l2) {
+		l2 = calloc((size_t)1 << DIRECT_L2_BITS, sizeof(*l2));
+		if (!l2)
+			goto fail;
+		atomic_store_explicit(&m->l1[k >> DIRECT_L2_BITS], l2, memory_order_release);
+	}
+	direct_chunk_ptr *slot = &l2[k & ((1u << DIRECT_L2_BITS) - 1)];
+	if (!*slot) {
+		int opened;
+		int mfd = mapping_fd(fd, m->writable, &opened);
+		if (mfd < 0)
+			goto fail;
+		int prot = PROT_READ | (m->writable ? PROT_WRITE : 0);
+		int flags = MAP_SHARED | (direct_populate ? MAP_POPULATE : 0);
+		void *p = MAP_FAILED;
+		if (m->map_sync && m->writable) {
+			p = REAL(mmap64)(NULL, chunk, prot, flags | MAP_SHARED_VALIDATE | MAP_SYNC, mfd,
+					 (off_t)(k << direct_chunk_shift));
+			if (p == MAP_FAILED && direct_map_sync_mode == 2)
+				chell_log("direct: MAP_SYNC refused (%s); direct.map_sync=on needs DAX",
+					  strerror(errno));
+			m->map_sync = p != MAP_FAILED ? 2 : 0; /* 2: known to work */
+		}
+		if (p == MAP_FAILED)
+			p = REAL(mmap64)(NULL, chunk, prot, flags, mfd, (off_t)(k << direct_chunk_shift));
+		if (opened)
+			sys_close(mfd);
+		if (p == MAP_FAILED)
+			goto fail;
+		DSTAT(mmaps, 1);
+		atomic_store_explicit(slot, (unsigned char *)p, memory_order_release);
+	}
+	pthread_mutex_unlock(&maps_lock);
+	return *slot;
+fail:
+	pthread_mutex_unlock(&maps_lock);
+	return NULL;
+}
