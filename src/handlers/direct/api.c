@@ -48,7 +48,8 @@ CHELL_EXPORT ssize_t chell_get_read_buf(int fd, const void **buf, size_t count)
 	if (f) {
 		ssize_t r = direct_read_ptr(f, layer, fd, buf, count);
 		file_put(f);
-		return hub_ret(r);
+		if (r != -ENODATA)
+			return hub_ret(r);
 	}
 	void *b = staging(count);
 	if (!b) {
@@ -87,7 +88,7 @@ CHELL_EXPORT ssize_t chell_get_write_buf(int fd, void **buf, size_t count)
 		size_t n = count, to_end = chunk - (size_t)(pos & (chunk - 1));
 		if (n > to_end)
 			n = to_end;
-		unsigned char *a = n ? direct_addr(l->map, pos) : NULL;
+		unsigned char *a = n ? direct_addr(l->map, pos) : NULL; /* writes may fill holes */
 		if (n && !a)
 			a = direct_map_chunk_slow(l->map, fd, pos >> direct_chunk_shift),
 			a = a ? a + (pos & (chunk - 1)) : NULL;

@@ -17,6 +17,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/falloc.h>
 #include <sys/uio.h>
 
 #include "direct.h"
@@ -147,12 +148,23 @@ static int attach(chell_ctx *c, int count_open)
 	return 0;
 }
 
+/* The kernel changed the size behind the cached one (O_TRUNC on a
+ * descriptor we don't serve, truncate by path): tell the shared entry. */
+static void size_changed_by_kernel(int fd)
+{
+	struct stat st;
+	if (inode_ready && sys_fstat(fd, &st) == 0)
+		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+}
+
 static void direct_opened(chell_ctx *c)
 {
 	struct direct_ofd *d = D(c);
 	d->active = 0;
-	if (status(c) & O_DIRECT)
+	if (status(c) & O_DIRECT) {
+		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the application wants the kernel's I/O path */
+	}
 	if (attach(c, 1) == 0)
 		d->active = 1;
 	else
@@ -238,6 +250,40 @@ static inline unsigned char *addr_of(struct direct_map *m, int fd, uint64_t pos)
 	return base ? base + (pos & ((1ull << direct_chunk_shift) - 1)) : NULL;
 }
 
+/* Holes made through Chell (in any process) invalidate this process's
+ * "dense" marks. */
+static inline void check_hole_gen(struct direct_local *l)
+{
+	uint32_t g = atomic_load_explicit((_Atomic uint32_t *)&l->inode->hole_gen, memory_order_acquire);
+	if (unlikely(g != l->map->hole_gen)) {
+		direct_map_mark_all_sparse(l->map);
+		l->map->hole_gen = g;
+	}
+}
+
+static void made_holes(struct direct_local *l)
+{
+	atomic_fetch_add((_Atomic uint32_t *)&l->inode->hole_gen, 1);
+	check_hole_gen(l);
+}
+
+/* May a read of [p, p+len) in a possibly sparse chunk use the mapping?
+ * Only if the kernel sees data all the way (so no fault allocates a page). */
+static bool range_is_data(chell_ctx *c, uint64_t p, size_t len)
+{
+	off_t hole = sys_lseek(c->fd, (off_t)p, SEEK_HOLE);
+	if (hole < 0 || (uint64_t)hole < p + len)
+		return false;
+	size_t chunk = (size_t)1 << direct_chunk_shift;
+	uint64_t lo = p & ~(uint64_t)(chunk - 1);
+	if ((uint64_t)hole >= lo + chunk) {
+		off_t data = sys_lseek(c->fd, (off_t)lo, SEEK_DATA);
+		if (data == (off_t)lo) /* the whole chunk is data now */
+			direct_map_set_dense(L(c)->map, lo);
+	}
+	return true;
+}
+
 /*
  * Move n bytes between the iovecs and the file at pos. to_file: write.
  * Returns bytes moved (the kernel finishes what the mapping could not), or
@@ -260,6 +306,9 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			unsigned char *u = (unsigned char *)iov[i].iov_base + vdone;
 			int fault = 0;
 			size_t got = 0;
+			if (a && !to_file && ((uintptr_t)direct_entry(m, p) & DIRECT_SPARSE) &&
+			    !range_is_data(c, p, piece))
+				a = NULL; /* holes in range: the kernel reads them without filling */
 			if (a && (!to_file || m->writable))
 				got = to_file ? (nt ? direct_copy_nt(a, u, piece, &fault)
 						    : direct_copy(a, u, piece, &fault))
@@ -326,6 +375,7 @@ static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	if (total <= 0)
 		return total;
 	struct direct_inode *in = L(c)->inode;
+	check_hole_gen(L(c));
 	DSTAT(reads, 1);
 	if (off >= 0) {
 		uint64_t size = isize(in);
@@ -488,9 +538,13 @@ static int direct_ftruncate(chell_ctx *c, off_t len)
 		return chell_down_ftruncate(c, len);
 	struct direct_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
+	uint64_t before = isize(in);
 	int r = chell_down_ftruncate(c, len);
-	if (r == 0)
+	if (r == 0) {
 		isize_set(in, (uint64_t)len);
+		if ((uint64_t)len > before)
+			made_holes(L(c)); /* growing by truncate leaves a hole */
+	}
 	chell_lock_release(&in->lock);
 	return r;
 }
@@ -502,9 +556,23 @@ static int direct_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	struct direct_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
 	int r = chell_down_fallocate(c, mode, off, len);
-	if (r == 0)
+	if (r == 0) {
 		direct_inode_refresh(in, c->fd);
+		if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_ZERO_RANGE |
+			    FALLOC_FL_INSERT_RANGE))
+			made_holes(L(c));
+	}
 	chell_lock_release(&in->lock);
+	return r;
+}
+
+/* truncate(path) from any process of the tree keeps the shared size exact */
+static int direct_truncate(chell_ctx *c, const char *path, off_t len)
+{
+	int r = chell_down_truncate(c, path, len);
+	struct stat st;
+	if (r == 0 && inode_ready && sys_fstatat(AT_FDCWD, path, &st, 0) == 0)
+		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
 	return r;
 }
 
@@ -550,6 +618,7 @@ const struct chell_handler chell_direct_handler = {
 	.ftruncate = direct_ftruncate,
 	.fallocate = direct_fallocate,
 	.fcntl = direct_fcntl,
+	.truncate = direct_truncate,
 };
 
 /* --------------------------------------------------------- for api.c */
@@ -605,11 +674,14 @@ ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **bu
 		*buf = NULL;
 		return 0;
 	}
+	check_hole_gen(l);
 	unsigned char *a = addr_of(l->map, fd, pos);
+	if (a && ((uintptr_t)direct_entry(l->map, pos) & DIRECT_SPARSE) && !range_is_data(c, pos, n))
+		a = NULL; /* a hole: touching it through the mapping would fill it */
 	if (!a) {
 		uint64_t expect = pos + n;
 		atomic_compare_exchange_strong(offp, &expect, pos);
-		return -EIO;
+		return -ENODATA; /* the caller copies through read() instead */
 	}
 	DSTAT(zero_copy, 1);
 	DSTAT(read_bytes, n);

@@ -23,12 +23,14 @@ struct direct_inode {
 	uint32_t opens;         /* OFDs in direct mode on this file (tree-wide) */
 	uint32_t used;          /* 0 never used, 1 in use, 2 removed */
 	struct chell_lock lock; /* size changes and O_APPEND writes */
+	uint32_t hole_gen;      /* bumped when Chell may have made holes (atomic) */
 };
 int direct_inode_init(void);
 struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
 void direct_inode_put(struct direct_inode *in);
 /* Re-read the size from the kernel (another process may have changed it). */
 uint64_t direct_inode_refresh(struct direct_inode *in, int fd);
+void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size);
 
 /* ---- map.c: the chunks of one file mapped in this process */
 #define DIRECT_L2_BITS 10
@@ -39,6 +41,7 @@ struct direct_map {
 	int refs;                     /* chell_files of this process using it */
 	int writable;                 /* mapped PROT_WRITE */
 	int map_sync;                 /* MAP_SYNC: stores persist once flushed */
+	uint32_t hole_gen;            /* inode->hole_gen the chunk flags were checked against */
 	struct direct_map *next;
 	/* chunk k lives at l1[k >> L2_BITS][k & (L2-1)]: O(1) lookup, no realloc */
 	direct_chunk_ptr *_Atomic l1[DIRECT_L1_SIZE];
@@ -52,6 +55,34 @@ void direct_map_put(struct direct_map *m);
 unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t chunk);
 void direct_map_after_fork(void);
 
+/*
+ * Holes. On tmpfs any fault on a mapped hole allocates a page, even a read,
+ * and MAP_POPULATE on a writable mapping faults in every page: mapped reads
+ * would silently fill sparse files (memory, SEEK_HOLE, st_blocks). So a
+ * chunk that may contain holes is tagged (bit 0 of its address): reads there
+ * ask the kernel where the data is, and are served from the mapping only if
+ * the whole range is data, else by the kernel, which reads holes as zeros
+ * without allocating. Writes allocate exactly the pages they touch, as
+ * write() does.
+ */
+#define DIRECT_SPARSE ((uintptr_t)1)
+
+/* The chunk entry for `off`, possibly tagged DIRECT_SPARSE; NULL if unmapped. */
+static inline unsigned char *direct_entry(struct direct_map *m, uint64_t off)
+{
+	uint64_t k = off >> direct_chunk_shift;
+	if (unlikely(k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS)))
+		return NULL;
+	direct_chunk_ptr *l2 = atomic_load_explicit(&m->l1[k >> DIRECT_L2_BITS], memory_order_acquire);
+	if (unlikely(!l2))
+		return NULL;
+	return atomic_load_explicit(&l2[k & ((1u << DIRECT_L2_BITS) - 1)], memory_order_acquire);
+}
+/* Re-tag every mapped chunk as possibly sparse (holes were made). */
+void direct_map_mark_all_sparse(struct direct_map *m);
+/* The range [off, off+n) of chunk-mapped data is known hole-free: untag. */
+void direct_map_set_dense(struct direct_map *m, uint64_t off);
+
 static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
 {
 	uint64_t k = off >> direct_chunk_shift;
@@ -62,6 +93,7 @@ static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
 		return NULL;
 	unsigned char *base =
 		atomic_load_explicit(&l2[k & ((1u << DIRECT_L2_BITS) - 1)], memory_order_acquire);
+	base = (unsigned char *)((uintptr_t)base & ~DIRECT_SPARSE);
 	return base ? base + (off & ((1ull << direct_chunk_shift) - 1)) : NULL;
 }
 

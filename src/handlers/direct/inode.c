@@ -87,3 +87,26 @@ uint64_t direct_inode_refresh(struct direct_inode *in, int fd)
 		atomic_store((_Atomic uint64_t *)&in->size, (uint64_t)st.st_size);
 	return atomic_load((_Atomic uint64_t *)&in->size);
 }
+
+/* A size change made by path (truncate(2)) or by a descriptor Chell does
+ * not serve: bring the entry of (dev, ino), if any, up to date. */
+void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
+{
+	if (!table)
+		return;
+	chell_lock_acquire(&table->lock);
+	uint64_t h = hash(dev, ino);
+	for (int i = 0; i < INODE_SLOTS; i++) {
+		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		if (in->used == 0)
+			break;
+		if (in->used == 1 && in->dev == dev && in->ino == ino) {
+			uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
+			atomic_store((_Atomic uint64_t *)&in->size, size);
+			if (size > old) /* grown by truncate: a hole */
+				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
+			break;
+		}
+	}
+	chell_lock_release(&table->lock);
+}

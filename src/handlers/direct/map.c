@@ -122,7 +122,7 @@ void direct_map_put(struct direct_map *m)
 			continue;
 		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++)
 			if (l2[j])
-				munmap(l2[j], chunk);
+				munmap((void *)((uintptr_t)l2[j] & ~DIRECT_SPARSE), chunk);
 		free((void *)l2);
 	}
 	free(m);
@@ -147,8 +147,19 @@ unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
 		int mfd = mapping_fd(fd, m->writable, &opened);
 		if (mfd < 0)
 			goto fail;
+		/* Dense if the kernel finds no hole before the chunk's end (or EOF). */
+		uint64_t lo = k << direct_chunk_shift;
+		off_t hole = sys_lseek(mfd, (off_t)lo, SEEK_HOLE);
+		bool dense = hole >= 0 && (uint64_t)hole >= lo + chunk;
+		if (hole == -ENXIO) /* at or beyond EOF: nothing to read yet */
+			dense = false;
+		if (hole >= 0 && !dense) {
+			struct stat st;
+			dense = sys_fstat(mfd, &st) == 0 && (uint64_t)hole >= (uint64_t)st.st_size &&
+				(uint64_t)st.st_size > lo;
+		}
 		int prot = PROT_READ | (m->writable ? PROT_WRITE : 0);
-		int flags = MAP_SHARED | (direct_populate ? MAP_POPULATE : 0);
+		int flags = MAP_SHARED | (direct_populate && dense ? MAP_POPULATE : 0);
 		void *p = MAP_FAILED;
 		if (m->map_sync && m->writable) {
 			p = REAL(mmap64)(NULL, chunk, prot, flags | MAP_SHARED_VALIDATE | MAP_SYNC, mfd,
@@ -165,11 +176,38 @@ unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
 		if (p == MAP_FAILED)
 			goto fail;
 		DSTAT(mmaps, 1);
-		atomic_store_explicit(slot, (unsigned char *)p, memory_order_release);
+		atomic_store_explicit(slot, (unsigned char *)((uintptr_t)p | (dense ? 0 : DIRECT_SPARSE)),
+				      memory_order_release);
 	}
 	pthread_mutex_unlock(&maps_lock);
-	return *slot;
+	return (unsigned char *)((uintptr_t)*slot & ~DIRECT_SPARSE);
 fail:
 	pthread_mutex_unlock(&maps_lock);
 	return NULL;
+}
+
+void direct_map_mark_all_sparse(struct direct_map *m)
+{
+	for (int i = 0; i < DIRECT_L1_SIZE; i++) {
+		direct_chunk_ptr *l2 = atomic_load(&m->l1[i]);
+		if (!l2)
+			continue;
+		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++) {
+			unsigned char *e = atomic_load(&l2[j]);
+			if (e)
+				atomic_store(&l2[j], (unsigned char *)((uintptr_t)e | DIRECT_SPARSE));
+		}
+	}
+}
+
+void direct_map_set_dense(struct direct_map *m, uint64_t off)
+{
+	uint64_t k = off >> direct_chunk_shift;
+	direct_chunk_ptr *l2 = atomic_load(&m->l1[k >> DIRECT_L2_BITS]);
+	if (!l2)
+		return;
+	direct_chunk_ptr *slot = &l2[k & ((1u << DIRECT_L2_BITS) - 1)];
+	unsigned char *e = atomic_load(slot);
+	if (e)
+		atomic_store(slot, (unsigned char *)((uintptr_t)e & ~DIRECT_SPARSE));
 }
