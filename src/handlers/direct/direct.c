@@ -345,6 +345,8 @@ static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t 
 {
 	if (end <= isize(in))
 		return 0;
+	if (pos > isize(in)) /* writing past the end leaves a hole before pos */
+		atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
 	int r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, pos, end - pos, 0, 0);
 	if (r == -EOPNOTSUPP || r == -ENOSYS) {
 		uint64_t now = direct_inode_refresh(in, c->fd);
