@@ -325,6 +325,8 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			if (fault)
 				DSTAT(faults, 1);
 			DSTAT(kernel_fallbacks, 1);
+			if (to_file) /* the kernel may write past a shrunken end: a hole */
+				atomic_fetch_add((_Atomic uint32_t *)&L(c)->inode->hole_gen, 1);
 			ssize_t k = to_file ? sys_pwrite(c->fd, u + got, piece - got, (off_t)(p + got))
 					    : sys_pread(c->fd, u + got, piece - got, (off_t)(p + got));
 			if (k < 0)
