@@ -44,6 +44,16 @@ static __thread struct {
 	int n;
 	uint32_t slots[1024];
 } dropped;
+/* env[alloc_from..] are strings handoff_prepare_exec allocated. */
+static __thread int alloc_from = -1;
+/* LD_PRELOAD as this image started (ours plus e.g. a sanitizer runtime). */
+static char *startup_preload;
+
+void handoff_note_startup_env(void)
+{
+	const char *p = getenv("LD_PRELOAD");
+	startup_preload = p ? strdup(p) : NULL;
+}
 
 static bool env_has(char *const envp[], const char *name)
 {
@@ -142,7 +152,9 @@ char **handoff_prepare_exec(char *const envp[])
 	}
 	int k = 0;
 	const char *lib = chell_library_path();
-	const char *old_preload = "";
+	/* An environment without LD_PRELOAD gets the one this image started
+	 * with (Chell and whatever preceded it, e.g. a sanitizer runtime). */
+	const char *old_preload = startup_preload ? startup_preload : "";
 	for (int i = 0; i < n; i++) {
 		if (strncmp(envp[i], "CHELL_HANDOFF=", 14) == 0)
 			continue;
@@ -152,6 +164,7 @@ char **handoff_prepare_exec(char *const envp[])
 		}
 		env[k++] = envp[i];
 	}
+	alloc_from = k;
 	/* LD_PRELOAD: ours first, then the application's other entries. */
 	if (strstr(old_preload, lib))
 		env[k++] = concat3("LD_PRELOAD=", old_preload, "");
@@ -177,6 +190,12 @@ void handoff_exec_failed(char **env)
 {
 	if (!chell_active)
 		return;
+	if (alloc_from >= 0 && env) {
+		for (int i = alloc_from; env[i]; i++)
+			free(env[i]);
+		free(env);
+		alloc_from = -1;
+	}
 	for (int i = 0; i < dropped.n; i++) {
 		struct chell_ofd *o = region_slot(dropped.slots[i]);
 		if (o)
@@ -184,7 +203,6 @@ void handoff_exec_failed(char **env)
 	}
 	dropped.n = 0;
 	region_set_cloexec(1);
-	(void)env; /* the strings we allocated are leaked: exec failures are rare */
 }
 
 void handoff_adopt_from_env(void)

@@ -122,6 +122,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 		}
 	}
 	chell_active = 1;
+	handoff_note_startup_env();
 	handoff_adopt_from_env();
 	for (int fd = 0; fd <= 2; fd++)
 		if (fdt_peek(fd))

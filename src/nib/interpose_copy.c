@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * In-kernel copies: copy_file_range, sendfile, splice.
+ * In-kernel copies: copy_file_range and sendfile (splice and tee need a
+ * pipe at one end, which Chell never handles, so they stay with the kernel).
  *
  * Programs such as cat and cp copy with these calls, which move data inside
  * the kernel without read() or write(). When either end is a handled file

@@ -148,7 +148,9 @@ int router_init(void);
 /* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the
  * descriptor handoff. Returns a malloc'd envp (free with handoff_env_free). */
 char **handoff_prepare_exec(char *const envp[]);
+/* After a failed exec: undo the bookkeeping and free env. */
 void handoff_exec_failed(char **env);
+void handoff_note_startup_env(void);
 void handoff_adopt_from_env(void);
 const char *chell_library_path(void);
 

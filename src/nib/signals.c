@@ -8,9 +8,10 @@
  * code and calls read() on the same file would deadlock. To keep the
  * kernel's behaviour we wrap every handler the application installs: while
  * a thread is inside a Chell critical section (chell_tls_crit > 0) an
- * asynchronous signal is recorded and re-queued to the same thread with its
- * original siginfo as soon as the section ends. Synchronous faults
- * (SIGSEGV, SIGBUS, ... raised by the CPU) are never deferred.
+ * asynchronous signal is blocked and re-queued to the same thread with its
+ * original siginfo, and unblocked as soon as the section ends (see defer()).
+ * Synchronous faults (SIGSEGV, SIGBUS, ... raised by the CPU) are never
+ * deferred; those raised by Chell's own copies are claimed by a fault hook.
  */
 #include <linux/futex.h>
 #include <pthread.h>

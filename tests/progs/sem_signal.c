@@ -147,7 +147,7 @@ static volatile sig_atomic_t handled, handler_errors, stop;
 
 static void slot_record(char *rec, int slot)
 {
-	snprintf(rec, HSLOT + 1, "slot%04d-%07d", slot, slot * 7919 % 10000000);
+	snprintf(rec, HSLOT + 1, "slot%04d-%07d", slot % 10000, slot * 7919 % 10000000);
 }
 
 static void hammer_handler(int sig)
