@@ -12,6 +12,7 @@ Commands use paths relative to the run directory (their working directory) so
 the output of the two runs can be compared verbatim.
 """
 import hashlib
+import json
 import os
 import random
 import re
@@ -702,7 +703,7 @@ def parse_trace_line(line):
 # The tests
 # --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + ["direct"])
 @pytest.mark.parametrize("name", list(CASES))
 def test_program(name, mode, reference, workdir, shadow_env, tmp_path):
     case = CASES[name]
@@ -718,6 +719,11 @@ def test_program(name, mode, reference, workdir, shadow_env, tmp_path):
         shadow_dir = Path(shadow_env["CHELL_SHADOW_DIR"])
         shadow_dir.mkdir(parents=True, exist_ok=True)
         env_extra["CHELL_SHADOW_DIR"] = str(shadow_dir)
+    stats_dir = tmp_path / "stats"
+    if mode == "direct":
+        # per-process counters, outside the run directory (compared below)
+        stats_dir.mkdir()
+        extra = ["--set", f"stats.file={stats_dir}/stats.%p.json"]
 
     got = run_case(case, inputs, rundir,
                    wrap=lambda i, argv: chell_cmd(mode, [rundir], argv, extra),
@@ -728,6 +734,18 @@ def test_program(name, mode, reference, workdir, shadow_env, tmp_path):
         check_trace(case, read_traces(trace_dir), rundir)
     if mode == "shadow":
         check_no_divergence(shadow_dir, rundir)
+    if mode == "direct":
+        check_direct_served(stats_dir)
+
+
+def check_direct_served(stats_dir):
+    """Identical results prove little if every file fell back to the kernel:
+    the direct handler must have moved bytes through its mappings."""
+    stats = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("stats.*.json"))]
+    assert stats, "direct mode wrote no stats file: no process used the handler"
+    mapped = sum(s["mmaps"] for s in stats)
+    moved = sum(s["read_bytes"] + s["write_bytes"] for s in stats)
+    assert mapped > 0 and moved > 0, f"direct mode mapped or moved nothing: {stats}"
 
 
 def check_no_divergence(shadow_dir, rundir):

@@ -107,7 +107,7 @@ def test_plain_transcript_is_stable(name, workdir):
         assert "verdict: OK" in text, text
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", MODES + ["direct"])
 @pytest.mark.parametrize("name", SEM_PROGS)
 def test_same_transcript_under_chell(name, mode, workdir, tmp_path):
     ref = reference(name, workdir)
