@@ -10,6 +10,7 @@
 #define CHELL_CLI_H
 
 #include <getopt.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -30,6 +31,8 @@ int cmd_config(int argc, char **argv);
 void cmd_config_usage(FILE *f);
 int cmd_version(int argc, char **argv);
 void cmd_version_usage(FILE *f);
+int cmd_stat(int argc, char **argv);
+void cmd_stat_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */

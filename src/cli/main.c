@@ -11,6 +11,8 @@ static const struct cli_command commands[] = {
 	{"run", "run a command with libchell.so preloaded", cmd_run, cmd_run_usage},
 	{"config", "show the effective configuration, or all settings (--keys)", cmd_config,
 	 cmd_config_usage},
+	{"stat", "print the operation counters processes wrote (stats.file)", cmd_stat,
+	 cmd_stat_usage},
 	{"version", "print the version and the library in use", cmd_version, cmd_version_usage},
 	{"help", "show help for a command", cmd_help, cmd_help_usage},
 	{NULL, NULL, NULL, NULL},
