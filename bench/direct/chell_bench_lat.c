@@ -12,7 +12,9 @@
  * Cases: for each size, read and write at random or sequential offsets of a
  * preallocated file (--file), and appends to a second file (--append-file)
  * that every batch starts empty (the kernel and Chell both allocate pages as
- * it grows). Each case is calibrated to about --batch-ms per batch, warmed
+ * it grows). Before any case the whole file is read once with 1 MB preads
+ * (memcpy's through the mapping with --mmap; timed and reported as
+ * prefault_ms; --no-prefault skips it). Each case is calibrated to about --batch-ms per batch, warmed
  * up with one untimed batch, then timed over --batches batches; the result
  * per batch is ns/op and the case's value is the median batch.
  *
@@ -21,7 +23,7 @@
  *   chell_bench_lat --prepare 1g --file F            # create F (no Chell!)
  *   chell_bench_lat --file F --append-file A [--mmap] [--cpu N]
  *       [--sizes 64,512,4k,64k,1m] [--ops read,write,append]
- *       [--patterns rand,seq] [--batch-ms 20] [--batches 7] [--append-cap 64m]
+ *       [--patterns rand,seq] [--batch-ms 20] [--batches 7] [--append-cap 64m] [--no-prefault]
  */
 #include <fcntl.h>
 #include <getopt.h>
@@ -122,6 +124,30 @@ static uint64_t time_batch(struct ctx *c, int op, int rnd, size_t bs, uint64_t n
 	return bu_now_ns() - t0;
 }
 
+/* Operations per batch for about batch_ns per batch. First doubling runs
+ * until a quarter of a batch has elapsed in total (a rate from many
+ * operations, so one slow early operation cannot shrink the batch to a few
+ * calls), then one batch at that estimate corrects it. Also the warm-up of
+ * the case's cache and TLB state. */
+static uint64_t calibrate(struct ctx *c, int op, int rnd, size_t bs, uint64_t batch_ns, uint64_t maxn)
+{
+	uint64_t n = 1, done = 0, spent = 0;
+	while (spent < batch_ns / 4 && n < maxn) {
+		spent += time_batch(c, op, rnd, bs, n);
+		done += n;
+		n = n * 2 > maxn ? maxn : n * 2;
+	}
+	if (n >= maxn)
+		return maxn;
+	for (int pass = 0; pass < 2; pass++) {
+		double est = (double)done * (double)batch_ns / (double)(spent ? spent : 1);
+		n = est < 1 ? 1 : est > (double)maxn ? maxn : (uint64_t)est;
+		spent = time_batch(c, op, rnd, bs, n);
+		done = n;
+	}
+	return n;
+}
+
 static void prepare(const char *path, unsigned long long bytes)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -161,14 +187,15 @@ int main(int argc, char **argv)
 {
 	const char *file = NULL, *afile = NULL, *ops = "read,write,append", *pats = "rand,seq";
 	unsigned long long sizes[16] = { 64, 512, 4096, 65536, 1 << 20 };
-	int nsizes = 5, cpu = -1, mmap_mode = 0, nbatches = 7;
+	int nsizes = 5, cpu = -1, mmap_mode = 0, nbatches = 7, no_prefault = 0;
 	double batch_ms = 20;
 	unsigned long long cap = 64ull << 20, prep = 0;
 	static const struct option lo[] = {
 		{ "file", 1, 0, 'f' }, { "append-file", 1, 0, 'a' }, { "mmap", 0, 0, 'm' },
 		{ "cpu", 1, 0, 'c' }, { "sizes", 1, 0, 's' }, { "ops", 1, 0, 'o' },
 		{ "patterns", 1, 0, 'p' }, { "batch-ms", 1, 0, 't' }, { "batches", 1, 0, 'b' },
-		{ "append-cap", 1, 0, 'A' }, { "prepare", 1, 0, 'P' }, { 0, 0, 0, 0 }
+		{ "append-cap", 1, 0, 'A' }, { "prepare", 1, 0, 'P' }, { "no-prefault", 0, 0, 'N' },
+		{ 0, 0, 0, 0 }
 	};
 	for (int o; (o = getopt_long(argc, argv, "", lo, NULL)) != -1;) {
 		switch (o) {
@@ -183,6 +210,7 @@ int main(int argc, char **argv)
 		case 'b': nbatches = atoi(optarg); break;
 		case 'A': cap = bu_parse_size(optarg); break;
 		case 'P': prep = bu_parse_size(optarg); break;
+		case 'N': no_prefault = 1; break;
 		default:
 			fprintf(stderr, "usage: see the comment at the top of chell_bench_lat.c\n");
 			return 2;
@@ -229,6 +257,7 @@ int main(int argc, char **argv)
 		if (c.map == MAP_FAILED)
 			bu_die("mmap");
 	}
+	uint64_t prefault_ns = no_prefault ? 0 : bu_prefault(c.fd, c.map, c.fsz);
 	if (want_append) {
 		c.afd = open(afile, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0644);
 		if (c.afd < 0)
@@ -246,8 +275,8 @@ int main(int argc, char **argv)
 	}
 
 	printf("{\"program\":\"chell_bench_lat\",\"mode\":\"%s\",\"file_size\":%zu,\"cpu\":%d,"
-	       "\"batch_ms\":%g,\"batches\":%d,\"append_cap\":%llu,",
-	       mmap_mode ? "mmap" : "syscall", c.fsz, cpu, batch_ms, nbatches, cap);
+	       "\"batch_ms\":%g,\"batches\":%d,\"append_cap\":%llu,\"prefault_ms\":%.3f,",
+	       mmap_mode ? "mmap" : "syscall", c.fsz, cpu, batch_ms, nbatches, cap, (double)prefault_ns / 1e6);
 	printf("\"provider\":{\"pread\":\"%s\",\"pwrite\":\"%s\",\"write\":\"%s\"},\"cases\":[",
 	       bu_provider("pread"), bu_provider("pwrite"), bu_provider("write"));
 
@@ -268,21 +297,7 @@ int main(int argc, char **argv)
 				if (op != OP_APPEND && !has_word(pats, rnd ? "rand" : "seq"))
 					continue;
 				uint64_t maxn = op == OP_APPEND ? cap / bs : UINT64_MAX;
-				/* Calibrate: double n until a batch takes an eighth of
-				 * the target (this also warms caches and the TLB). */
-				uint64_t n = 1, t;
-				for (;;) {
-					t = time_batch(&c, op, rnd, bs, n);
-					if (t >= batch_ns / 8 || n >= maxn)
-						break;
-					n = n * 2 > maxn ? maxn : n * 2;
-				}
-				if (t > 0 && n < maxn) {
-					double scaled = (double)n * (double)batch_ns / (double)t;
-					n = scaled < 1 ? 1 : (uint64_t)scaled;
-					if (n > maxn)
-						n = maxn;
-				}
+				uint64_t n = calibrate(&c, op, rnd, bs, batch_ns, maxn);
 				time_batch(&c, op, rnd, bs, n); /* warm-up */
 				for (int b = 0; b < nbatches; b++)
 					v[b] = (double)time_batch(&c, op, rnd, bs, n) / (double)n;
