@@ -125,6 +125,24 @@ def machine_info():
     return info
 
 
+def parse_size(text):
+    m = re.fullmatch(r"(\d+)([kmg]?)", text.lower())
+    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30}[m.group(2)]
+
+
+def scratch_fs(path):
+    """Type and options of the mount holding path (longest matching prefix)."""
+    best = ("", "?")
+    try:
+        for line in Path("/proc/mounts").read_text().splitlines():
+            f = line.split()
+            if len(f) > 3 and (str(path) + "/").startswith(f[1].rstrip("/") + "/") and len(f[1]) >= len(best[0]):
+                best = (f[1], f"{f[2]} {f[3]} on {f[1]}")
+    except OSError:
+        pass
+    return best[1]
+
+
 def build_info(build):
     out = {}
     cache = build / "CMakeCache.txt"
@@ -279,8 +297,17 @@ def section_latency(run, prof, cpu, files, problems):
             row[f"{arm}_ns"] = median([c["median_ns"] for r in raw if r["arm"] == arm
                                        for c in r["data"]["cases"]
                                        if (c["op"], c["pattern"], c["bs"]) == key])
+            # The fastest batch of all runs: on a machine shared with other
+            # work, preemptions only ever add time, so this is the least
+            # disturbed estimate (reported beside the median, not instead).
+            row[f"{arm}_best_ns"] = min((v for r in raw if r["arm"] == arm
+                                         for c in r["data"]["cases"]
+                                         if (c["op"], c["pattern"], c["bs"]) == key
+                                         for v in c["ns_per_op"]), default=None)
         row["kernel_over_chell"] = ratio(row["kernel_ns"], row["chell_ns"])
         row["chell_over_memcpy"] = ratio(row["chell_ns"], row["memcpy_ns"])
+        row["best_kernel_over_chell"] = ratio(row["kernel_best_ns"], row["chell_best_ns"])
+        row["best_chell_over_memcpy"] = ratio(row["chell_best_ns"], row["memcpy_best_ns"])
         summary.append(row)
     maps = [r["data"].get("maps_of_file") for r in raw if r["arm"] == "chell"]
     prefault = {arm: median([r["data"].get("prefault_ms") for r in raw if r["arm"] == arm])
@@ -471,19 +498,23 @@ def find(rows, **kw):
 def targets(res):
     out = []
 
-    def add(name, value, op, threshold, unit=""):
+    def add(name, value, op, threshold, unit="", best=None):
         ok = None if value is None else (value <= threshold if op == "<=" else value >= threshold)
         out.append({"target": name, "value": value, "op": op, "threshold": threshold,
-                    "unit": unit, "pass": ok})
+                    "unit": unit, "pass": ok, "best_batches": best})
 
     lat = res.get("latency", {}).get("summary", [])
     r4 = find(lat, op="read", pattern="rand", bs=4096)
     r512 = find(lat, op="read", pattern="rand", bs=512)
     w4 = find(lat, op="write", pattern="rand", bs=4096)
-    add("4 KB random read: chell / memcpy", r4 and r4["chell_over_memcpy"], "<=", 1.10, "x")
-    add("4 KB random read: pread / chell", r4 and r4["kernel_over_chell"], ">=", 1.6, "x")
-    add("512 B random read: pread / chell", r512 and r512["kernel_over_chell"], ">=", 3.0, "x")
-    add("4 KB random write: pwrite / chell", w4 and w4["kernel_over_chell"], ">=", 2.5, "x")
+    add("4 KB random read: chell / memcpy", r4 and r4["chell_over_memcpy"], "<=", 1.10, "x",
+        r4 and r4.get("best_chell_over_memcpy"))
+    add("4 KB random read: pread / chell", r4 and r4["kernel_over_chell"], ">=", 1.6, "x",
+        r4 and r4.get("best_kernel_over_chell"))
+    add("512 B random read: pread / chell", r512 and r512["kernel_over_chell"], ">=", 3.0, "x",
+        r512 and r512.get("best_kernel_over_chell"))
+    add("4 KB random write: pwrite / chell", w4 and w4["kernel_over_chell"], ">=", 2.5, "x",
+        w4 and w4.get("best_kernel_over_chell"))
     grb = res.get("get_read_buf", {}).get("summary", [])
     vals = [g["chell_grb_ns"] for g in grb]
     add("get_read_buf (not touched), worst size", max(vals) if vals and None not in vals else None,
@@ -513,7 +544,7 @@ def markdown(res):
              f"{' (src/include modified)' if res['build'].get('src_dirty') else ''}, "
              f"{res['build'].get('build_type', '?')} build. Machine: {m.get('cores')} x "
              f"{m.get('cpu_model')}, {m.get('mem_gib', '?')} GiB, Linux {m.get('kernel')}, "
-             f"/dev/shm `{m.get('dev_shm', '?')}`. CPU busy with other work before the run: "
+             f"scratch files on `{cfg.get('scratch_fs', m.get('dev_shm', '?'))}`. CPU busy with other work before the run: "
              f"{cfg.get('busy_before', 0):.0%}.")
     L.append("")
     if res.get("problems"):
@@ -521,16 +552,18 @@ def markdown(res):
         L.append("")
     L.append("**Targets** (reported, never enforced):")
     L.append("")
-    L.append("| target | measured | goal | verdict |")
-    L.append("|---|---|---|---|")
+    L.append("| target | measured (medians) | goal | verdict | from the fastest batches |")
+    L.append("|---|---|---|---|---|")
     for t in res["targets"]:
         val = "-" if t["value"] is None else f"{t['value']:.2f}{' ' + t['unit'] if t['unit'] == 'ns' else 'x'}"
         verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
-        L.append(f"| {t['target']} | {val} | {t['op']} {t['threshold']}{t['unit'] if t['unit'] == 'x' else ' ns'} | {verdict} |")
+        best = "-" if t.get("best_batches") is None else f"{t['best_batches']:.2f}x"
+        L.append(f"| {t['target']} | {val} | {t['op']} {t['threshold']}{t['unit'] if t['unit'] == 'x' else ' ns'} "
+                 f"| {verdict} | {best} |")
     L.append("")
     if "latency" in res:
         L.append("**Latency per operation** (ns/op, median; `pread`/`pwrite`/`write` on one CPU; "
-                 f"{cfg['file_size']} file on /dev/shm; appends start from an empty file):")
+                 f"{cfg['file_size']} file on tmpfs; appends start from an empty file):")
         L.append("")
         L.append("| op | pattern | size | kernel | chell | memcpy | kernel/chell | chell/memcpy |")
         L.append("|---|---|---|---:|---:|---:|---:|---:|")
@@ -563,7 +596,7 @@ def markdown(res):
             L.append(f"**fio**: skipped ({f['skipped']}).")
         else:
             L.append(f"**fio** (4 KB, `--ioengine=psync`, one job, {cfg['fio_seconds']} s after a "
-                     f"ramp, {cfg['file_size']} file on /dev/shm):")
+                     f"ramp, {cfg['file_size']} file on tmpfs):")
             L.append("")
             L.append("| workload | kernel IOPS | chell IOPS | chell/kernel | kernel clat | chell clat |")
             L.append("|---|---:|---:|---:|---:|---:|")
@@ -753,6 +786,9 @@ def main():
                     help="comma-separated sections to run (default all)")
     ap.add_argument("--scratch", type=Path, default=Path("/dev/shm"),
                     help="tmpfs directory to create the scratch directory in")
+    ap.add_argument("--huge-tmpfs", action="store_true",
+                    help="run on a private tmpfs mounted with huge=always (root): 2 MB pages, "
+                         "so mappings need 512x fewer TLB entries")
     ap.add_argument("--wait-quiet", type=int, default=0, metavar="SECONDS",
                     help="first wait up to SECONDS for the machine to be idle")
     ap.add_argument("--doc", type=Path, help="also replace the generated tables in this file")
@@ -774,6 +810,17 @@ def main():
     only = set(args.only.split(","))
     prof = PROFILES["quick" if args.quick else "full"]
     t_start = time.monotonic()
+    mounted = None
+    if args.huge_tmpfs:
+        mounted = Path(tempfile.mkdtemp(prefix="chell-bench-huge-"))
+        size_mb = (parse_size(prof["file_size"]) >> 20) * 2 + 512  # data + appends + databases
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"huge=always,size={size_mb}m", "tmpfs",
+                            str(mounted)], capture_output=True, text=True)
+        if r.returncode != 0:
+            log(f"cannot mount a huge=always tmpfs: {r.stderr.strip()}")
+            mounted.rmdir()
+            return 2
+        args.scratch = mounted
     scratch = Path(tempfile.mkdtemp(prefix="chell-bench-direct-", dir=args.scratch))
     tmp = Path(tempfile.mkdtemp(prefix="chell-bench-direct-aux-"))
     problems = []
@@ -804,7 +851,8 @@ def main():
                "machine": machine_info(), "build": build_info(args.build),
                "config": {"profile": "quick" if args.quick else "full", "requested_mode": args.mode,
                           "chell_mode": run.mode, "fallback_reason": fallback, "cpu": args.cpu,
-                          "scratch": str(scratch), "busy_before": busy, **prof},
+                          "scratch": str(scratch), "scratch_fs": scratch_fs(scratch),
+                          "busy_before": busy, **prof},
                "problems": problems}
         files = {"data": str(scratch / "data.bin"), "append": str(scratch / "append.bin"),
                  "size": prof["file_size"]}
@@ -836,6 +884,9 @@ def main():
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(tmp, ignore_errors=True)
+        if mounted:
+            subprocess.run(["umount", str(mounted)])
+            mounted.rmdir()
     report(res, args.out, args.doc)
     log(f"done in {res['elapsed_s']:.0f} s")
     return 0
