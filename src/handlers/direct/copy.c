@@ -4,39 +4,47 @@
  *
  * Another process may truncate a file while we copy from its mapping; the
  * kernel then raises SIGBUS on the missing page. The kernel's own read()
- * would just return fewer bytes, so must we. The copy is a single
- * `rep movsb` at a known address: if a SIGBUS or SIGSEGV is raised by that
- * instruction, the fault hook moves the program counter past it and records
- * the fault; RCX still holds the bytes left, so we know exactly how much was
- * copied. No setjmp on the fast path, and no cost unless a fault happens.
- * Faults anywhere else go to the application's own handlers.
+ * would just return fewer bytes, so must we. Copies use glibc's memcpy (the
+ * fastest for every size here; `rep movsb` measured 40-260 ns slower for
+ * 64 B-4 KB on this class of machine) inside a guard: a thread-local flag
+ * says "in a guarded copy" and a __builtin_setjmp buffer (a few stores, no
+ * system call) says where to go back to. A SIGBUS/SIGSEGV raised while the
+ * flag is set restores the interrupted signal mask and jumps back; the
+ * caller then has the kernel redo the whole piece (reads and writes of the
+ * same bytes are idempotent), so the answer is the kernel's. Faults anywhere
+ * else go to the application's own handlers.
  */
 #include <cpuid.h>
+#include <pthread.h>
 #include <signal.h>
+#include <string.h>
 #include <ucontext.h>
 
 #include "direct.h"
 
 size_t direct_nt_threshold = 256 * 1024;
 
-extern const char direct_copy_insn[], direct_copy_after[];
 extern const char direct_copy_nt_loop[], direct_copy_nt_after[];
 static __thread int tls_fault;
+static __thread volatile int tls_in_copy;
+static __thread void *tls_jmp[5];
 
 __attribute__((noinline)) size_t direct_copy(void *dst, const void *src, size_t n, int *fault)
 {
-	size_t left = n;
 	tls_fault = 0;
-	__asm__ volatile(".globl direct_copy_insn\n\t.hidden direct_copy_insn\n"
-			 "direct_copy_insn:\n\t"
-			 "rep movsb\n"
-			 ".globl direct_copy_after\n\t.hidden direct_copy_after\n"
-			 "direct_copy_after:\n\t"
-			 : "+D"(dst), "+S"(src), "+c"(left)
-			 :
-			 : "memory");
-	*fault = tls_fault;
-	return n - left;
+	if (__builtin_setjmp(tls_jmp)) {
+		/* back from a fault inside memcpy: nothing is known to be copied */
+		tls_in_copy = 0;
+		*fault = tls_fault;
+		return 0;
+	}
+	tls_in_copy = 1;
+	__asm__ volatile("" ::: "memory"); /* the flag is set before the copy starts */
+	memcpy(dst, src, n);
+	__asm__ volatile("" ::: "memory");
+	tls_in_copy = 0;
+	*fault = 0;
+	return n;
 }
 
 /* Non-temporal copy: 8-byte movnti stores, then the tail with movsb. The
@@ -73,16 +81,19 @@ static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
 	greg_t ip = uc->uc_mcontext.gregs[REG_RIP];
-	greg_t resume;
-	if (ip == (greg_t)direct_copy_insn)
-		resume = (greg_t)direct_copy_after;
-	else if (ip >= (greg_t)direct_copy_nt_loop && ip < (greg_t)direct_copy_nt_after)
-		resume = (greg_t)direct_copy_nt_after;
-	else
+	if (ip >= (greg_t)direct_copy_nt_loop && ip < (greg_t)direct_copy_nt_after) {
+		/* the non-temporal loop: resume after it, RCX = bytes left */
+		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)direct_copy_nt_after;
+		tls_fault = sig;
+		return true;
+	}
+	if (!tls_in_copy)
 		return false; /* not ours */
-	uc->uc_mcontext.gregs[REG_RIP] = resume;
 	tls_fault = sig;
-	return true;
+	tls_in_copy = 0;
+	/* leaving the handler by a jump: restore the mask it would have restored */
+	pthread_sigmask(SIG_SETMASK, &uc->uc_sigmask, NULL);
+	__builtin_longjmp(tls_jmp, 1);
 }
 
 /* ------------------------------------------------------------- flushing */

@@ -99,8 +99,8 @@ static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
 
 /* ---- copy.c */
 /* Copy n bytes; a fault on either side (a page truncated away by another
- * process, a bad user buffer) stops the copy: returns the bytes copied and
- * sets *fault to the signal number (else 0). */
+ * process, a bad user buffer) stops the copy: returns n, or 0 with *fault
+ * set to the signal number (the caller has the kernel redo the piece). */
 size_t direct_copy(void *dst, const void *src, size_t n, int *fault);
 /* Same, with non-temporal stores (large writes to persistent memory). */
 size_t direct_copy_nt(void *dst, const void *src, size_t n, int *fault);

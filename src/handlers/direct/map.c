@@ -147,16 +147,21 @@ unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
 		int mfd = mapping_fd(fd, m->writable, &opened);
 		if (mfd < 0)
 			goto fail;
-		/* Dense if the kernel finds no hole before the chunk's end (or EOF). */
+		/* Dense if the kernel finds no hole before the chunk's end (or EOF).
+		 * A file with every page allocated has no hole at all: one fstat
+		 * answers (SEEK_HOLE walks the page cache, ~ms on big files). */
 		uint64_t lo = k << direct_chunk_shift;
-		off_t hole = sys_lseek(mfd, (off_t)lo, SEEK_HOLE);
-		bool dense = hole >= 0 && (uint64_t)hole >= lo + chunk;
-		if (hole == -ENXIO) /* at or beyond EOF: nothing to read yet */
-			dense = false;
-		if (hole >= 0 && !dense) {
-			struct stat st;
-			dense = sys_fstat(mfd, &st) == 0 && (uint64_t)hole >= (uint64_t)st.st_size &&
-				(uint64_t)st.st_size > lo;
+		struct stat st;
+		bool dense = false;
+		if (sys_fstat(mfd, &st) == 0 && (uint64_t)st.st_size > lo) {
+			uint64_t pages = ((uint64_t)st.st_size + 4095) / 4096;
+			if ((uint64_t)st.st_blocks * 512 >= pages * 4096) {
+				dense = true;
+			} else {
+				off_t hole = sys_lseek(mfd, (off_t)lo, SEEK_HOLE);
+				dense = hole >= 0 && ((uint64_t)hole >= lo + chunk ||
+						      (uint64_t)hole >= (uint64_t)st.st_size);
+			}
 		}
 		int prot = PROT_READ | (m->writable ? PROT_WRITE : 0);
 		int flags = MAP_SHARED | (direct_populate && dense ? MAP_POPULATE : 0);
