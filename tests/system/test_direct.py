@@ -180,13 +180,6 @@ print("size", os.fstat(fd).st_size, "data", out)
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (direct): tmpfs reports fallocated-but-unwritten pages as holes to "
-    "SEEK_DATA/SEEK_HOLE and read() leaves them so, but a fault through a mapping "
-    "(even a read) turns them into data; direct_fallocate() does not mark the "
-    "chunks sparse after fallocate mode 0 / posix_fallocate (only after "
-    "punch/zero/collapse/insert), so a later mapped read converts the range. "
-    "This is the SEEK_DATA/SEEK_HOLE divergence of chell_randops seeds 2 and 8."))
 def test_fallocated_range_stays_a_hole(dirs, tmp_path):
     """The minimal reproducer: write, read (maps the chunk), posix_fallocate
     beyond the data, read the allocated range: the layout must stay the
@@ -443,11 +436,6 @@ def test_zerocopy_write_grow_without_chell(dirs):
     assert res.returncode == 0, describe(res)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (direct): chell_get_write_buf returns a pointer into the mapping beyond "
-    "the end of file without extending the file first (the extension happens only "
-    "in chell_commit_write_buf); on tmpfs the caller's first store past the last "
-    "page of the file raises SIGBUS"))
 def test_zerocopy_write_grow_direct(dirs):
     """Reservations at and beyond the end of file (the documented 'the file is
     extended if needed'): the file grows, holes read as zeros."""
@@ -488,10 +476,6 @@ def test_zerocopy_append_without_chell(dirs):
     check_append_log(log)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (direct): O_APPEND reservations are always beyond the end of file and "
-    "chell_get_write_buf does not extend it before returning the pointer: SIGBUS "
-    "on the first store (same bug as test_zerocopy_write_grow_direct)"))
 def test_zerocopy_append_direct(dirs):
     """Several processes reserve+commit O_APPEND records at once: no overlap,
     no torn or lost record."""
