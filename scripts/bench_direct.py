@@ -561,6 +561,11 @@ def markdown(res):
         L.append(f"| {t['target']} | {val} | {t['op']} {t['threshold']}{t['unit'] if t['unit'] == 'x' else ' ns'} "
                  f"| {verdict} | {best} |")
     L.append("")
+    for name in ("latency", "bandwidth", "fio", "get_read_buf", "sqlite", "bdb"):
+        if isinstance(res.get(name), dict) and "error" in res[name]:
+            L.append(f"**{name}: FAILED** - {res[name]['error'][:400]}")
+            L.append("")
+            res = {k: v for k, v in res.items() if k != name}
     if "latency" in res:
         L.append("**Latency per operation** (ns/op, median; `pread`/`pwrite`/`write` on one CPU; "
                  f"{cfg['file_size']} file on tmpfs; appends start from an empty file):")
@@ -691,7 +696,8 @@ def plot(path, res):
         ax.set_xlabel("bytes per operation")
         ax.set_ylabel("ns/op")
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8)
+        if rows:
+            ax.legend(fontsize=8)
     ax = axes[5]
     bw = res.get("bandwidth", {}).get("summary", [])
     if bw:
@@ -823,7 +829,7 @@ def main():
         args.scratch = mounted
     scratch = Path(tempfile.mkdtemp(prefix="chell-bench-direct-", dir=args.scratch))
     tmp = Path(tempfile.mkdtemp(prefix="chell-bench-direct-aux-"))
-    problems = []
+    problems, failed = [], []
     try:
         run = Runner(args, scratch, args.mode)
         ok, why = mode_available(run, args.mode)
@@ -872,7 +878,15 @@ def main():
                 continue
             t0 = time.monotonic()
             log(f"{name}...")
-            res[name] = fn()
+            try:
+                res[name] = fn()
+            except (RuntimeError, ValueError, KeyError, subprocess.TimeoutExpired) as e:
+                # A program that fails (e.g. crashes under Chell) is a real
+                # finding: keep the other sections, report it, exit non-zero.
+                log(f"  {name} FAILED: {e}")
+                res[name] = {"error": str(e)[-3000:]}
+                failed.append(name)
+                problems.append(f"{name}: a run failed (see {name}.error in direct.json)")
             res[name]["elapsed_s"] = round(time.monotonic() - t0, 1)
         res["elapsed_s"] = round(time.monotonic() - t_start, 1)
         # A shared build tree: a rebuild mid-run can leave a run without the
@@ -888,8 +902,8 @@ def main():
             subprocess.run(["umount", str(mounted)])
             mounted.rmdir()
     report(res, args.out, args.doc)
-    log(f"done in {res['elapsed_s']:.0f} s")
-    return 0
+    log(f"done in {res['elapsed_s']:.0f} s" + (f"; FAILED sections: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
