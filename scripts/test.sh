@@ -140,7 +140,7 @@ ASAN_DIRECT_TESTS=(tests/system/test_cli.py)
 ASAN_DESELECT=(
 	"tests/system/test_semantics.py::test_exec_with_empty_environment_stays_under_chell"
 )
-for m in posix trace shadow; do
+for m in posix trace shadow direct; do
 	ASAN_DESELECT+=(
 		"tests/system/test_semantics.py::test_same_transcript_under_chell[sem_exec-$m]"
 		"tests/system/test_programs.py::test_program[cat-$m]"

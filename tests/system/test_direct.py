@@ -228,10 +228,6 @@ print("beyond eof:", os.fstat(fd).st_size, layout(fd))
 """
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (direct, map.c since 6c613ea): a chunk is taken as dense, and mapped with "
-    "MAP_POPULATE, when st_blocks*512 >= the file's pages; fallocated-unwritten pages "
-    "and pages beyond EOF count in st_blocks, so holes are populated into data"))
 def test_allocated_pages_are_not_proof_of_data(dirs, tmp_path):
     """st_blocks counts fallocated-but-unwritten pages (holes to SEEK_DATA on
     tmpfs) and pages allocated beyond the end of file, so a file whose blocks

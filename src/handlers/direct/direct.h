@@ -42,6 +42,8 @@ struct direct_map {
 	int writable;                 /* mapped PROT_WRITE */
 	int map_sync;                 /* MAP_SYNC: stores persist once flushed */
 	uint32_t hole_gen;            /* inode->hole_gen the chunk flags were checked against */
+	uint32_t extent_gen;          /* hole_gen when [data_lo, data_hi) was seen all data */
+	uint64_t data_lo, data_hi;
 	struct direct_map *next;
 	/* chunk k lives at l1[k >> L2_BITS][k & (L2-1)]: O(1) lookup, no realloc */
 	direct_chunk_ptr *_Atomic l1[DIRECT_L1_SIZE];

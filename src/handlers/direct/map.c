@@ -148,19 +148,25 @@ unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
 		if (mfd < 0)
 			goto fail;
 		/* Dense if the kernel finds no hole before the chunk's end (or EOF).
-		 * A file with every page allocated has no hole at all: one fstat
-		 * answers (SEEK_HOLE walks the page cache, ~ms on big files). */
+		 * st_blocks proves nothing (fallocated-but-unwritten pages count
+		 * as allocated, yet are holes), so ask SEEK_HOLE - but a probe
+		 * walks the page cache up to the next hole, so remember the data
+		 * extent it found: later chunks inside it need no probe. */
 		uint64_t lo = k << direct_chunk_shift;
 		struct stat st;
 		bool dense = false;
 		if (sys_fstat(mfd, &st) == 0 && (uint64_t)st.st_size > lo) {
-			uint64_t pages = ((uint64_t)st.st_size + 4095) / 4096;
-			if ((uint64_t)st.st_blocks * 512 >= pages * 4096) {
+			uint64_t hi = lo + chunk < (uint64_t)st.st_size ? lo + chunk : (uint64_t)st.st_size;
+			if (m->extent_gen == m->hole_gen && lo >= m->data_lo && hi <= m->data_hi) {
 				dense = true;
 			} else {
 				off_t hole = sys_lseek(mfd, (off_t)lo, SEEK_HOLE);
-				dense = hole >= 0 && ((uint64_t)hole >= lo + chunk ||
-						      (uint64_t)hole >= (uint64_t)st.st_size);
+				if (hole >= 0 && (uint64_t)hole >= hi) {
+					dense = true;
+					m->data_lo = lo;
+					m->data_hi = (uint64_t)hole;
+					m->extent_gen = m->hole_gen;
+				}
 			}
 		}
 		int prot = PROT_READ | (m->writable ? PROT_WRITE : 0);
