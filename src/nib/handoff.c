@@ -168,9 +168,11 @@ char **handoff_prepare_exec(char *const envp[])
 	/* LD_PRELOAD: ours first, then the application's other entries. */
 	if (strstr(old_preload, lib))
 		env[k++] = concat3("LD_PRELOAD=", old_preload, "");
-	else if (old_preload[0])
-		env[k++] = concat3("LD_PRELOAD=", lib, ":"), env[k - 1] = concat3(env[k - 1], old_preload, "");
-	else
+	else if (old_preload[0]) {
+		char *head = concat3("LD_PRELOAD=", lib, ":");
+		env[k++] = head ? concat3(head, old_preload, "") : NULL;
+		free(head);
+	} else
 		env[k++] = concat3("LD_PRELOAD=", lib, "");
 	for (int i = 0; i < nsettings; i++) {
 		const struct chell_setting_def *d = &chell_setting_defs[i];
