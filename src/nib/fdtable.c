@@ -128,6 +128,7 @@ struct chell_file *file_get_fd(int fd)
  * process dropped the OFD's last descriptor, then recycle. */
 static void file_destroy(struct chell_file *f)
 {
+	chell_hazard_wait(f); /* calls in other threads finish with f first */
 	chell_crit_enter();
 	if (f->ofd && f->stack) {
 		for (int i = f->stack->depth - 1; i >= 0; i--) {

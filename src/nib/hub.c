@@ -121,6 +121,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 			return;
 		}
 	}
+	chell_hazard_init();
 	chell_active = 1;
 	handoff_note_startup_env();
 	handoff_adopt_from_env();

@@ -32,6 +32,7 @@ static void refs_adjust(int delta)
 static void after_fork_child(pid_t parent)
 {
 	chell_signals_after_fork_child();
+	chell_hazard_after_fork_child();
 	fdt_lock_reinit_child();
 	fdt_unlock();
 	hub_proc_event(CHELL_OP_FORK, parent);

@@ -16,12 +16,12 @@
 /* Run `expr` (which may use c) with a counted reference on the file. */
 #define WITH_FILE(fd, op, fallback, expr)                                  \
 	do {                                                               \
-		struct chell_file *f_ = file_get_fd(fd);                   \
+		struct chell_file *f_ = file_enter(fd);                    \
 		if (!f_)                                                   \
 			return fallback;                                   \
 		chell_ctx c = hub_ctx(f_, fd, op);                         \
 		long r_ = (long)(expr);                                    \
-		file_put(f_);                                              \
+		file_leave(f_);                                            \
 		return hub_ret(r_);                                        \
 	} while (0)
 
@@ -29,7 +29,7 @@ __attribute__((noinline)) static ssize_t slow_read(int fd, enum chell_op op,
 						   const struct iovec *iov, int cnt, off_t off,
 						   int flags)
 {
-	struct chell_file *f = file_get_fd(fd);
+	struct chell_file *f = file_enter(fd);
 	if (!f) { /* closed meanwhile: let the kernel give its answer */
 		switch (op) {
 		case CHELL_OP_READ: return REAL(read)(fd, iov[0].iov_base, iov[0].iov_len);
@@ -41,7 +41,7 @@ __attribute__((noinline)) static ssize_t slow_read(int fd, enum chell_op op,
 	}
 	chell_ctx c = hub_ctx(f, fd, op);
 	ssize_t r = hub_call_read(&c, iov, cnt, off, flags);
-	file_put(f);
+	file_leave(f);
 	return hub_ret(r);
 }
 
@@ -49,7 +49,7 @@ __attribute__((noinline)) static ssize_t slow_write(int fd, enum chell_op op,
 						    const struct iovec *iov, int cnt, off_t off,
 						    int flags)
 {
-	struct chell_file *f = file_get_fd(fd);
+	struct chell_file *f = file_enter(fd);
 	if (!f) {
 		switch (op) {
 		case CHELL_OP_WRITE: return REAL(write)(fd, iov[0].iov_base, iov[0].iov_len);
@@ -61,7 +61,7 @@ __attribute__((noinline)) static ssize_t slow_write(int fd, enum chell_op op,
 	}
 	chell_ctx c = hub_ctx(f, fd, op);
 	ssize_t r = hub_call_write(&c, iov, cnt, off, flags);
-	file_put(f);
+	file_leave(f);
 	return hub_ret(r);
 }
 

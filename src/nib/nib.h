@@ -84,11 +84,63 @@ struct chell_file *fdt_remove(int fd);
 extern struct chell_file chell_closing_file;
 #define FILE_CLOSING (&chell_closing_file)
 
+/* ---- hazard.c: the data path's protection against a concurrent close ---- */
+struct chell_hazard {
+	struct chell_file *_Atomic f; /* the file this thread is using, or NULL */
+	_Atomic int in_use;
+	struct chell_hazard *next;
+};
+extern bool chell_hazard_enabled;
+extern __thread struct chell_hazard *chell_tls_hz;
+void chell_hazard_init(void);
+void chell_hazard_after_fork_child(void);
+struct chell_hazard *chell_hazard_slot(void);
+void chell_hazard_wait(struct chell_file *f);
+
 struct chell_file *file_alloc(void);
 /* Take a reference on the file behind fd for one call; NULL if unclaimed. */
 struct chell_file *file_get_fd(int fd);
 void file_ref(struct chell_file *f);
 void file_put(struct chell_file *f);
+
+/*
+ * Enter/leave a data-path call on fd: the file stays alive in between. With
+ * hazard pointers: plain stores only (see hazard.c); otherwise a counted
+ * reference. Signals are deferred in between, so calls never nest.
+ */
+static inline struct chell_file *file_enter(int fd)
+{
+	struct chell_hazard *h = chell_tls_hz;
+	if (likely(chell_hazard_enabled && h)) {
+		chell_tls_crit++;
+		struct chell_file *f = fdt_peek(fd);
+		atomic_store_explicit(&h->f, f, memory_order_relaxed);
+		atomic_signal_fence(memory_order_seq_cst); /* the closer's membarrier orders the rest */
+		if (likely(f && fdt_peek(fd) == f))
+			return f;
+		atomic_store_explicit(&h->f, NULL, memory_order_relaxed);
+		chell_crit_leave();
+		if (!f)
+			return NULL;
+	} else if (chell_hazard_enabled && !h) {
+		chell_hazard_slot(); /* first call of this thread: next time fast */
+	}
+	chell_crit_enter();
+	struct chell_file *f = file_get_fd(fd);
+	if (!f)
+		chell_crit_leave();
+	return f;
+}
+
+static inline void file_leave(struct chell_file *f)
+{
+	struct chell_hazard *h = chell_tls_hz;
+	if (likely(h && atomic_load_explicit(&h->f, memory_order_relaxed) == f))
+		atomic_store_explicit(&h->f, NULL, memory_order_release);
+	else
+		file_put(f);
+	chell_crit_leave();
+}
 
 /* ---- internal fds ---- */
 bool chell_is_internal_fd(int fd);
