@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * CRC32C (Castagnoli, reflected polynomial 0x82F63B78), the checksum of
+ * every superblock, journal header and journal entry. The SSE4.2 `crc32`
+ * instruction computes exactly this polynomial, 8 bytes per instruction;
+ * the byte-wise table is the fallback for CPUs without it.
+ */
+#include "pmem_internal.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define CRC32C_POLY 0x82F63B78u
+
+static uint32_t crc_table[256];
+static pthread_once_t table_once = PTHREAD_ONCE_INIT;
+
+static void table_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+		crc_table[i] = c;
+	}
+}
+
+uint32_t chell_crc32c_table(uint32_t crc, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+
+	pthread_once(&table_once, table_init);
+	crc = ~crc;
+	while (len--)
+		crc = crc_table[(crc ^ *p++) & 0xff] ^ (crc >> 8);
+	return ~crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) uint32_t chell_crc32c_hw(uint32_t crc, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	uint64_t c = ~crc;
+
+	/* Byte steps up to 8-byte alignment, then whole words (memcpy keeps the
+	 * load legal whatever the alignment), then the tail. */
+	while (len && ((uintptr_t)p & 7)) {
+		c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+		len--;
+	}
+	while (len >= 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		c = __builtin_ia32_crc32di(c, w);
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+	return ~(uint32_t)c;
+}
+
+int chell_crc32c_hw_available(void)
+{
+	__builtin_cpu_init();
+	return __builtin_cpu_supports("sse4.2") ? 1 : 0;
+}
+#else
+uint32_t chell_crc32c_hw(uint32_t crc, const void *buf, size_t len)
+{
+	return chell_crc32c_table(crc, buf, len);
+}
+
+int chell_crc32c_hw_available(void)
+{
+	return 0;
+}
+#endif
+
+/* 0 = not decided yet, 1 = table, 2 = hardware. A benign race: every thread
+ * decides the same. */
+static int crc_impl;
+
+uint32_t chell_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	int impl = __atomic_load_n(&crc_impl, __ATOMIC_RELAXED);
+
+	if (!impl) {
+		impl = chell_crc32c_hw_available() ? 2 : 1;
+		__atomic_store_n(&crc_impl, impl, __ATOMIC_RELAXED);
+	}
+	return impl == 2 ? chell_crc32c_hw(crc, buf, len) : chell_crc32c_table(crc, buf, len);
+}
