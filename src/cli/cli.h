@@ -33,6 +33,8 @@ int cmd_version(int argc, char **argv);
 void cmd_version_usage(FILE *f);
 int cmd_stat(int argc, char **argv);
 void cmd_stat_usage(FILE *f);
+int cmd_pool(int argc, char **argv);
+void cmd_pool_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */

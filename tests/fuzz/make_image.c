@@ -79,6 +79,8 @@ int main(int argc, char **argv)
 		die("usage", "no output file");
 	if (unfinished > lay.journals)
 		die("--unfinished", "at most one unfinished transaction per journal");
+	if (unfinished > lay.heap_size)
+		die("--unfinished", "more unfinished transactions than heap bytes");
 
 	int fd = open(out, O_RDWR | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0)
@@ -113,11 +115,14 @@ int main(int argc, char **argv)
 	       " \"unfinished\": [",
 	       out, lay.journals, lay.journal_entries, (unsigned long long)heap_size);
 	for (unsigned long j = 0; j < unfinished; j++) {
+		/* Each in its own slice of the heap: overlapping unfinished
+		 * ranges would make "before" depend on the rollback order. */
 		struct chell_tx *tx;
-		uint64_t off = next(&seed) % heap_size;
+		uint64_t slice = heap_size / unfinished, end = (j + 1) * slice;
+		uint64_t off = j * slice + next(&seed) % slice;
 		size_t len = 1 + next(&seed) % max_len;
-		if (len > heap_size - off)
-			len = (size_t)(heap_size - off);
+		if (len > end - off)
+			len = (size_t)(end - off);
 		if ((rc = chell_tx_begin(r, (unsigned)j, &tx)) < 0 ||
 		    (rc = chell_tx_add_range(tx, off, len)) < 0)
 			die("unfinished transaction", strerror(-rc));
