@@ -149,9 +149,10 @@ static void pobj_setup(struct pobj_arm *a, const char *dir)
 {
 	snprintf(a->path, sizeof a->path, "%s/chell_bench_tx.%d.pmemobj", dir, (int)getpid());
 	unlink(a->path);
-	/* The pool holds the root object plus libpmemobj's own metadata and
-	 * lanes; its minimum (PMEMOBJ_MIN_POOL) is larger than the heap. */
-	size_t pool = 4 * (size_t)HEAP;
+	/* The pool holds the root object, libpmemobj's metadata and lanes,
+	 * and the undo-log buffers a transaction allocates from the heap: at
+	 * 8 MiB (PMEMOBJ_MIN_POOL) a 4 KB snapshot fails with ENOMEM. */
+	size_t pool = 32 * (size_t)HEAP;
 	if (pool < PMEMOBJ_MIN_POOL)
 		pool = PMEMOBJ_MIN_POOL;
 	a->pop = pmemobj_create(a->path, "chell_bench_tx", pool, 0600);
