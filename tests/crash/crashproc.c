@@ -36,6 +36,7 @@
 struct opts {
 	const char *file, *ack;
 	int create;
+	int break_undo;           /* run: leave one range of every update unlogged */
 	uint64_t tx, seed, heap;
 	unsigned journals, entries;
 };
@@ -90,6 +91,8 @@ static int cmd_run(const struct opts *o)
 		chell_region_close(r);
 		return 2;
 	}
+	if (o->break_undo)
+		w.brk = WL_BREAK_MISSING_UNDO;
 	volatile uint64_t *ack = NULL;
 	if (o->ack) {
 		ack = map_ack(o->ack, 1);
@@ -120,8 +123,8 @@ static int cmd_run(const struct opts *o)
 /* The heap after transactions 1..n of the workload, into out (heap bytes). */
 static int replay(const struct opts *o, uint64_t heap_size, uint64_t n, uint8_t *out, char *err, size_t errlen)
 {
-	struct chell_region_layout lay = {1, o->entries, heap_size};
-	size_t len = 4096 * 3 + (size_t)(o->entries + 1u) * 64 + heap_size + 65536;
+	struct chell_region_layout lay = {o->journals, o->entries, heap_size};
+	size_t len = 4096 * 3 + (size_t)o->journals * ((o->entries + 1u) * 64 + 8) + heap_size + 65536;
 	uint8_t *img = aligned_alloc(4096, (len + 4095) / 4096 * 4096);
 	struct chell_region *r;
 	struct wl w;
@@ -219,6 +222,8 @@ static void usage(FILE *f)
 		"in A. check: recover F and verify it against A and a replay. Exit 0 ok,\n"
 		"1 violation, 2 error.\n"
 		"  --seed S        workload seed (default 1; run and check must agree)\n"
+		"  --break missing-undo   run: a deliberate bug (one range of every update is\n"
+		"                  changed unlogged), which check must catch after a kill\n"
 		"  --heap BYTES    heap size for --create (default 65536)\n"
 		"  --journals J    client journals (default 4)\n"
 		"  --entries E     entries per journal (default 128)\n"
@@ -232,7 +237,8 @@ int main(int argc, char **argv)
 		{"create", no_argument, 0, 'c'},        {"tx", required_argument, 0, 't'},
 		{"seed", required_argument, 0, 's'},    {"heap", required_argument, 0, 'H'},
 		{"journals", required_argument, 0, 'J'}, {"entries", required_argument, 0, 'E'},
-		{"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
+		{"break", required_argument, 0, 'b'},   {"help", no_argument, 0, 'h'},
+		{0, 0, 0, 0},
 	};
 	struct opts o = {.seed = 1, .heap = 65536, .journals = 4, .entries = 128};
 	int c;
@@ -252,7 +258,7 @@ int main(int argc, char **argv)
 		if (optarg) {
 			errno = 0;
 			v = strtoull(optarg, &end, 0);
-			if (c != 'F' && c != 'a' && (errno || end == optarg || *end || optarg[0] == '-')) {
+			if (c != 'F' && c != 'a' && c != 'b' && (errno || end == optarg || *end || optarg[0] == '-')) {
 				fprintf(stderr, "chell_crashproc: bad number '%s'\n", optarg);
 				return 2;
 			}
@@ -261,6 +267,13 @@ int main(int argc, char **argv)
 		case 'F': o.file = optarg; break;
 		case 'a': o.ack = optarg; break;
 		case 'c': o.create = 1; break;
+		case 'b':
+			if (strcmp(optarg, "missing-undo") != 0) {
+				fprintf(stderr, "chell_crashproc: unknown --break '%s'\n", optarg);
+				return 2;
+			}
+			o.break_undo = 1;
+			break;
 		case 't': o.tx = v; break;
 		case 's': o.seed = v; break;
 		case 'H': o.heap = v; break;
