@@ -135,8 +135,9 @@ def plot(path, res):
     for x, r in zip(xs, rows):
         if r["ratio_chell_over_pmemobj"]:
             top = max(r["chell"]["median_ns"], r["pmemobj"]["median_ns"])
-            ax.annotate(f"ratio {r['ratio_chell_over_pmemobj']:.2f}", (x, top * 1.12),
-                        ha="center", fontsize=8)
+            ax.annotate(f"chell/pmemobj {r['ratio_chell_over_pmemobj']:.2f}", (x, top),
+                        xytext=(0, 16), textcoords="offset points", ha="center", fontsize=8,
+                        fontweight="bold")
     ax.set_xticks(list(xs))
     ax.set_xticklabels([f"{r['size']} B" if r["size"] < 1024 else f"{r['size'] // 1024} KB"
                         for r in rows])

@@ -1,0 +1,22 @@
+"""scripts/fuzz.sh: the libFuzzer build of fuzz_region_open runs, starting
+from the committed seeds, for a bounded time without a finding.
+
+Short (20 s of fuzzing plus the clang build of the library) because it runs
+in every CI pass; longer campaigns are `scripts/fuzz.sh --seconds N`. The
+seed corpus itself is replayed by ctest (fuzz_region_open_corpus).
+"""
+import re
+import subprocess
+
+from conftest import REPO
+
+SECONDS = 20
+
+
+def test_fuzz_region_open_runs_clean():
+    r = subprocess.run([str(REPO / "scripts" / "fuzz.sh"), "--seconds", str(SECONDS)],
+                       capture_output=True, text=True, timeout=SECONDS + 240)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    m = re.search(r"region_open: (\d+) executions in", r.stdout)
+    assert m, r.stdout + r.stderr[-2000:]
+    assert int(m.group(1)) > 0
