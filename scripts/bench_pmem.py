@@ -14,8 +14,9 @@ tmpfs is DRAM, so these are the costs of the instructions and the logging
 protocol, not of persistent-memory media.
 
 build/bin/chell_bench_tx alternates the two arms batch by batch in one
-process; this driver runs it --runs times, pools every batch, and reports the
-median ns per commit and the ratio chell/pmemobj (< 1: Chell is faster).
+process; this driver runs it 5 times (--quick: once), pools every batch, and
+reports the median ns per commit and the ratio chell/pmemobj (< 1: Chell is
+faster).
 Target: Chell no slower than libpmemobj. It is reported, never enforced: the
 exit status is 0 whenever the measurements succeeded.
 
@@ -38,7 +39,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SIZES = [64, 256, 4096]
 ARMS = ("chell", "pmemobj")
-PROFILES = {"full": dict(runs=3, reps=15, batch=2000), "quick": dict(runs=1, reps=7, batch=500)}
+PROFILES = {"full": dict(runs=5, reps=21, batch=2000), "quick": dict(runs=1, reps=7, batch=500)}
 
 
 def log(msg):
