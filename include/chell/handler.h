@@ -67,6 +67,22 @@ struct chell_ofd {
 	unsigned char priv[CHELL_MAX_LAYERS][CHELL_PRIV_BYTES];
 };
 
+/*
+ * Optional shortcuts for the hottest calls (read, pread, write, pwrite with
+ * one buffer). Only the handler at layer 0 may install them, in opened() or
+ * adopt(), by setting chell_file.fast. A shortcut either completes the call
+ * exactly as the handler's read/write operation would, or returns
+ * CHELL_FAST_MISS having changed nothing, and the general path runs.
+ */
+#define CHELL_FAST_MISS ((ssize_t)INT64_MIN)
+struct chell_file;
+struct chell_fast_ops {
+	ssize_t (*read)(struct chell_file *f, int fd, void *buf, size_t n);
+	ssize_t (*pread)(struct chell_file *f, int fd, void *buf, size_t n, off_t off);
+	ssize_t (*write)(struct chell_file *f, int fd, const void *buf, size_t n);
+	ssize_t (*pwrite)(struct chell_file *f, int fd, const void *buf, size_t n, off_t off);
+};
+
 /* Per-process view of an OFD: one per OFD per process. */
 struct chell_file {
 	struct chell_ofd *ofd;     /* shared state */
@@ -74,6 +90,7 @@ struct chell_file {
 	const struct chell_stack *stack;
 	char *path;                /* absolute path given at open (may be stale after rename) */
 	void *local[CHELL_MAX_LAYERS]; /* process-local state of layer i, NULL until set */
+	const struct chell_fast_ops *fast; /* shortcuts of layer 0, or NULL */
 	/* hub bookkeeping */
 	uint32_t refs;             /* descriptors of this process + calls in flight (atomic) */
 	uint32_t live;             /* 1 while allocated (atomic) */

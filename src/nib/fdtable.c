@@ -101,6 +101,7 @@ struct chell_file *file_alloc(void)
 	f->stack = NULL;
 	f->path = NULL;
 	f->release_pending = 0;
+	f->fast = NULL;
 	memset(f->local, 0, sizeof(f->local));
 	atomic_store((_Atomic uint32_t *)&f->live, 1);
 	return f;
@@ -130,6 +131,7 @@ static void file_destroy(struct chell_file *f)
 {
 	chell_hazard_wait(f); /* calls in other threads finish with f first */
 	chell_crit_enter();
+	f->fast = NULL;
 	if (f->ofd && f->stack) {
 		for (int i = f->stack->depth - 1; i >= 0; i--) {
 			const struct chell_handler *h = f->stack->handlers[i];

@@ -67,10 +67,25 @@ __attribute__((noinline)) static ssize_t slow_write(int fd, enum chell_op op,
 
 /* ------------------------------------------------------------------- read */
 
+/* The layer-0 shortcut, if the file has one (see chell_fast_ops). */
+#define TRY_FAST(fd, member, ...)                                                  \
+	do {                                                                       \
+		struct chell_file *ff_ = file_enter(fd);                           \
+		if (ff_) {                                                         \
+			ssize_t rr_ = ff_->fast && ff_->fast->member                \
+					      ? ff_->fast->member(ff_, fd, __VA_ARGS__) \
+					      : CHELL_FAST_MISS;                    \
+			file_leave(ff_);                                           \
+			if (rr_ != CHELL_FAST_MISS)                                \
+				return hub_ret(rr_);                               \
+		}                                                                  \
+	} while (0)
+
 CHELL_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	if (UNCLAIMED(fd))
 		return REAL(read)(fd, buf, n);
+	TRY_FAST(fd, read, buf, n);
 	struct iovec v = {buf, n};
 	return slow_read(fd, CHELL_OP_READ, &v, 1, -1, 0);
 }
@@ -79,6 +94,7 @@ CHELL_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
 	if (UNCLAIMED(fd))
 		return REAL(pread64)(fd, buf, n, off);
+	TRY_FAST(fd, pread, buf, n, off);
 	struct iovec v = {buf, n};
 	return slow_read(fd, CHELL_OP_PREAD, &v, 1, off, 0);
 }
@@ -135,6 +151,7 @@ CHELL_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	if (UNCLAIMED(fd))
 		return REAL(write)(fd, buf, n);
+	TRY_FAST(fd, write, buf, n);
 	struct iovec v = {(void *)buf, n};
 	return slow_write(fd, CHELL_OP_WRITE, &v, 1, -1, 0);
 }
@@ -143,6 +160,7 @@ CHELL_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	if (UNCLAIMED(fd))
 		return REAL(pwrite64)(fd, buf, n, off);
+	TRY_FAST(fd, pwrite, buf, n, off);
 	struct iovec v = {(void *)buf, n};
 	return slow_write(fd, CHELL_OP_PWRITE, &v, 1, off, 0);
 }

@@ -165,10 +165,13 @@ static void direct_opened(chell_ctx *c)
 		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the application wants the kernel's I/O path */
 	}
-	if (attach(c, 1) == 0)
+	if (attach(c, 1) == 0) {
 		d->active = 1;
-	else
+		if (c->layer == 0) /* nothing above us to bypass */
+			c->f->fast = &direct_fast_ops;
+	} else {
 		DSTAT(kernel_fallbacks, 1);
+	}
 }
 
 static int direct_adopt(chell_ctx *c)
@@ -179,6 +182,8 @@ static int direct_adopt(chell_ctx *c)
 		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 		d->active = 0;
 	}
+	if (d->active && c->layer == 0)
+		c->f->fast = &direct_fast_ops;
 	return 0;
 }
 
@@ -613,6 +618,7 @@ static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 		/* the application asks for the kernel's I/O path from now on */
 		direct_sync_out(c);
 		D(c)->active = 0;
+		c->f->fast = NULL; /* other processes see active == 0 and miss */
 	}
 	return r;
 }

@@ -117,7 +117,13 @@ struct direct_stats {
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t kernel_fallbacks, mmaps, faults, extends, fsyncs, zero_copy;
 };
-struct direct_stats *direct_stats_tls(void);
+extern __thread struct direct_stats *direct_tls_stats;
+struct direct_stats *direct_stats_slow(void);
+static inline struct direct_stats *direct_stats_tls(void)
+{
+	struct direct_stats *s = direct_tls_stats;
+	return likely(s != NULL) ? s : direct_stats_slow();
+}
 #define DSTAT(field, n) (direct_stats_tls()->field += (n))
 void direct_stats_sum(struct direct_stats *out);
 void direct_stats_dump(void);
@@ -134,6 +140,7 @@ struct direct_local {
 	struct direct_inode *inode;
 };
 extern const struct chell_handler chell_direct_handler;
+extern const struct chell_fast_ops direct_fast_ops; /* fast.c */
 /* For api.c: the direct state of fd, or NULL when fd is not direct. */
 struct chell_file *direct_file_get(int fd, int *layer);
 ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count);

@@ -20,13 +20,11 @@ struct stats_block {
 
 static struct stats_block *blocks;
 static pthread_mutex_t blocks_lock = PTHREAD_MUTEX_INITIALIZER;
-static __thread struct stats_block *tls_block;
+__thread struct direct_stats *direct_tls_stats;
 static struct direct_stats dummy; /* if allocation fails, count into the void */
 
-struct direct_stats *direct_stats_tls(void)
+struct direct_stats *direct_stats_slow(void)
 {
-	if (likely(tls_block != NULL))
-		return &tls_block->s;
 	struct stats_block *b = calloc(1, sizeof(*b));
 	if (!b)
 		return &dummy;
@@ -34,7 +32,7 @@ struct direct_stats *direct_stats_tls(void)
 	b->next = blocks;
 	blocks = b;
 	pthread_mutex_unlock(&blocks_lock);
-	tls_block = b;
+	direct_tls_stats = &b->s;
 	return &b->s;
 }
 
