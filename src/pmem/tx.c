@@ -79,10 +79,15 @@ int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
 		return -ENOSPC;
 
 	if (!tx->slot_set) {
-		/* Recovery scans only active journals, so the slot must be on
-		 * media no later than the entries; the drain below covers both
-		 * (before it the caller has modified nothing). */
+		/* The slot naming this transaction's generation must reach media
+		 * BEFORE any of its entries: the entries overwrite the previous
+		 * transaction's, whose slot reset commit left undrained. If new
+		 * entries could persist while the slot still named the previous
+		 * generation, recovery would find a prefix of that committed
+		 * transaction's undo log and no finish record, and roll it back
+		 * (found by the crash simulator with a single journal). */
 		slot_store(r, tx->journal, PM_SLOT(tx->gen, 1));
+		r->ops.drain(r->ops.ctx);
 		tx->slot_set = 1;
 	}
 	const uint8_t *heap = r->base + r->lay.heap_off;

@@ -76,16 +76,6 @@ def test_random_points_and_small_journals():
     assert rc == 0 and viol == 0 and points == 1501, out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "pmem bug: with one journal the next transaction reuses it at once; commit "
-    "leaves the slot reset (gen+1, inactive) undrained, and the first add_range "
-    "puts the new slot and the new undo entries in one drain epoch, so a crash "
-    "can persist some new entries while the slot still names the committed "
-    "transaction's generation: recovery then finds a prefix of its old undo "
-    "entries, no finish record, and rolls the committed transaction back. "
-    "A drain after the slot store in add_range makes this pass. Reproducer: "
-    "chell_crashsim --tx 400 --seed 3 --heap 32768 --journals 1 --entries 64 "
-    "--point 97 --mode subset"))
 def test_single_journal_reused_by_the_next_transaction():
     rc, out = crashsim("--tx", "400", "--seed", "3", "--journals", "1", "--entries", "64",
                        "--heap", "32768", "--show", "1")
