@@ -5,7 +5,8 @@
 #   scripts/bench.sh [--quick] [--build build] [--out out/bench]
 #
 # Drivers: scripts/bench_overhead.py (interposition cost, out/overhead.*) and
-# scripts/bench_direct.py (direct mode vs kernel vs memcpy, out/direct.*).
+# scripts/bench_direct.py (direct mode vs kernel vs memcpy, out/direct.*) and
+# scripts/bench_pmem.py (transaction commit latency vs libpmemobj, out/pmem.*).
 # --quick shortens each of them (fewer repetitions, no callgrind counts).
 # Timing targets are reported by the drivers, never enforced: the exit
 # status is non-zero only if a driver itself failed (or the build is missing).
@@ -53,6 +54,11 @@ if [[ -f $repo/scripts/bench_direct.py ]]; then
 	args=(--build "$build" --out "$out")
 	((quick)) && args+=(--quick)
 	run direct python3 "$repo/scripts/bench_direct.py" "${args[@]}"
+fi
+if [[ -f $repo/scripts/bench_pmem.py ]]; then
+	args=(--build "$build" --out "$out")
+	((quick)) && args+=(--quick)
+	run pmem python3 "$repo/scripts/bench_pmem.py" "${args[@]}"
 fi
 
 echo "=== bench.sh: ran: ${ran[*]:-none}; failed: ${failed[*]:-none}; results in $out" >&2
