@@ -66,7 +66,7 @@ int chell_pmem_fd_is_dax(int fd);
 /* ------------------------------------------------------------ regions */
 
 #define CHELL_REGION_MAGIC "CHELLPM1"    /* 8 bytes at offset 0 */
-#define CHELL_REGION_VERSION 1
+#define CHELL_REGION_VERSION 2 /* 2: multi-line undo records */
 #define CHELL_JOURNAL_ENTRY 64           /* bytes per journal entry */
 
 struct chell_region;                      /* opaque */

@@ -32,9 +32,10 @@ int chell_crc32c_hw_available(void);
 #define PM_SB_SIZE 4096u
 #define PM_SB_CRC_OFF 96u                /* the crc field; CRC covers the rest */
 #define PM_ENTRY CHELL_JOURNAL_ENTRY     /* 64 */
-#define PM_ENTRY_DATA 48u                /* undo bytes per entry */
+#define PM_INLINE 40u                    /* undo bytes inside a record header */
+#define PM_NONE UINT32_MAX               /* "no previous record" */
 #define PM_MAX_JOURNALS 4096u
-#define PM_MIN_ENTRIES 2u                /* one undo entry + the finish record */
+#define PM_MIN_ENTRIES 2u                /* one one-entry undo record + the finish record */
 #define PM_MAX_ENTRIES (1u << 24)
 #define PM_MASTER_MAGIC "CHELLMJ1"
 #define PM_JOURNAL_MAGIC "CHELLJN1"
@@ -74,18 +75,34 @@ _Static_assert(sizeof(struct pm_jhdr) == PM_ENTRY, "journal header is one entry"
 
 enum { PM_E_UNDO = 1, PM_E_FINISH = 2 };
 
-/* A journal entry. The CRC is seeded with (uuid, journal, entry index,
- * generation) and covers bytes 4..63, so an entry left over from an older
- * transaction, from another slot, or torn by a power failure never checks. */
+/* A record header: one journal entry, followed (undo records longer than
+ * PM_INLINE bytes) by pm_rec_lines(len) raw 64-byte lines holding the rest
+ * of the old data, copied straight from the heap. The CRC is seeded with
+ * (uuid, journal, header index, generation) and covers header bytes 4..63
+ * and the pm_rec_tail(len) data bytes in the lines, so a record left over
+ * from an older transaction, copied from another place, or torn anywhere
+ * by a power failure never checks. */
 struct pm_entry {
 	uint32_t crc;             /*  0 */
 	uint8_t type;             /*  4 PM_E_UNDO / PM_E_FINISH */
-	uint8_t len;              /*  5 undo bytes in data (1..48); finish: 0 */
-	uint16_t pad;             /*  6 zero */
-	uint64_t off;             /*  8 undo: heap offset; finish: number of undo entries */
-	uint8_t data[PM_ENTRY_DATA]; /* 16 */
+	uint8_t zero8;            /*  5 zero */
+	uint16_t zero16;          /*  6 zero */
+	uint64_t off;             /*  8 undo: heap offset; finish: its own index */
+	uint32_t len;             /* 16 undo: bytes of old data (>= 1); finish: 0 */
+	uint32_t prev;            /* 20 header index of the previous undo record, PM_NONE for the first */
+	uint8_t data[PM_INLINE];  /* 24 undo: the first min(len, 40) old bytes */
 };
-_Static_assert(sizeof(struct pm_entry) == PM_ENTRY, "entry is a cache line");
+_Static_assert(sizeof(struct pm_entry) == PM_ENTRY, "record header is a cache line");
+
+/* Old-data bytes after the inline part, and the whole lines they fill. */
+static inline uint64_t pm_rec_tail(uint64_t len)
+{
+	return len > PM_INLINE ? len - PM_INLINE : 0;
+}
+static inline uint64_t pm_rec_lines(uint64_t len)
+{
+	return (pm_rec_tail(len) + PM_ENTRY - 1) / PM_ENTRY;
+}
 
 /* Master journal slot (one 8-byte word per client journal, stored with a
  * single aligned store, so it is never torn): generation << 1 | active. */
@@ -134,12 +151,17 @@ uint32_t pm_jhdr_crc(const struct pm_jhdr *h);
 
 /* ------------------------------------------------------------ journals */
 
+/* CRC of the record whose header e sits at `index`; tail = its
+ * pm_rec_tail(e->len) data bytes (the heap when writing, the lines after
+ * the header when checking). */
 uint32_t pm_entry_crc(const uint8_t uuid[16], uint32_t journal, uint32_t index, uint64_t gen,
-		      const struct pm_entry *e);
+		      const struct pm_entry *e, const void *tail);
 
 /* What a scan of one journal finds (for recovery, abort and check). */
 struct pm_scan {
-	uint32_t undo;            /* valid undo entries from index 0 */
+	uint32_t undo;            /* entries used by valid undo records from index 0 */
+	uint32_t records;         /* how many undo records */
+	uint32_t last;            /* header index of the last one, PM_NONE if none */
 	int finished;             /* a valid finish record follows them */
 	int bad;                  /* a valid-checksum entry is inconsistent (index in bad_index) */
 	uint32_t bad_index;
@@ -170,7 +192,16 @@ struct chell_tx {
 	uint32_t journal;
 	uint64_t gen;             /* generation of this transaction */
 	uint32_t next;            /* next free entry */
+	uint32_t last;            /* header index of the last undo record, PM_NONE */
 	int slot_set;             /* the active slot was stored (first add_range) */
+	/* The recorded heap ranges, merged when adjacent, so commit flushes
+	 * them without reading the journal back (streaming stores evicted it
+	 * from the cache). More ranges than fit: commit walks the records. */
+	uint32_t nranges;
+	int ranges_overflow;
+	struct {
+		uint64_t off, len;
+	} ranges[8];
 	atomic_int in_use;
 };
 

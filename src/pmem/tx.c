@@ -3,7 +3,8 @@
  * Undo-logged transactions and their recovery. The protocol, with the
  * reason for every drain, is in docs/PERSISTENCE.md; in short:
  *
- *   add_range: (first time) slot := gen|active; undo entries; flush; DRAIN
+ *   add_range: (first time) slot := gen|active; DRAIN; one undo record
+ *              (header + raw lines of old data); DRAIN
  *              -- the caller may modify the range only after this.
  *   commit:    flush the modified ranges; DRAIN; finish record; DRAIN
  *              (the commit point); slot := gen+1, flushed, drained lazily.
@@ -15,8 +16,6 @@
 
 #include <errno.h>
 #include <string.h>
-
-#define BATCH 32 /* entries composed on the stack per memcpy_nodrain */
 
 static uint8_t *slot_ptr(struct chell_region *r, uint32_t j)
 {
@@ -49,11 +48,14 @@ int chell_tx_begin(struct chell_region *r, unsigned journal, struct chell_tx **o
 	int idle = 0;
 	if (!atomic_compare_exchange_strong(&tx->in_use, &idle, 1))
 		return -EBUSY;
-	/* The slot's generation is the one no entry in this journal carries
+	/* The slot's generation is the one no record in this journal carries
 	 * yet: every ended transaction moved it on. */
 	tx->gen = PM_SLOT_GEN(pm_slot_load(r->base, &r->lay, journal));
 	tx->next = 0;
+	tx->last = PM_NONE;
 	tx->slot_set = 0;
+	tx->nranges = 0;
+	tx->ranges_overflow = 0;
 	*out = tx;
 	return 0;
 }
@@ -61,6 +63,28 @@ int chell_tx_begin(struct chell_region *r, unsigned journal, struct chell_tx **o
 static void tx_release(struct chell_tx *tx)
 {
 	atomic_store(&tx->in_use, 0);
+}
+
+/* Remember [off, off+len) for commit's flush, merged with the previous
+ * range when they touch or overlap. */
+static void note_range(struct chell_tx *tx, uint64_t off, uint64_t len)
+{
+	if (tx->nranges) {
+		uint64_t lo = tx->ranges[tx->nranges - 1].off, hi = lo + tx->ranges[tx->nranges - 1].len;
+		if (off <= hi && off + len >= lo) {
+			uint64_t nlo = off < lo ? off : lo, nhi = off + len > hi ? off + len : hi;
+			tx->ranges[tx->nranges - 1].off = nlo;
+			tx->ranges[tx->nranges - 1].len = nhi - nlo;
+			return;
+		}
+	}
+	if (tx->nranges == sizeof(tx->ranges) / sizeof(tx->ranges[0])) {
+		tx->ranges_overflow = 1;
+		return;
+	}
+	tx->ranges[tx->nranges].off = off;
+	tx->ranges[tx->nranges].len = len;
+	tx->nranges++;
 }
 
 int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
@@ -72,70 +96,73 @@ int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
 		return -EINVAL;
 	if (len == 0)
 		return 0;
-	uint64_t need = (len + PM_ENTRY_DATA - 1) / PM_ENTRY_DATA;
-	/* One entry stays free for the finish record, so a full journal can
-	 * always still commit what it holds. */
+	/* One record: its header and the lines after it. One entry stays free
+	 * for the finish record, so a full journal can always still commit
+	 * what it holds. */
+	uint64_t need = 1 + pm_rec_lines(len);
 	if (need + 1 > (uint64_t)r->lay.entries - tx->next)
 		return -ENOSPC;
 
 	if (!tx->slot_set) {
 		/* The slot naming this transaction's generation must reach media
-		 * BEFORE any of its entries: the entries overwrite the previous
+		 * BEFORE any of its records: they overwrite the previous
 		 * transaction's, whose slot reset commit left undrained. If new
-		 * entries could persist while the slot still named the previous
-		 * generation, recovery would find a prefix of that committed
-		 * transaction's undo log and no finish record, and roll it back
-		 * (found by the crash simulator with a single journal). */
+		 * lines could persist while the slot still named the previous
+		 * generation, recovery could find a prefix of that committed
+		 * transaction's undo records and no finish record, and roll it
+		 * back (found by the crash simulator with a single journal). */
 		slot_store(r, tx->journal, PM_SLOT(tx->gen, 1));
 		r->ops.drain(r->ops.ctx);
 		tx->slot_set = 1;
 	}
-	const uint8_t *heap = r->base + r->lay.heap_off;
-	struct pm_entry batch[BATCH];
-	uint32_t first = tx->next, n = 0;
-	while (len) {
-		struct pm_entry *e = &batch[n];
-		size_t c = len < PM_ENTRY_DATA ? len : PM_ENTRY_DATA;
-		memset(e, 0, sizeof(*e));
-		e->type = PM_E_UNDO;
-		e->len = (uint8_t)c;
-		e->off = off;
-		memcpy(e->data, heap + off, c);
-		e->crc = pm_entry_crc(r->lay.uuid, tx->journal, first + n, tx->gen, e);
-		off += c;
-		len -= c;
-		if (++n == BATCH || !len) {
-			r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, first), batch, n * sizeof(*e));
-			first += n;
-			n = 0;
-		}
-	}
+	const uint8_t *old = r->base + r->lay.heap_off + off;
+	struct pm_entry h;
+	memset(&h, 0, sizeof(h));
+	h.type = PM_E_UNDO;
+	h.off = off;
+	h.len = (uint32_t)len; /* need < 2^24 lines: len < 2^31 */
+	h.prev = tx->last;
+	memcpy(h.data, old, len < PM_INLINE ? len : PM_INLINE);
+	h.crc = pm_entry_crc(r->lay.uuid, tx->journal, tx->next, tx->gen, &h, len > PM_INLINE ? old + PM_INLINE : NULL);
+	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next), &h, sizeof(h));
+	if (len > PM_INLINE) /* the rest straight from the heap, no staging copy */
+		r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next + 1), old + PM_INLINE,
+				      len - PM_INLINE);
 	/* The undo image is durable before add_range returns, hence before
 	 * the caller's first store to the range. */
 	r->ops.drain(r->ops.ctx);
-	tx->next = first;
+	tx->last = tx->next;
+	tx->next += (uint32_t)need;
+	note_range(tx, off, len);
 	return 0;
 }
 
-/* Read back entry i of journal j as we wrote it (bounds checked again:
- * the region memory is shared with the caller). */
-static int undo_entry(struct chell_region *r, uint32_t j, uint32_t i, struct pm_entry *e)
+/* Read back the undo record whose header is at index i of journal j as we
+ * wrote it (bounds checked again: the region memory is shared with the
+ * caller, and recovery follows prev links). */
+static int undo_record(struct chell_region *r, uint32_t j, uint32_t i, struct pm_entry *e)
 {
+	if (i >= r->lay.entries)
+		return 0;
 	memcpy(e, entry_ptr(r, j, i), sizeof(*e));
-	return e->type == PM_E_UNDO && e->len >= 1 && e->len <= PM_ENTRY_DATA && e->off <= r->lay.heap_size &&
-	       e->len <= r->lay.heap_size - e->off;
+	return e->type == PM_E_UNDO && e->len >= 1 && e->off <= r->lay.heap_size &&
+	       e->len <= r->lay.heap_size - e->off && pm_rec_lines(e->len) < (uint64_t)r->lay.entries - i &&
+	       (e->prev == PM_NONE || e->prev < i);
 }
 
-/* Put back the old contents of entries [0, count) in reverse order (so
- * the oldest copy of a range recorded twice wins), flushed, not drained. */
-static void apply_undo(struct chell_region *r, uint32_t j, uint32_t count)
+/* Put back the old contents of the records from the one at `last` back
+ * along the prev links (reverse order, so the oldest copy of a range
+ * recorded twice wins), flushed, not drained. */
+static void apply_undo(struct chell_region *r, uint32_t j, uint32_t last)
 {
 	uint8_t *heap = r->base + r->lay.heap_off;
+	struct pm_entry e;
 
-	for (uint32_t i = count; i-- > 0;) {
-		struct pm_entry e;
-		if (undo_entry(r, j, i, &e))
-			r->ops.memcpy_nodrain(r->ops.ctx, heap + e.off, e.data, e.len);
+	for (uint32_t i = last; i != PM_NONE && undo_record(r, j, i, &e); i = e.prev) {
+		r->ops.memcpy_nodrain(r->ops.ctx, heap + e.off, e.data, e.len < PM_INLINE ? e.len : PM_INLINE);
+		if (e.len > PM_INLINE)
+			r->ops.memcpy_nodrain(r->ops.ctx, heap + e.off + PM_INLINE, entry_ptr(r, j, i + 1),
+					      e.len - PM_INLINE);
 	}
 }
 
@@ -151,24 +178,16 @@ int chell_tx_commit(struct chell_tx *tx)
 		return 0;
 	}
 	/* 1. The new data must be durable before the finish record says the
-	 *    undo image is no longer needed. Adjacent entries are one range. */
+	 *    undo image is no longer needed. */
 	uint8_t *heap = r->base + r->lay.heap_off;
-	uint64_t run_off = 0, run_len = 0;
-	for (uint32_t i = 0; i < tx->next; i++) {
+	if (!tx->ranges_overflow) {
+		for (uint32_t k = 0; k < tx->nranges; k++)
+			r->ops.flush(r->ops.ctx, heap + tx->ranges[k].off, tx->ranges[k].len);
+	} else {
 		struct pm_entry e;
-		if (!undo_entry(r, j, i, &e))
-			continue;
-		if (run_len && e.off == run_off + run_len) {
-			run_len += e.len;
-			continue;
-		}
-		if (run_len)
-			r->ops.flush(r->ops.ctx, heap + run_off, run_len);
-		run_off = e.off;
-		run_len = e.len;
+		for (uint32_t i = tx->last; i != PM_NONE && undo_record(r, j, i, &e); i = e.prev)
+			r->ops.flush(r->ops.ctx, heap + e.off, e.len);
 	}
-	if (run_len)
-		r->ops.flush(r->ops.ctx, heap + run_off, run_len);
 	r->ops.drain(r->ops.ctx);
 
 	/* 2. The finish record: once it is on media the transaction is
@@ -177,11 +196,12 @@ int chell_tx_commit(struct chell_tx *tx)
 	memset(&f, 0, sizeof(f));
 	f.type = PM_E_FINISH;
 	f.off = tx->next;
-	f.crc = pm_entry_crc(r->lay.uuid, j, tx->next, tx->gen, &f);
+	f.prev = tx->last;
+	f.crc = pm_entry_crc(r->lay.uuid, j, tx->next, tx->gen, &f, NULL);
 	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, j, tx->next), &f, sizeof(f));
 	r->ops.drain(r->ops.ctx);
 
-	/* 3. Reset the journal: the next generation makes every entry stale.
+	/* 3. Reset the journal: the next generation makes every record stale.
 	 *    No drain: if this store is lost, recovery finds the finish
 	 *    record and only resets; the next add_range drains it anyway. */
 	slot_store(r, j, PM_SLOT(tx->gen + 1, 0));
@@ -199,7 +219,7 @@ int chell_tx_abort(struct chell_tx *tx)
 		tx_release(tx);
 		return 0;
 	}
-	apply_undo(r, tx->journal, tx->next);
+	apply_undo(r, tx->journal, tx->last);
 	r->ops.drain(r->ops.ctx);
 	/* Drained now: with no finish record, a still-active slot would let a
 	 * later recovery "restore" over what the caller writes after abort. */
@@ -234,7 +254,7 @@ int pm_recover(struct chell_region *r, struct pm_diag *d)
 		uint64_t gen = PM_SLOT_GEN(slot);
 		pm_scan_journal(&v, j, gen, &s, d);
 		if (!s.finished && s.undo) {
-			apply_undo(r, j, s.undo);
+			apply_undo(r, j, s.last);
 			/* The restored data before the reset that discards the
 			 * undo image: a crash in between redoes the (idempotent)
 			 * rollback. */

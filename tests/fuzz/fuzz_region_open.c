@@ -167,14 +167,19 @@ static void fix_checksums(uint8_t *img, size_t size)
 		return;
 	for (uint32_t j = 0; j < lay.journals && j < 64; j++) {
 		uint64_t gen = PM_SLOT_GEN(pm_slot_load(img, &lay, j));
-		for (uint32_t i = 0; i < lay.entries && i < 256; i++) {
+		for (uint32_t i = 0; i < lay.entries && i < 256;) {
 			uint8_t *at = (uint8_t *)pm_entry_at(img, &lay, j, i);
 			struct pm_entry e;
 			memcpy(&e, at, sizeof e);
 			if (e.type != PM_E_UNDO && e.type != PM_E_FINISH)
 				break;
-			e.crc = pm_entry_crc(lay.uuid, j, i, gen, &e);
+			/* A record's data lines must stay inside the journal. */
+			uint64_t lines = pm_rec_lines(e.len);
+			if (lines >= (uint64_t)lay.entries - i)
+				break;
+			e.crc = pm_entry_crc(lay.uuid, j, i, gen, &e, lines ? at + PM_ENTRY : NULL);
 			memcpy(at, &e, sizeof e);
+			i += 1 + (uint32_t)lines;
 		}
 	}
 }

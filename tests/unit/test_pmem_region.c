@@ -156,8 +156,8 @@ static void test_magic_version(void **state)
 	free(m.base);
 
 	img_new(&m);
-	m.base[8] ^= 0x02; /* version 1 -> 3 */
-	expect_open(&m, m.len, -ENOTSUP, "unsupported region version 3 (this build reads version 1)");
+	m.base[8] ^= 0x01; /* version 2 -> 3 */
+	expect_open(&m, m.len, -ENOTSUP, "unsupported region version 3 (this build reads version 2)");
 	free(m.base);
 }
 
