@@ -482,13 +482,28 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 				;
 		}
 		uint64_t end = pos + (uint64_t)total;
-		int e = 0;
-		if (end > isize(in)) {
+		if (end > isize(in) && l->map->map_sync != 2) {
+			/* Growing the file needs a system call anyway: let it be the
+			 * write itself (one call, as without Chell) rather than an
+			 * extension plus a copy. The page cache it fills is what we
+			 * map. (On DAX the extension path keeps our flush policy.) */
 			chell_lock_acquire(&in->lock);
-			e = extend(c, in, pos, end);
+			if (pos > isize(in)) /* a hole before pos, for every process */
+				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
+			r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, 0);
+			if (r > 0 && pos + (uint64_t)r > isize(in))
+				isize_set(in, pos + (uint64_t)r);
 			chell_lock_release(&in->lock);
+			DSTAT(extends, 1);
+		} else {
+			int e = 0;
+			if (end > isize(in)) {
+				chell_lock_acquire(&in->lock);
+				e = extend(c, in, pos, end);
+				chell_lock_release(&in->lock);
+			}
+			r = e < 0 ? e : transfer(c, iov, cnt, pos, (size_t)total, 1);
 		}
-		r = e < 0 ? e : transfer(c, iov, cnt, pos, (size_t)total, 1);
 		if (off < 0 && r != total) {
 			uint64_t expect = end;
 			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
