@@ -108,49 +108,38 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 
 /* ------------------------------------------------------------------- exec */
 
+/* Run `call` (which uses `env`) with the descriptor handoff in place, and
+ * undo the bookkeeping if the exec fails. */
+#define EXEC_WITH_HANDOFF(what, envp, call)                                \
+	do {                                                               \
+		char **env = handoff_prepare_exec(envp);                   \
+		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
+		int r_ = (call);                                           \
+		int e_ = errno;                                            \
+		handoff_exec_failed(env);                                  \
+		errno = e_;                                                \
+		return r_;                                                 \
+	} while (0)
+
 CHELL_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	char **env = handoff_prepare_exec(envp);
-	hub_proc_event(CHELL_OP_EXEC, (long)path);
-	int r = REAL(execve)(path, argv, env);
-	int e = errno;
-	handoff_exec_failed(env);
-	errno = e;
-	return r;
+	EXEC_WITH_HANDOFF(path, envp, REAL(execve)(path, argv, env));
 }
 
 CHELL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	char **env = handoff_prepare_exec(envp);
-	hub_proc_event(CHELL_OP_EXEC, (long)file);
-	int r = REAL(execvpe)(file, argv, env);
-	int e = errno;
-	handoff_exec_failed(env);
-	errno = e;
-	return r;
+	EXEC_WITH_HANDOFF(file, envp, REAL(execvpe)(file, argv, env));
 }
 
 CHELL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	char **env = handoff_prepare_exec(envp);
-	hub_proc_event(CHELL_OP_EXEC, (long)"(fexecve)");
-	int r = REAL(fexecve)(fd, argv, env);
-	int e = errno;
-	handoff_exec_failed(env);
-	errno = e;
-	return r;
+	EXEC_WITH_HANDOFF("(fexecve)", envp, REAL(fexecve)(fd, argv, env));
 }
 
 CHELL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			  int flags)
 {
-	char **env = handoff_prepare_exec(envp);
-	hub_proc_event(CHELL_OP_EXEC, (long)path);
-	int r = (int)syscall(SYS_execveat, dirfd, path, argv, env, flags);
-	int e = errno;
-	handoff_exec_failed(env);
-	errno = e;
-	return r;
+	EXEC_WITH_HANDOFF(path, envp, (int)syscall(SYS_execveat, dirfd, path, argv, env, flags));
 }
 
 CHELL_EXPORT int execv(const char *path, char *const argv[])
