@@ -3,11 +3,11 @@
  * Undo-logged transactions and their recovery. The protocol, with the
  * reason for every drain, is in docs/PERSISTENCE.md; in short:
  *
- *   add_range: (first time) slot := gen|active; DRAIN; one undo record
- *              (header + raw lines of old data); DRAIN
- *              -- the caller may modify the range only after this.
- *   commit:    flush the modified ranges; DRAIN; finish record; DRAIN
- *              (the commit point); slot := gen+1, flushed, drained lazily.
+ *   add_range: (first time) slot := gen|active; one undo record (header +
+ *              raw lines of old data); DRAIN -- the caller may modify the
+ *              range only after this.
+ *   commit:    flush the modified ranges; DRAIN; finish record and
+ *              slot := gen+1; DRAIN (the commit point).
  *   abort:     old contents back, flushed; DRAIN; slot := gen+1; DRAIN.
  *
  * Every store to the region goes through r->ops (the simulator's hook).
@@ -104,15 +104,15 @@ int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
 		return -ENOSPC;
 
 	if (!tx->slot_set) {
-		/* The slot naming this transaction's generation must reach media
-		 * BEFORE any of its records: they overwrite the previous
-		 * transaction's, whose slot reset commit left undrained. If new
-		 * lines could persist while the slot still named the previous
-		 * generation, recovery could find a prefix of that committed
-		 * transaction's undo records and no finish record, and roll it
-		 * back (found by the crash simulator with a single journal). */
+		/* No drain of its own: fence 1 below makes the slot durable with
+		 * the record, before the caller may modify anything. Overwriting
+		 * the previous transaction's records before then is safe because
+		 * every transaction ended (commit, abort, recovery) with its slot
+		 * reset drained, so the slot on media never names a generation
+		 * whose records these stores can tear. (Until commit drained its
+		 * reset, the crash simulator found single-journal crashes that
+		 * rolled back the previous, committed transaction.) */
 		slot_store(r, tx->journal, PM_SLOT(tx->gen, 1));
-		r->ops.drain(r->ops.ctx);
 		tx->slot_set = 1;
 	}
 	const uint8_t *old = r->base + r->lay.heap_off + off;
@@ -199,12 +199,15 @@ int chell_tx_commit(struct chell_tx *tx)
 	f.prev = tx->last;
 	f.crc = pm_entry_crc(r->lay.uuid, j, tx->next, tx->gen, &f, NULL);
 	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, j, tx->next), &f, sizeof(f));
-	r->ops.drain(r->ops.ctx);
-
-	/* 3. Reset the journal: the next generation makes every record stale.
-	 *    No drain: if this store is lost, recovery finds the finish
-	 *    record and only resets; the next add_range drains it anyway. */
+	/* 3. Reset the journal in the same epoch: the next generation makes
+	 *    every record stale. Either store alone on media means committed
+	 *    (the data already is durable): a finish record with an active
+	 *    slot makes recovery only reset, an inactive slot is not scanned.
+	 *    The drain is the commit point, and it leaves the slot on media
+	 *    equal to the one in memory, so the next transaction may overwrite
+	 *    these records without draining its slot first. */
 	slot_store(r, j, PM_SLOT(tx->gen + 1, 0));
+	r->ops.drain(r->ops.ctx);
 	tx_release(tx);
 	return 0;
 }
