@@ -32,6 +32,8 @@ int direct_populate = 1;
 int direct_map_sync_mode = 1;
 
 static struct direct_map *maps;
+static struct direct_map *direct_map_get_locked(int fd, uint64_t dev, uint64_t ino, int want_write,
+						int *err);
 static pthread_mutex_t maps_lock = PTHREAD_MUTEX_INITIALIZER;
 
 void direct_map_after_fork(void)
@@ -56,7 +58,22 @@ static int mapping_fd(int fd, int writable, int *opened)
 	return nfd;
 }
 
+/*
+ * Reopening through /proc briefly holds a low descriptor number. A fork in
+ * another thread at that moment would leave it open in the child, where the
+ * application never opened it; so the window runs under the descriptor-table
+ * lock, which fork() takes too. (Lock order: descriptor table, then maps.)
+ */
 struct direct_map *direct_map_get(int fd, uint64_t dev, uint64_t ino, int want_write, int *err)
+{
+	fdt_lock();
+	struct direct_map *m = direct_map_get_locked(fd, dev, ino, want_write, err);
+	fdt_unlock();
+	return m;
+}
+
+static struct direct_map *direct_map_get_locked(int fd, uint64_t dev, uint64_t ino, int want_write,
+						int *err)
 {
 	pthread_mutex_lock(&maps_lock);
 	struct direct_map *m;
@@ -128,10 +145,20 @@ void direct_map_put(struct direct_map *m)
 	free(m);
 }
 
+static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k);
+
 unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
 {
 	if (k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS))
 		return NULL;
+	fdt_lock(); /* see direct_map_get */
+	unsigned char *r = chunk_slow_locked(m, fd, k);
+	fdt_unlock();
+	return r;
+}
+
+static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k)
+{
 	size_t chunk = (size_t)1 << direct_chunk_shift;
 	pthread_mutex_lock(&maps_lock);
 	direct_chunk_ptr *l2 = m->l1[k >> DIRECT_L2_BITS];
