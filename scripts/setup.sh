@@ -25,7 +25,7 @@ fi
 APT_PACKAGES=(
 	cmake ninja-build gcc clang pkg-config libcmocka-dev
 	coreutils tar gzip sqlite3 fio valgrind git
-	libsqlite3-dev libdb-dev libpmemobj-dev python3
+	libsqlite3-dev libdb-dev libpmemobj-dev libclang-rt-14-dev python3
 )
 # pytest runs the system tests; matplotlib draws the benchmark plots.
 PY_MODULES=(pytest matplotlib)
