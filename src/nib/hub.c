@@ -13,7 +13,8 @@
 int chell_active;
 struct chell_config chell_cfg;
 const struct chell_stack *chell_mode_stack;
-bool chell_stack_has_path_ops;
+bool chell_stack_routes_stat;     /* a handler above posix implements stat(path) */
+bool chell_stack_routes_truncate; /* ... truncate(path) */
 
 /* Mode name -> stack. Index is stored in ofd->stack_id. */
 static struct chell_stack stacks[] = {
@@ -113,8 +114,12 @@ __attribute__((constructor(101))) static void chell_init(void)
 	}
 	for (int i = 0; i < chell_mode_stack->depth; i++) {
 		const struct chell_handler *h = chell_mode_stack->handlers[i];
-		if (h->truncate || h->stat)
-			chell_stack_has_path_ops = h != &chell_posix_handler || chell_stack_has_path_ops;
+		/* Path calls are routed (which may cost a getcwd) only if some
+		 * handler above the kernel wants them. */
+		if (h != &chell_posix_handler) {
+			chell_stack_routes_stat |= h->stat != NULL;
+			chell_stack_routes_truncate |= h->truncate != NULL;
+		}
 		if (h->proc_init && h->proc_init() < 0) {
 			snprintf(err, sizeof(err), "handler '%s' failed to start", h->name);
 			init_failed(err);

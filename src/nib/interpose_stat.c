@@ -15,7 +15,7 @@
 static int path_stat(int dirfd, const char *path, struct stat *st, int at_flags)
 {
 	char abs[PATH_MAX];
-	if (chell_active && chell_stack_has_path_ops && path &&
+	if (chell_active && chell_stack_routes_stat && path &&
 	    router_route(dirfd, path, abs, sizeof(abs))) {
 		chell_ctx c = {NULL, -1, 0, CHELL_OP_STAT, abs};
 		return (int)hub_ret(hub_call_stat(&c, dirfd, path, st, at_flags));
@@ -88,7 +88,7 @@ CHELL_EXPORT int statx(int dirfd, const char *path, int flags, unsigned int mask
 			return r;
 		s = fd_stat(dirfd, &st);
 	} else {
-		if (!chell_stack_has_path_ops)
+		if (!chell_stack_routes_stat)
 			return r;
 		s = path_stat(dirfd, path, &st, flags & (AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT));
 	}
@@ -139,7 +139,7 @@ CHELL_EXPORT int __fxstatat64(int ver, int dirfd, const char *path, struct stat 
 CHELL_EXPORT int truncate(const char *path, off_t len)
 {
 	char abs[PATH_MAX];
-	if (chell_active && chell_stack_has_path_ops && path &&
+	if (chell_active && chell_stack_routes_truncate && path &&
 	    router_route(AT_FDCWD, path, abs, sizeof(abs))) {
 		chell_ctx c = {NULL, -1, 0, CHELL_OP_TRUNCATE, abs};
 		return (int)hub_ret(hub_call_truncate(&c, path, len));

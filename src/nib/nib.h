@@ -150,7 +150,8 @@ int chell_internal_list(int *out, int max);
 extern int chell_active;                 /* 1 when routing is on */
 extern struct chell_config chell_cfg;
 extern const struct chell_stack *chell_mode_stack;
-extern bool chell_stack_has_path_ops;
+extern bool chell_stack_routes_stat;
+extern bool chell_stack_routes_truncate;
 void chell_hub_init(void);
 
 int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op op);
