@@ -172,16 +172,28 @@ static char **collect_args(const char *arg0, va_list ap, char ***envp_out)
 	return argv;
 }
 
+enum exec_list_kind { EXEC_L, EXEC_LP, EXEC_LE };
+
+/* execl, execlp, execle: the list becomes an argv for our execve/execvpe. */
+static int exec_list(enum exec_list_kind kind, const char *path, const char *arg, va_list ap)
+{
+	char **envp = environ;
+	char **argv = collect_args(arg, ap, kind == EXEC_LE ? &envp : NULL);
+	if (!argv)
+		return errno = ENOMEM, -1;
+	int r = kind == EXEC_LP ? execvpe(path, argv, environ) : execve(path, argv, envp);
+	int e = errno;
+	free(argv);
+	errno = e;
+	return r;
+}
+
 CHELL_EXPORT int execl(const char *path, const char *arg, ...)
 {
 	va_list ap;
 	va_start(ap, arg);
-	char **argv = collect_args(arg, ap, NULL);
+	int r = exec_list(EXEC_L, path, arg, ap);
 	va_end(ap);
-	if (!argv)
-		return errno = ENOMEM, -1;
-	int r = execve(path, argv, environ);
-	free(argv);
 	return r;
 }
 
@@ -189,26 +201,17 @@ CHELL_EXPORT int execlp(const char *file, const char *arg, ...)
 {
 	va_list ap;
 	va_start(ap, arg);
-	char **argv = collect_args(arg, ap, NULL);
+	int r = exec_list(EXEC_LP, file, arg, ap);
 	va_end(ap);
-	if (!argv)
-		return errno = ENOMEM, -1;
-	int r = execvpe(file, argv, environ);
-	free(argv);
 	return r;
 }
 
 CHELL_EXPORT int execle(const char *path, const char *arg, ...)
 {
 	va_list ap;
-	char **envp;
 	va_start(ap, arg);
-	char **argv = collect_args(arg, ap, &envp);
+	int r = exec_list(EXEC_LE, path, arg, ap);
 	va_end(ap);
-	if (!argv)
-		return errno = ENOMEM, -1;
-	int r = execve(path, argv, envp);
-	free(argv);
 	return r;
 }
 
