@@ -88,7 +88,13 @@ struct mtx {
 	struct meta *m;
 	struct chell_tx *tx;
 	int err;
+	unsigned nadd;         /* ranges added so far */
 };
+
+/* Fault injection for the crash test (tests/crash/cachemeta_crash.c
+ * --break missing-undo): when set, the second range of every transaction
+ * is modified without an undo record. Never set in production. */
+extern int meta_fault_skip_undo;
 
 int mtx_begin(struct meta *m, struct mtx *t);
 /* Undo-log [off, off+len) and return a pointer to modify it (NULL and
