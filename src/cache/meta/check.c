@@ -6,6 +6,8 @@
  */
 #include "meta_internal.h"
 
+#include <stdlib.h>
+
 #define FAIL(...) do { meta_err(err, errlen, __VA_ARGS__); return -EUCLEAN; } while (0)
 
 static int zero(const void *p, size_t n)
@@ -23,7 +25,7 @@ static int tail_clear(const struct meta *m, uint64_t bm_off, uint32_t n)
 	return n % 64 == 0 || (w[n / 64] >> (n % 64)) == 0;
 }
 
-static int check_cnodes(struct meta *m, char *err, size_t errlen)
+static int check_cnodes(struct meta *m, const uint32_t *owned, char *err, size_t errlen)
 {
 	uint32_t used = 0;
 	if (!tail_clear(m, m->cnode_bitmap_off, m->max_cnodes))
@@ -42,11 +44,8 @@ static int check_cnodes(struct meta *m, char *err, size_t errlen)
 		if (s == META_NONE || i2c_at(m, s)->cnode1 != id + 1)
 			FAIL("Cnode %u (dev %llu ino %llu) is not in the I2C map", id, (unsigned long long)c->dev,
 			     (unsigned long long)c->ino);
-		uint32_t owned = 0;
-		for (uint32_t k = 0; k < m->chunks; k++)
-			owned += chunk_at(m, k)->cnode1 == id + 1;
-		if (owned != c->chunks)
-			FAIL("Cnode %u counts %u chunks, owns %u", id, c->chunks, owned);
+		if (owned[id] != c->chunks)
+			FAIL("Cnode %u counts %u chunks, owns %u", id, c->chunks, owned[id]);
 	}
 	if (used != m->root->cnodes)
 		FAIL("root counts %u Cnodes, bitmap has %u", m->root->cnodes, used);
@@ -136,6 +135,16 @@ int meta_check(struct meta *m, char *err, size_t errlen)
 {
 	if (!m)
 		return -EINVAL;
-	int rc = check_cnodes(m, err, errlen);
+	/* Chunks per owner in one pass (not one pass per Cnode). */
+	uint32_t *owned = calloc(m->max_cnodes, sizeof(uint32_t));
+	if (!owned)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < m->chunks; s++) {
+		uint32_t o = chunk_at(m, s)->cnode1;
+		if (o && o - 1 < m->max_cnodes)
+			owned[o - 1]++;
+	}
+	int rc = check_cnodes(m, owned, err, errlen);
+	free(owned);
 	return rc < 0 ? rc : check_chunks(m, err, errlen);
 }
