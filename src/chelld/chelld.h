@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/* Internal interfaces of the cache manager daemon (see docs/CHELLD.md). */
+#ifndef CHELLD_CHELLD_H
+#define CHELLD_CHELLD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "chelld/protocol.h"
+
+/* Exit statuses of chelld (and `chell cache start`, which execs it). */
+#define CHELLD_EXIT_FAIL 1  /* another chelld serves the pool, or a system error */
+#define CHELLD_EXIT_USAGE 2 /* bad option, size, pool or backing directory */
+
+struct chelld_config {
+	char *pool;      /* realpath of the pool directory */
+	uint64_t size;   /* cache size in bytes */
+	char **backings; /* realpaths of the backing directories */
+	int nbackings;
+	char *sock_path;
+	char *pid_path;
+	bool foreground;
+};
+
+/* One backing file a client registered with OPEN_FILE. The daemon keeps
+ * the client's own descriptor: it is the proof of access, and what the
+ * data path will read and write the backing file through. */
+struct chelld_file {
+	int fd;
+	uint32_t access; /* CHELLD_ACC_* */
+	dev_t dev;
+	ino_t ino;
+};
+
+/* Check that descriptor fd, received from a client together with path,
+ * names a regular file under one of the backing directories and is that
+ * path's file; fill f (fd included) with what it grants. Returns 0, or the
+ * errno to reply with and a reason in detail. (auth.c) */
+int chelld_auth_file(const struct chelld_config *cfg, int fd, const char *path,
+		     struct chelld_file *f, char *detail, size_t dlen);
+
+/* Serve on listening socket lfd until SIGTERM or SIGINT, then stop
+ * gracefully (server.c). Returns 0, or -1 if the loop could not start. */
+int chelld_serve(const struct chelld_config *cfg, int lfd);
+
+/* Timestamped line on stderr (the log file when daemonised). (main.c) */
+void chelld_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+#endif

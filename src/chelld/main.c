@@ -1,0 +1,395 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * chelld: the cache manager daemon. Checks its configuration, takes the
+ * pool's lock, binds the socket, daemonises (unless --foreground), writes
+ * the pid file and serves (server.c) until SIGTERM/SIGINT.
+ *
+ * Errors that the operator must fix in the command line (bad option, size,
+ * missing or unwritable pool directory, missing backing directory) exit 2;
+ * a pool already served by another chelld, or a system failure, exits 1.
+ * The daemonising parent exits only when the child is ready to serve, so
+ * `chelld ... && client` never races the socket.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chelld/chelld.h"
+
+void chelld_log(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	fprintf(stderr, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ chelld[%d]: %s\n", tm.tm_year + 1900,
+		tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000,
+		(int)getpid(), msg);
+}
+
+static void usage(FILE *f)
+{
+	fputs("Usage: chelld --pool DIR --size SIZE --backing DIR [--backing DIR...]\n"
+	      "              [--socket PATH] [--foreground]\n"
+	      "\n"
+	      "The Chell cache manager: caches files of the backing directories in the\n"
+	      "pool directory (on the fast tier) and serves libchell clients over a Unix\n"
+	      "socket. Normally started with 'chell cache start'.\n"
+	      "\n"
+	      "Options:\n"
+	      "      --pool DIR      directory for the cache, socket, pid, lock and log\n"
+	      "                      files (must exist and be writable)\n"
+	      "      --size SIZE     cache size; suffixes K, M, G, T (powers of 1024);\n"
+	      "                      at least one 2M chunk\n"
+	      "      --backing DIR   a directory whose files may be cached (repeatable;\n"
+	      "                      at least one)\n"
+	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
+	      "      --foreground    do not daemonise; log to stderr instead of\n"
+	      "                      DIR/" CHELLD_LOG_NAME "\n"
+	      "  -h, --help          show this help\n"
+	      "\n"
+	      "Exit status: 0 served and stopped cleanly (or: daemon started), 1 the pool\n"
+	      "is already served or a system error, 2 usage or configuration error.\n",
+	      f);
+}
+
+static int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("chelld: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return code;
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	if (!*s || *s == '-')
+		return -1;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	unsigned shift = 0;
+	if (*end) {
+		switch (*end) {
+		case 'k': case 'K': shift = 10; break;
+		case 'm': case 'M': shift = 20; break;
+		case 'g': case 'G': shift = 30; break;
+		case 't': case 'T': shift = 40; break;
+		default: return -1;
+		}
+		if (end[1] && !(end[1] == 'B' && !end[2]) && !(end[1] == 'i' && end[2] == 'B' && !end[3]))
+			return -1;
+	}
+	if (v > (UINT64_MAX >> shift))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static char *join(const char *dir, const char *name)
+{
+	char *p;
+	if (asprintf(&p, "%s/%s", dir, name) < 0)
+		return NULL;
+	return p;
+}
+
+/* Who holds the pool, from its pid file (0 if unknown). */
+static long pid_from_file(const char *pid_path)
+{
+	FILE *f = fopen(pid_path, "re");
+	long pid = 0;
+	if (f) {
+		if (fscanf(f, "%ld", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	return pid;
+}
+
+static int bind_socket(const char *path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(path) >= sizeof sa.sun_path)
+		return fail(CHELLD_EXIT_USAGE, "socket path '%s' is too long (max %zu bytes)", path,
+			    sizeof sa.sun_path - 1) * -1;
+	strcpy(sa.sun_path, path);
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode))
+			return -fail(CHELLD_EXIT_USAGE, "'%s' exists and is not a socket", path);
+		/* We hold the pool's lock, so our own old socket is stale; but a
+		 * --socket path might belong to a daemon of another pool. */
+		int probe = chelld_connect(path);
+		if (probe >= 0) {
+			close(probe);
+			return -fail(CHELLD_EXIT_FAIL, "socket '%s' is in use by another daemon", path);
+		}
+		unlink(path);
+	}
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (s < 0)
+		return -fail(CHELLD_EXIT_FAIL, "socket: %s", strerror(errno));
+	if (bind(s, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int e = errno;
+		close(s);
+		return -fail(CHELLD_EXIT_FAIL, "cannot bind '%s': %s", path, strerror(e));
+	}
+	/* Any user may connect: access is decided per file by the descriptors
+	 * clients pass, not by who can reach the socket. */
+	chmod(path, 0666);
+	if (listen(s, 64) < 0) {
+		int e = errno;
+		close(s);
+		unlink(path);
+		return -fail(CHELLD_EXIT_FAIL, "listen: %s", strerror(e));
+	}
+	return s;
+}
+
+static int write_pid_file(const struct chelld_config *cfg)
+{
+	char *tmp = join(cfg->pool, CHELLD_PID_NAME ".tmp");
+	if (!tmp)
+		return -1;
+	FILE *f = fopen(tmp, "we");
+	int r = -1;
+	if (f) {
+		fprintf(f, "%d\n%s\n", (int)getpid(), cfg->sock_path);
+		if (fclose(f) == 0 && rename(tmp, cfg->pid_path) == 0)
+			r = 0;
+	}
+	if (r < 0)
+		unlink(tmp);
+	free(tmp);
+	return r;
+}
+
+/* Validate the configuration into cfg; 0 or an exit status. */
+static int configure(struct chelld_config *cfg, const char *pool, const char *size,
+		     char **backing, int nbacking, const char *sock)
+{
+	if (!pool || !size || nbacking == 0) {
+		fail(CHELLD_EXIT_USAGE, "--pool, --size and at least one --backing are required");
+		fputs("Try 'chelld --help'.\n", stderr);
+		return CHELLD_EXIT_USAGE;
+	}
+	if (parse_size(size, &cfg->size) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --size '%s' (a number with K, M, G or T)",
+			    size);
+	if (cfg->size < CHELLD_CHUNK_SIZE)
+		return fail(CHELLD_EXIT_USAGE, "--size '%s' is smaller than one chunk (2M)", size);
+	struct stat st;
+	if (stat(pool, &st) < 0)
+		return fail(CHELLD_EXIT_USAGE, "pool directory '%s': %s", pool, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return fail(CHELLD_EXIT_USAGE, "pool directory '%s' is not a directory", pool);
+	if (access(pool, W_OK | X_OK) < 0)
+		return fail(CHELLD_EXIT_USAGE, "pool directory '%s' is not writable: %s", pool,
+			    strerror(errno));
+	cfg->pool = realpath(pool, NULL);
+	if (!cfg->pool)
+		return fail(CHELLD_EXIT_USAGE, "pool directory '%s': %s", pool, strerror(errno));
+	cfg->backings = calloc((size_t)nbacking, sizeof *cfg->backings);
+	if (!cfg->backings)
+		return fail(CHELLD_EXIT_FAIL, "out of memory");
+	for (int i = 0; i < nbacking; i++) {
+		char *r = realpath(backing[i], NULL);
+		if (!r)
+			return fail(CHELLD_EXIT_USAGE, "backing directory '%s': %s", backing[i],
+				    strerror(errno));
+		if (stat(r, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			free(r);
+			return fail(CHELLD_EXIT_USAGE, "backing directory '%s' is not a directory",
+				    backing[i]);
+		}
+		cfg->backings[cfg->nbackings++] = r;
+	}
+	cfg->sock_path = sock ? strdup(sock) : join(cfg->pool, CHELLD_SOCK_NAME);
+	cfg->pid_path = join(cfg->pool, CHELLD_PID_NAME);
+	if (!cfg->sock_path || !cfg->pid_path)
+		return fail(CHELLD_EXIT_FAIL, "out of memory");
+	return 0;
+}
+
+static void free_config(struct chelld_config *cfg)
+{
+	for (int i = 0; i < cfg->nbackings; i++)
+		free(cfg->backings[i]);
+	free(cfg->backings);
+	free(cfg->pool);
+	free(cfg->sock_path);
+	free(cfg->pid_path);
+}
+
+/* Fork; the parent waits until the child reports ready (its pid) and exits.
+ * Returns in the child with *ready_fd to write to; -1 on failure. */
+static int daemonise(const struct chelld_config *cfg, int *ready_fd)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid > 0) {
+		close(p[1]);
+		int child = 0;
+		ssize_t n = read(p[0], &child, sizeof child);
+		if (n != sizeof child) {
+			fprintf(stderr, "chelld: the daemon failed to start; see %s/%s\n", cfg->pool,
+				CHELLD_LOG_NAME);
+			_exit(CHELLD_EXIT_FAIL);
+		}
+		printf("chelld: serving pool %s on %s (pid %d)\n", cfg->pool, cfg->sock_path, child);
+		fflush(stdout);
+		_exit(0);
+	}
+	close(p[0]);
+	setsid();
+	if (chdir("/") < 0)
+		return -1;
+	char *log = join(cfg->pool, CHELLD_LOG_NAME);
+	int lf = log ? open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644) : -1;
+	free(log);
+	int nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	if (lf < 0 || nul < 0)
+		return -1;
+	dup2(nul, 0);
+	dup2(lf, 1);
+	dup2(lf, 2);
+	close(lf);
+	close(nul);
+	*ready_fd = p[1];
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG };
+	static const struct option longopts[] = {
+		{"pool", required_argument, NULL, O_POOL},
+		{"size", required_argument, NULL, O_SIZE},
+		{"backing", required_argument, NULL, O_BACKING},
+		{"socket", required_argument, NULL, O_SOCKET},
+		{"foreground", no_argument, NULL, O_FG},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *pool = NULL, *size = NULL, *sock = NULL;
+	char **backing = calloc((size_t)argc + 1, sizeof *backing);
+	int nbacking = 0, c;
+	struct chelld_config cfg = {0};
+	if (!backing)
+		return CHELLD_EXIT_FAIL;
+	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+		switch (c) {
+		case O_POOL: pool = optarg; break;
+		case O_SIZE: size = optarg; break;
+		case O_BACKING: backing[nbacking++] = optarg; break;
+		case O_SOCKET: sock = optarg; break;
+		case O_FG: cfg.foreground = true; break;
+		case 'h': usage(stdout); free(backing); return 0;
+		default:
+			fputs("Try 'chelld --help'.\n", stderr);
+			free(backing);
+			return CHELLD_EXIT_USAGE;
+		}
+	}
+	if (optind < argc) {
+		free(backing);
+		fail(CHELLD_EXIT_USAGE, "unexpected argument '%s'", argv[optind]);
+		fputs("Try 'chelld --help'.\n", stderr);
+		return CHELLD_EXIT_USAGE;
+	}
+	int rc = configure(&cfg, pool, size, backing, nbacking, sock);
+	free(backing);
+	if (rc) {
+		free_config(&cfg);
+		return rc;
+	}
+
+	/* The lock is the truth about who serves the pool; the pid file only
+	 * says who. flock locks belong to the open file, which the daemonised
+	 * child inherits, and die with the process however it ends. */
+	char *lock_path = join(cfg.pool, CHELLD_LOCK_NAME);
+	int lfd = lock_path ? open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644) : -1;
+	if (lfd < 0) {
+		rc = fail(CHELLD_EXIT_FAIL, "cannot open lock file %s: %s", lock_path ? lock_path : "",
+			  strerror(errno));
+		goto out;
+	}
+	if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+		long other = pid_from_file(cfg.pid_path);
+		if (errno == EWOULDBLOCK && other > 0)
+			rc = fail(CHELLD_EXIT_FAIL, "pool %s is already served by chelld (pid %ld)",
+				  cfg.pool, other);
+		else if (errno == EWOULDBLOCK)
+			rc = fail(CHELLD_EXIT_FAIL, "pool %s is already served by another chelld",
+				  cfg.pool);
+		else
+			rc = fail(CHELLD_EXIT_FAIL, "cannot lock %s: %s", lock_path, strerror(errno));
+		goto out;
+	}
+	int sfd = bind_socket(cfg.sock_path);
+	if (sfd < 0) {
+		rc = -sfd;
+		goto out;
+	}
+	int ready = -1;
+	if (!cfg.foreground && daemonise(&cfg, &ready) < 0) {
+		rc = fail(CHELLD_EXIT_FAIL, "cannot daemonise: %s", strerror(errno));
+		unlink(cfg.sock_path);
+		goto out;
+	}
+	if (write_pid_file(&cfg) < 0) {
+		rc = fail(CHELLD_EXIT_FAIL, "cannot write %s: %s", cfg.pid_path, strerror(errno));
+		unlink(cfg.sock_path);
+		goto out;
+	}
+	chelld_log("pool %s, size %llu bytes, %d backing director%s, socket %s", cfg.pool,
+		   (unsigned long long)cfg.size, cfg.nbackings, cfg.nbackings == 1 ? "y" : "ies",
+		   cfg.sock_path);
+	for (int i = 0; i < cfg.nbackings; i++)
+		chelld_log("backing directory %s", cfg.backings[i]);
+	if (ready >= 0) {
+		int me = (int)getpid();
+		if (write(ready, &me, sizeof me) != sizeof me)
+			chelld_log("could not report readiness to the starting process");
+		close(ready);
+	}
+	rc = chelld_serve(&cfg, sfd) < 0 ? CHELLD_EXIT_FAIL : 0;
+	/* The socket is gone already (stop() unlinks it first); the pid file
+	 * goes last, while we still hold the lock. */
+	unlink(cfg.sock_path);
+	unlink(cfg.pid_path);
+out:
+	if (lfd >= 0)
+		close(lfd);
+	free(lock_path);
+	free_config(&cfg);
+	return rc;
+}

@@ -1,0 +1,141 @@
+/* SPDX-License-Identifier: MIT */
+/* Client side of the chelld protocol: connect, send, receive, one call. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "chelld/protocol.h"
+
+void chelld_hdr_init(struct chelld_hdr *h, uint16_t type, uint32_t length, uint32_t seq)
+{
+	h->magic = CHELLD_MAGIC;
+	h->version = CHELLD_VERSION;
+	h->type = type;
+	h->length = length;
+	h->seq = seq;
+}
+
+int chelld_connect(const char *sock_path)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(sock_path) >= sizeof sa.sun_path) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(sa.sun_path, sock_path);
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	if (connect(s, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		int e = errno;
+		close(s);
+		errno = e;
+		return -1;
+	}
+	return s;
+}
+
+int chelld_send(int sock, const void *msg, size_t len, int fd)
+{
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof ctl.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if ((size_t)n != len) {
+		errno = EIO;
+		return -1;
+	}
+	return 0;
+}
+
+long chelld_recv(int sock, void *buf, size_t cap)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	ssize_t n;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if (n == 0) {
+		errno = ECONNRESET;
+		return -1;
+	}
+	if (mh.msg_flags & MSG_TRUNC) {
+		errno = EMSGSIZE;
+		return -1;
+	}
+	return (long)n;
+}
+
+int chelld_call(int sock, const void *req, size_t reqlen, int fd, void *rep, size_t replen)
+{
+	const struct chelld_hdr *rq = req;
+	char buf[CHELLD_MSG_MAX + 1];
+	if (chelld_send(sock, req, reqlen, fd) < 0)
+		return -1;
+	long n = chelld_recv(sock, buf, sizeof buf);
+	if (n < 0)
+		return -1;
+	const struct chelld_rhdr *r = (const struct chelld_rhdr *)buf;
+	if ((size_t)n < sizeof *r || r->h.magic != CHELLD_MAGIC || r->h.length != (uint32_t)n ||
+	    r->h.seq != rq->seq) {
+		errno = EPROTO;
+		return -1;
+	}
+	memset(rep, 0, replen);
+	if (r->h.type == (CHELLD_MSG_ERROR | CHELLD_REPLY)) {
+		/* Keep the status (and what fits) so the caller sees why. */
+		memcpy(rep, buf, (size_t)n < replen ? (size_t)n : replen);
+		return 0;
+	}
+	if (r->h.type != (rq->type | CHELLD_REPLY) || (size_t)n != replen) {
+		errno = EPROTO;
+		return -1;
+	}
+	memcpy(rep, buf, replen);
+	return 0;
+}
+
+const char *chelld_errname(int e)
+{
+	static const struct {
+		int e;
+		const char *name;
+	} names[] = {
+		{0, "OK"},		{EACCES, "EACCES"},	  {EPERM, "EPERM"},
+		{EINVAL, "EINVAL"},	{EBADF, "EBADF"},	  {ENOENT, "ENOENT"},
+		{EPROTO, "EPROTO"},	{EBADMSG, "EBADMSG"},	  {EMSGSIZE, "EMSGSIZE"},
+		{ENOSYS, "ENOSYS"},	{EMFILE, "EMFILE"},	  {ERANGE, "ERANGE"},
+		{EPROTONOSUPPORT, "EPROTONOSUPPORT"}, {ENAMETOOLONG, "ENAMETOOLONG"},
+		{ENOTDIR, "ENOTDIR"}, {ELOOP, "ELOOP"},
+	};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (names[i].e == e)
+			return names[i].name;
+	static _Thread_local char buf[24];
+	snprintf(buf, sizeof buf, "E%d", e);
+	return buf;
+}

@@ -1,0 +1,445 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The request loop: one thread, one epoll set (listening socket, a signalfd
+ * for SIGTERM/SIGINT, every client). Every request is a short metadata
+ * operation (fstat, realpath, a table lookup), so serving them in turn is
+ * simpler than threads and needs no locks; level-triggered epoll and one
+ * message per wakeup keep a busy client from starving the others. Replies
+ * are sent non-blocking: a client that does not read its replies is
+ * disconnected rather than allowed to stall the daemon.
+ *
+ * Graceful stop: on the signal we close and unlink the listening socket
+ * (no new clients), serve every request already queued on each client
+ * socket, then close the clients and return.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <stdio.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "chelld/chelld.h"
+
+#define MAX_CLIENTS 1024
+#define MAX_FILES 4096 /* per client */
+#define MAX_RX_FDS 8   /* descriptors accepted in one message (extra ones are closed) */
+
+struct client {
+	int sock;
+	uint64_t serial;
+	pid_t pid;
+	uid_t uid;
+	gid_t gid;
+	bool hello;
+	struct chelld_file *files; /* file id = index + 1 */
+	uint32_t nfiles, cap;
+	struct client *next;
+};
+
+struct server {
+	const struct chelld_config *cfg;
+	int ep, lfd, sfd;
+	struct client *clients;
+	uint32_t nclients;
+	struct timespec start;
+	struct chelld_stats_reply st; /* counters, kept in reply form */
+};
+
+static uint64_t now_ms_since(const struct timespec *t0)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)(t.tv_sec - t0->tv_sec) * 1000u +
+	       (uint64_t)((t.tv_nsec - t0->tv_nsec) / 1000000);
+}
+
+static void client_close(struct server *s, struct client *c)
+{
+	for (struct client **p = &s->clients; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	for (uint32_t i = 0; i < c->nfiles; i++)
+		close(c->files[i].fd);
+	free(c->files);
+	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->sock, NULL);
+	close(c->sock);
+	s->nclients--;
+	chelld_log("client %llu closed (pid %d)", (unsigned long long)c->serial, (int)c->pid);
+	free(c);
+}
+
+static void accept_one(struct server *s)
+{
+	int fd = accept4(s->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return; /* EAGAIN, or the peer went away before we got to it */
+	struct ucred cr = {0};
+	socklen_t cl = sizeof cr;
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0 || s->nclients >= MAX_CLIENTS) {
+		chelld_log("refusing a connection (pid %d): %s", (int)cr.pid,
+			   s->nclients >= MAX_CLIENTS ? "too many clients" : "no peer credentials");
+		close(fd);
+		return;
+	}
+	struct client *c = calloc(1, sizeof *c);
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->sock = fd;
+	c->serial = ++s->st.clients_total;
+	c->pid = cr.pid;
+	c->uid = cr.uid;
+	c->gid = cr.gid;
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+	if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
+		close(fd);
+		free(c);
+		return;
+	}
+	c->next = s->clients;
+	s->clients = c;
+	s->nclients++;
+	chelld_log("client %llu connected: pid %d uid %d gid %d", (unsigned long long)c->serial,
+		   (int)cr.pid, (int)cr.uid, (int)cr.gid);
+}
+
+/* Send a reply; false if the client must be dropped. */
+static bool reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq, int status)
+{
+	struct chelld_rhdr *r = msg;
+	chelld_hdr_init(&r->h, type | CHELLD_REPLY, (uint32_t)len, seq);
+	r->status = status;
+	if (send(c->sock, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
+		chelld_log("client %llu: cannot send a reply, dropping it", (unsigned long long)c->serial);
+		return false;
+	}
+	return true;
+}
+
+static bool reply_error(struct server *s, struct client *c, uint32_t req_type, uint32_t seq,
+			int status, const char *why)
+{
+	struct chelld_error_reply e = {0};
+	s->st.malformed++;
+	e.req_type = req_type;
+	strncpy(e.detail, why, sizeof e.detail - 1);
+	chelld_log("client %llu (pid %d uid %d): bad request type %u: %s",
+		   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, req_type, why);
+	return reply(c, &e, sizeof e, CHELLD_MSG_ERROR, seq, status);
+}
+
+static size_t request_size(uint16_t type)
+{
+	switch (type) {
+	case CHELLD_MSG_HELLO: return sizeof(struct chelld_hello);
+	case CHELLD_MSG_OPEN_FILE: return sizeof(struct chelld_open);
+	case CHELLD_MSG_MAP: return sizeof(struct chelld_map);
+	case CHELLD_MSG_STATS: return sizeof(struct chelld_stats);
+	case CHELLD_MSG_PATH: return sizeof(struct chelld_path);
+	case CHELLD_MSG_BYE: return sizeof(struct chelld_bye);
+	default: return 0;
+	}
+}
+
+static bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
+{
+	struct chelld_hello_reply r = {0};
+	r.version = CHELLD_VERSION;
+	r.chunk_size = CHELLD_CHUNK_SIZE;
+	r.cache_size = s->cfg->size;
+	int st = 0;
+	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION)
+		st = EPROTONOSUPPORT;
+	else
+		c->hello = true;
+	return reply(c, &r, sizeof r, CHELLD_MSG_HELLO, m->h.seq, st);
+}
+
+/* Takes ownership of fd (kept on success, closed otherwise). */
+static bool do_open(struct server *s, struct client *c, const struct chelld_open *m, int fd)
+{
+	struct chelld_open_reply r = {0};
+	struct chelld_file f;
+	int st;
+	if (fd < 0) {
+		st = EBADF;
+		snprintf(r.detail, sizeof r.detail, "no descriptor attached");
+	} else if (memchr(m->path, '\0', sizeof m->path) == NULL) {
+		st = EINVAL;
+		snprintf(r.detail, sizeof r.detail, "the path is not NUL-terminated");
+	} else if (c->nfiles >= MAX_FILES) {
+		st = EMFILE;
+		snprintf(r.detail, sizeof r.detail, "too many files for one client");
+	} else {
+		st = chelld_auth_file(s->cfg, fd, m->path, &f, r.detail, sizeof r.detail);
+	}
+	if (st == 0 && c->nfiles == c->cap) {
+		uint32_t cap = c->cap ? c->cap * 2 : 16;
+		struct chelld_file *n = realloc(c->files, cap * sizeof *n);
+		if (!n) {
+			st = ENOMEM;
+			snprintf(r.detail, sizeof r.detail, "out of memory");
+		} else {
+			c->files = n;
+			c->cap = cap;
+		}
+	}
+	if (st == 0) {
+		struct stat sb;
+		c->files[c->nfiles++] = f;
+		r.file_id = c->nfiles;
+		r.access = f.access;
+		r.dev = (uint64_t)f.dev;
+		r.ino = (uint64_t)f.ino;
+		r.size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+		s->st.opens++;
+		chelld_log("client %llu (pid %d uid %d): open %s -> id %u access %s%s",
+			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->path,
+			   r.file_id, f.access & CHELLD_ACC_READ ? "r" : "",
+			   f.access & CHELLD_ACC_WRITE ? "w" : "");
+	} else {
+		if (fd >= 0)
+			close(fd);
+		s->st.opens_refused++;
+		chelld_log("client %llu (pid %d uid %d): open %.200s refused: %s (%s)",
+			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid,
+			   memchr(m->path, '\0', sizeof m->path) ? m->path : "(unterminated)",
+			   chelld_errname(st), r.detail);
+	}
+	return reply(c, &r, sizeof r, CHELLD_MSG_OPEN_FILE, m->h.seq, st);
+}
+
+static bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
+{
+	struct chelld_map_reply r = {0};
+	int st = 0;
+	struct stat sb;
+	r.chunk_size = CHELLD_CHUNK_SIZE;
+	if (m->file_id == 0 || m->file_id > c->nfiles) {
+		st = EBADF;
+	} else {
+		const struct chelld_file *f = &c->files[m->file_id - 1];
+		/* A mapping of cache pages is readable even when it is writable
+		 * (there is no write-only mmap), so a write mapping needs both. */
+		uint32_t need = m->want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
+		if ((f->access & need) != need)
+			st = EACCES;
+		else if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)
+			st = ERANGE;
+		else if (fstat(f->fd, &sb) < 0)
+			st = errno;
+		else {
+			/* Until the cache data path lands: where the chunk lies in the
+			 * backing file, measured on the descriptor the client passed. */
+			r.file_size = (uint64_t)sb.st_size;
+			r.backing_offset = m->chunk * CHELLD_CHUNK_SIZE;
+			uint64_t left = r.file_size > r.backing_offset ? r.file_size - r.backing_offset : 0;
+			r.length = left < CHELLD_CHUNK_SIZE ? left : CHELLD_CHUNK_SIZE;
+		}
+	}
+	if (st == 0)
+		s->st.maps++;
+	else
+		s->st.maps_refused++;
+	if (st)
+		chelld_log("client %llu (pid %d uid %d): map id %u chunk %llu %s refused: %s",
+			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->file_id,
+			   (unsigned long long)m->chunk, m->want_write ? "rw" : "r", chelld_errname(st));
+	return reply(c, &r, sizeof r, CHELLD_MSG_MAP, m->h.seq, st);
+}
+
+static bool do_stats(struct server *s, struct client *c, const struct chelld_stats *m)
+{
+	struct chelld_stats_reply r = s->st;
+	r.pid = (uint32_t)getpid();
+	r.clients = s->nclients;
+	r.backings = (uint32_t)s->cfg->nbackings;
+	r.cache_size = s->cfg->size;
+	r.uptime_ms = now_ms_since(&s->start);
+	return reply(c, &r, sizeof r, CHELLD_MSG_STATS, m->h.seq, 0);
+}
+
+static bool do_path(struct server *s, struct client *c, const struct chelld_path *m)
+{
+	struct chelld_path_reply r = {0};
+	int st = 0;
+	const char *p = NULL;
+	if (m->index == 0)
+		p = s->cfg->pool;
+	else if (m->index <= (uint32_t)s->cfg->nbackings)
+		p = s->cfg->backings[m->index - 1];
+	else
+		st = ERANGE;
+	if (p)
+		snprintf(r.path, sizeof r.path, "%s", p);
+	return reply(c, &r, sizeof r, CHELLD_MSG_PATH, m->h.seq, st);
+}
+
+/* Receive and serve one message. Returns 1 served, 0 nothing queued
+ * (EAGAIN), -1 the client is gone or was dropped (already closed). */
+static int serve_one(struct server *s, struct client *c)
+{
+	static char buf[CHELLD_MSG_MAX + 1] __attribute__((aligned(8)));
+	union {
+		char b[CMSG_SPACE(MAX_RX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			    .msg_controllen = sizeof ctl.b};
+	ssize_t n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return 0;
+	if (n <= 0) {
+		client_close(s, c);
+		return -1;
+	}
+	s->st.requests++;
+
+	/* Collect every descriptor that came along, so none can leak. */
+	int fds[MAX_RX_FDS], nfds = 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k && nfds < MAX_RX_FDS; i++)
+			memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+	}
+
+	struct chelld_hdr h = {0};
+	memcpy(&h, buf, (size_t)n < sizeof h ? (size_t)n : sizeof h);
+	const char *bad = NULL;
+	int st = EBADMSG;
+	size_t want = request_size(h.type);
+	if (mh.msg_flags & MSG_TRUNC)
+		st = EMSGSIZE, bad = "oversized message";
+	else if ((size_t)n < sizeof h)
+		bad = "short message";
+	else if (h.magic != CHELLD_MAGIC)
+		bad = "bad magic";
+	else if (h.length != (uint32_t)n)
+		bad = "length field does not match the message";
+	else if (want == 0)
+		st = ENOSYS, bad = "unknown message type";
+	else if ((size_t)n != want)
+		bad = "wrong size for the message type";
+	else if (h.version != CHELLD_VERSION && h.type != CHELLD_MSG_HELLO)
+		st = EPROTONOSUPPORT, bad = "unsupported protocol version";
+	else if (mh.msg_flags & MSG_CTRUNC)
+		bad = "too many descriptors";
+	else if (nfds > 1 || (nfds == 1 && h.type != CHELLD_MSG_OPEN_FILE))
+		st = EBADF, bad = "unexpected descriptor";
+	else if (!c->hello && h.type != CHELLD_MSG_HELLO && h.type != CHELLD_MSG_BYE)
+		st = EPROTO, bad = "HELLO must come first";
+
+	bool ok;
+	if (bad) {
+		for (int i = 0; i < nfds; i++)
+			close(fds[i]);
+		ok = reply_error(s, c, (size_t)n >= sizeof h ? h.type : 0, h.seq, st, bad);
+	} else {
+		switch (h.type) {
+		case CHELLD_MSG_HELLO: ok = do_hello(s, c, (const void *)buf); break;
+		case CHELLD_MSG_OPEN_FILE:
+			ok = do_open(s, c, (const void *)buf, nfds ? fds[0] : -1);
+			break;
+		case CHELLD_MSG_MAP: ok = do_map(s, c, (const void *)buf); break;
+		case CHELLD_MSG_STATS: ok = do_stats(s, c, (const void *)buf); break;
+		case CHELLD_MSG_PATH: ok = do_path(s, c, (const void *)buf); break;
+		default: { /* BYE */
+			struct chelld_rhdr r = {0};
+			reply(c, &r, sizeof r, CHELLD_MSG_BYE, h.seq, 0);
+			ok = false;
+		}
+		}
+	}
+	if (!ok) {
+		client_close(s, c);
+		return -1;
+	}
+	return 1;
+}
+
+static void stop(struct server *s)
+{
+	chelld_log("stopping: no new connections; finishing the requests of %u client(s)",
+		   s->nclients);
+	epoll_ctl(s->ep, EPOLL_CTL_DEL, s->lfd, NULL);
+	close(s->lfd);
+	unlink(s->cfg->sock_path);
+	while (s->clients) {
+		struct client *c = s->clients;
+		int r;
+		while ((r = serve_one(s, c)) == 1)
+			;
+		if (r == 0)
+			client_close(s, c);
+	}
+	chelld_log("stopped after %llu requests", (unsigned long long)s->st.requests);
+}
+
+int chelld_serve(const struct chelld_config *cfg, int lfd)
+{
+	struct server s = {.cfg = cfg, .lfd = lfd, .sfd = -1};
+	clock_gettime(CLOCK_MONOTONIC, &s.start);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	s.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	s.ep = epoll_create1(EPOLL_CLOEXEC);
+	if (s.sfd < 0 || s.ep < 0) {
+		chelld_log("cannot set up the event loop: %s", strerror(errno));
+		return -1;
+	}
+	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &s.lfd};
+	epoll_ctl(s.ep, EPOLL_CTL_ADD, lfd, &ev);
+	ev.data.ptr = &s.sfd;
+	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.sfd, &ev);
+	chelld_log("serving on %s", cfg->sock_path);
+
+	for (;;) {
+		struct epoll_event evs[32];
+		int n = epoll_wait(s.ep, evs, 32, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			chelld_log("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		bool quit = false;
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+			if (p == &s.lfd) {
+				accept_one(&s);
+			} else if (p == &s.sfd) {
+				struct signalfd_siginfo si;
+				if (read(s.sfd, &si, sizeof si) == sizeof si) {
+					chelld_log("signal %u from pid %u", si.ssi_signo, si.ssi_pid);
+					quit = true;
+				}
+			} else {
+				/* A client closed earlier in this batch is not in evs
+				 * twice (one event per fd), and stop() runs after it. */
+				serve_one(&s, p);
+			}
+		}
+		if (quit)
+			break;
+	}
+	stop(&s);
+	close(s.sfd);
+	close(s.ep);
+	return 0;
+}
