@@ -415,6 +415,7 @@ static void test_damaged(void **state)
 	f.m->root->magic ^= 1;
 	assert_int_equal(meta_open(f.r, 0, &m2, err, sizeof(err)), -ENOENT);
 	f.m->root->magic ^= 1;
+	assert_int_equal(meta_open(f.r, 1, &m2, err, sizeof(err)), -EINVAL); /* one journal only */
 	assert_int_equal(meta_open(f.r, 0, &m2, err, sizeof(err)), 0);
 	meta_close(m2);
 	fx_close(&f);

@@ -101,6 +101,15 @@ static int attach(struct chell_region *r, unsigned journal, struct meta **out, c
 			 root->max_cnodes, root->chunks_used, root->chunks);
 		return -EUCLEAN;
 	}
+	/* The journal must exist and be free now, not at the first update:
+	 * an empty transaction records nothing and writes nothing. */
+	struct chell_tx *probe;
+	int prc = chell_tx_begin(r, journal, &probe);
+	if (prc < 0) {
+		meta_err(err, errlen, "client journal %u of the region is not usable (%s)", journal, strerror(-prc));
+		return prc;
+	}
+	chell_tx_commit(probe);
 	struct meta *m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
