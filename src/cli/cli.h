@@ -35,6 +35,8 @@ int cmd_stat(int argc, char **argv);
 void cmd_stat_usage(FILE *f);
 int cmd_pool(int argc, char **argv);
 void cmd_pool_usage(FILE *f);
+int cmd_cache(int argc, char **argv);
+void cmd_cache_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */

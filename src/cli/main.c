@@ -14,6 +14,8 @@ static const struct cli_command commands[] = {
 	{"stat", "print the operation counters processes wrote (stats.file)", cmd_stat,
 	 cmd_stat_usage},
 	{"pool", "create, check and describe persistent regions", cmd_pool, cmd_pool_usage},
+	{"cache", "start, stop and query the cache manager daemon (chelld)", cmd_cache,
+	 cmd_cache_usage},
 	{"version", "print the version and the library in use", cmd_version, cmd_version_usage},
 	{"help", "show help for a command", cmd_help, cmd_help_usage},
 	{NULL, NULL, NULL, NULL},
