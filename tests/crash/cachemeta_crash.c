@@ -41,6 +41,34 @@
 #define NINO 10u     /* 20 keys for 12 Cnodes: creates can hit -ENOSPC */
 #define NFC 12u      /* file chunks per file the workload uses */
 
+/* ------------------------------------------------------------ keys */
+
+/* The inode numbers and file chunk indices the workload uses: 0..N-1, or
+ * with --collide values that all share one home slot near the end of
+ * their table, so clusters are long and wrap around (the backward-shift
+ * deletions then log two ranges). Filled after the tables exist. */
+static uint64_t ino_key[NDEV + 1][NINO], fc_key[NCN][NFC];
+
+static void fill_keys(const struct meta *m, int collide)
+{
+	for (uint64_t d = 1; d <= NDEV; d++) {
+		uint64_t v = 0;
+		for (unsigned k = 0; k < NINO; k++, v++) {
+			while (collide && ((uint32_t)meta_hash(d, v) & m->i2c_mask) != m->i2c_mask - 1)
+				v++;
+			ino_key[d][k] = v;
+		}
+	}
+	for (uint32_t c = 0; c < NCN; c++) {
+		uint64_t v = 0;
+		for (unsigned k = 0; k < NFC; k++, v++) {
+			while (collide && ((uint32_t)meta_hash(c, v) & m->c2f_mask) != m->c2f_mask - 1)
+				v++;
+			fc_key[c][k] = v;
+		}
+	}
+}
+
 /* ------------------------------------------------------------ model */
 
 struct mcn {
@@ -66,7 +94,7 @@ struct model {
 struct opts {
 	uint64_t ops, seed, every, point;
 	int mode;
-	int brk, flush_points;
+	int brk, flush_points, collide;
 	unsigned show;
 };
 
@@ -83,6 +111,7 @@ struct harness {
 	uint64_t acked, opno, base, npoints, tested, images[CHELL_PMSIM_MODES], viol[CHELL_PMSIM_MODES];
 	uint64_t as_next, continued, errors_expected;
 	uint64_t count[12];
+	uint32_t longest_i2c, longest_c2f;  /* longest cluster seen (live run) */
 	int checking, img_bad;
 	unsigned shown;
 	uint8_t *sel;
@@ -140,11 +169,12 @@ static int compare(struct meta *m, const struct model *md, char *msg, size_t n)
 		for (uint64_t i = 0; i < NINO; i++) {
 			int want = -ENOENT;
 			for (uint32_t id = 0; id < NCN; id++)
-				if (md->cn[id].used && md->cn[id].dev == d && md->cn[id].ino == i)
+				if (md->cn[id].used && md->cn[id].dev == d && md->cn[id].ino == ino_key[d][i])
 					want = (int)id;
-			int got = meta_cnode_get(m, d, i, false, NULL);
+			int got = meta_cnode_get(m, d, ino_key[d][i], false, NULL);
 			if (got != want) {
-				snprintf(msg, n, "I2C (%" PRIu64 ", %" PRIu64 ") -> %d, model %d", d, i, got, want);
+				snprintf(msg, n, "I2C (%" PRIu64 ", %" PRIu64 ") -> %d, model %d", d, ino_key[d][i], got,
+					 want);
 				return -1;
 			}
 		}
@@ -176,7 +206,8 @@ static int compare(struct meta *m, const struct model *md, char *msg, size_t n)
 	for (uint32_t id = 0; id < NCN; id++) {
 		if (!md->cn[id].used)
 			continue;
-		for (uint64_t fc = 0; fc < NFC; fc++) {
+		for (unsigned k = 0; k < NFC; k++) {
+			uint64_t fc = fc_key[id][k];
 			int want = -ENOENT;
 			for (uint32_t s = 0; s < NCH; s++)
 				if (md->ch[s].used && md->ch[s].cnode == id && md->ch[s].fc == fc)
@@ -203,8 +234,9 @@ static void violation(struct harness *h, uint64_t k, int mode, const char *what)
 		return;
 	printf("VIOLATION at persist point %" PRIu64 " (operation %" PRIu64 " %s, %" PRIu64 " acked), mode %s:\n  %s\n",
 	       k, h->opno, h->in_op ? "in flight" : "done", h->acked, chell_pmsim_mode_name(mode), what);
-	printf("  reproduce: chell_cachemeta_crash --ops %" PRIu64 " --seed %" PRIu64 "%s%s --point %" PRIu64
+	printf("  reproduce: chell_cachemeta_crash --ops %" PRIu64 " --seed %" PRIu64 "%s%s%s --point %" PRIu64
 	       " --mode %s\n", h->o.ops, h->o.seed, h->o.flush_points ? " --flush-points" : "",
+	       h->o.collide ? " --collide" : "",
 	       h->o.brk ? " --break missing-undo" : "", k,
 	       chell_pmsim_mode_name(mode));
 }
@@ -334,7 +366,7 @@ static int step(struct harness *h, uint64_t i, char *msg, size_t n)
 	int want = 0, got = 0, op;
 	*nx = h->prev;
 	int c = pick_cnode(&h->prev, r2), s = pick_chunk(&h->prev, r2);
-	uint64_t key_d = 1 + r2 % NDEV, key_i = (r2 / NDEV) % NINO;
+	uint64_t key_d = 1 + r2 % NDEV, key_i = ino_key[key_d][(r2 / NDEV) % NINO];
 
 	if (kind < 15 || c < 0) {
 		op = 0;
@@ -397,7 +429,7 @@ static int step(struct harness *h, uint64_t i, char *msg, size_t n)
 		nx->cn[c].ct = (int64_t)(r3 >> 9);
 		break;
 	case 3: {
-		uint64_t fc = r3 % NFC;
+		uint64_t fc = c >= 0 ? fc_key[c][r3 % NFC] : 0;
 		want = -ENOSPC;
 		for (uint32_t k = 0; k < NCH; k++)
 			if (nx->ch[k].used && nx->ch[k].cnode == (uint32_t)c && nx->ch[k].fc == fc)
@@ -470,7 +502,7 @@ static int step(struct harness *h, uint64_t i, char *msg, size_t n)
 	case 0: got = meta_cnode_get(h->m, key_d, key_i, true, path); break;
 	case 1: got = meta_cnode_remove(h->m, (uint32_t)c); break;
 	case 2: got = meta_cnode_set_attr(h->m, (uint32_t)c, nx->cn[c].size, nx->cn[c].mt, nx->cn[c].ct); break;
-	case 3: got = meta_chunk_map(h->m, (uint32_t)c, r3 % NFC); break;
+	case 3: got = meta_chunk_map(h->m, (uint32_t)c, fc_key[c][r3 % NFC]); break;
 	case 4: got = meta_chunk_unmap(h->m, (uint32_t)s); break;
 	case 5: got = meta_mark_dirty(h->m, (uint32_t)s, first, cnt); break;
 	case 6: got = meta_mark_valid(h->m, (uint32_t)s, first, cnt); break;
@@ -506,6 +538,21 @@ static int step(struct harness *h, uint64_t i, char *msg, size_t n)
 	return 0;
 }
 
+/* Longest run of used slots, counted cyclically (the probe lengths the
+ * workload really exercised). */
+static uint32_t longest(struct meta *m, int c2f)
+{
+	uint32_t mask = c2f ? m->c2f_mask : m->i2c_mask, best = 0, cur = 0;
+	for (uint32_t k = 0; k < 2 * (mask + 1); k++) {
+		uint32_t i = k & mask;
+		int used = c2f ? c2f_at(m, i)->cnode1 != 0 : i2c_at(m, i)->cnode1 != 0;
+		cur = used ? cur + 1 : 0;
+		if (cur > best)
+			best = cur;
+	}
+	return best > mask + 1 ? mask + 1 : best;
+}
+
 static int run(struct harness *h, char *msg, size_t n)
 {
 	char err[512];
@@ -528,6 +575,7 @@ static int run(struct harness *h, char *msg, size_t n)
 	uint8_t *heap = chell_region_heap(r, &hs);
 	h->heap_off = (uint64_t)(heap - h->work);
 	h->heap_len = meta_heap_size(&g);
+	fill_keys(h->m, h->o.collide);
 	memset(&h->prev, 0, sizeof(h->prev));
 	h->prev.seq = 1;
 	h->acked = 0;
@@ -541,6 +589,9 @@ static int run(struct harness *h, char *msg, size_t n)
 	int rc = 0;
 	for (uint64_t i = 1; i <= h->o.ops && rc == 0; i++) {
 		rc = step(h, i, msg, n);
+		uint32_t a = longest(h->m, 0), b = longest(h->m, 1);
+		h->longest_i2c = a > h->longest_i2c ? a : h->longest_i2c;
+		h->longest_c2f = b > h->longest_c2f ? b : h->longest_c2f;
 	}
 	chell_pmsim_set_hook(h->sim, NULL, NULL);
 	meta_fault_skip_undo = 0;
@@ -566,6 +617,7 @@ static void usage(FILE *f)
 		   "  --point K       test only point K\n"
 		   "  --mode M        only crash mode M: none, subset, torn, evict\n"
 		   "  --flush-points  every flush is a persist point too (default: drains)\n"
+		   "  --collide       keys that share one home slot near the table's end\n"
 		   "  --break missing-undo   the library skips one undo record per transaction\n"
 		   "  --show N        violations printed in full (default 5)\n"
 		   "  -h, --help      this text\n");
@@ -579,7 +631,7 @@ int main(int argc, char **argv)
 		{"every", required_argument, 0, 'e'}, {"point", required_argument, 0, 'p'},
 		{"mode", required_argument, 0, 'm'},  {"break", required_argument, 0, 'b'},
 		{"show", required_argument, 0, 'S'},  {"help", no_argument, 0, 'h'},
-		{"flush-points", no_argument, 0, 'f'},
+		{"flush-points", no_argument, 0, 'f'}, {"collide", no_argument, 0, 'c'},
 		{0, 0, 0, 0},
 	};
 	h.o = (struct opts){.ops = 3000, .seed = 1, .every = 1, .mode = -1, .show = 5};
@@ -587,7 +639,7 @@ int main(int argc, char **argv)
 	char *end;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		unsigned long long v = 0;
-		if (c != 'm' && c != 'b' && c != 'h' && c != 'f' && c != '?') {
+		if (c != 'm' && c != 'b' && c != 'h' && c != 'f' && c != 'c' && c != '?') {
 			errno = 0;
 			v = strtoull(optarg, &end, 0);
 			if (errno || end == optarg || *end || optarg[0] == '-') {
@@ -616,6 +668,7 @@ int main(int argc, char **argv)
 			h.o.brk = 1;
 			break;
 		case 'f': h.o.flush_points = 1; break;
+		case 'c': h.o.collide = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -659,11 +712,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	printf("chell_cachemeta_crash: seed %" PRIu64 ", %" PRIu64 " operations (%" PRIu64 " refused as predicted)%s:",
-	       h.o.seed, h.o.ops, h.errors_expected, h.o.brk ? " --break missing-undo" : "");
+	printf("chell_cachemeta_crash: seed %" PRIu64 ", %" PRIu64 " operations (%" PRIu64 " refused as predicted)%s%s:",
+	       h.o.seed, h.o.ops, h.errors_expected, h.o.collide ? " --collide" : "",
+	       h.o.brk ? " --break missing-undo" : "");
 	for (int k = 0; k < 11; k++)
 		printf(" %s %" PRIu64, op_names[k], h.count[k]);
-	printf("\npersist points: %" PRIu64 " (%s); crash points tested: %" PRIu64 "\n", P,
+	printf("\nlongest hash cluster: I2C %u, C2F %u slots\n", h.longest_i2c, h.longest_c2f);
+	printf("persist points: %" PRIu64 " (%s); crash points tested: %" PRIu64 "\n", P,
 	       h.o.flush_points ? "drains and flushes" : "drains", h.tested);
 	uint64_t images = 0, viol = 0;
 	for (int m = 0; m < CHELL_PMSIM_MODES; m++) {

@@ -54,6 +54,16 @@ def test_flush_points_and_another_seed():
     assert rc == 0 and viol == 0 and points > 3000, out
 
 
+def test_colliding_keys_long_wrapping_clusters():
+    # Every key shares one home slot near the end of its table: clusters as
+    # long as the population, wrapping around, deletions from their middle.
+    rc, out = crash("--ops", "1500", "--seed", "3", "--collide")
+    points, images, viol = tally(out)
+    assert rc == 0 and viol == 0 and points > 2000, out
+    m = re.search(r"longest hash cluster: I2C (\d+), C2F (\d+) slots", out)
+    assert int(m.group(1)) >= 10 and int(m.group(2)) >= 20, out
+
+
 def test_missing_undo_is_caught_and_reproduced():
     rc, out = crash("--ops", "300", "--seed", "2", "--break", "missing-undo", "--show", "1")
     points, images, viol = tally(out)
