@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +366,14 @@ int main(int argc, char **argv)
 		unlink(cfg.sock_path);
 		goto out;
 	}
+	/* Block the stop signals before anyone can learn our pid: from here
+	 * on they are only taken through the server's signalfd, so a stop
+	 * always runs the graceful path. */
+	sigset_t stopset;
+	sigemptyset(&stopset);
+	sigaddset(&stopset, SIGTERM);
+	sigaddset(&stopset, SIGINT);
+	sigprocmask(SIG_BLOCK, &stopset, NULL);
 	if (write_pid_file(&cfg) < 0) {
 		rc = fail(CHELLD_EXIT_FAIL, "cannot write %s: %s", cfg.pid_path, strerror(errno));
 		unlink(cfg.sock_path);

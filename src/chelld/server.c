@@ -28,6 +28,7 @@
 
 #define MAX_CLIENTS 1024
 #define MAX_FILES 4096 /* per client */
+#define DRAIN_MAX 10000 /* requests served per client while stopping */
 #define MAX_RX_FDS 8   /* descriptors accepted in one message (extra ones are closed) */
 
 struct client {
@@ -378,10 +379,11 @@ static void stop(struct server *s)
 	unlink(s->cfg->sock_path);
 	while (s->clients) {
 		struct client *c = s->clients;
-		int r;
-		while ((r = serve_one(s, c)) == 1)
+		int r, budget = DRAIN_MAX;
+		/* The budget bounds a client that keeps sending during the stop. */
+		while ((r = serve_one(s, c)) == 1 && --budget > 0)
 			;
-		if (r == 0)
+		if (r >= 0)
 			client_close(s, c);
 	}
 	chelld_log("stopped after %llu requests", (unsigned long long)s->st.requests);
