@@ -26,6 +26,7 @@ _Atomic int chell_fdt_max = -1;
 
 static pthread_mutex_t fdt_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t free_mutex = PTHREAD_MUTEX_INITIALIZER; /* guards free_files */
+static pthread_mutex_t internal_mutex = PTHREAD_MUTEX_INITIALIZER; /* guards internal_fds */
 static struct chell_file *free_files;
 
 int fdt_init(void)
@@ -64,6 +65,7 @@ void fdt_lock_reinit_child(void)
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	fdt_mutex = fresh;
 	free_mutex = fresh;
+	internal_mutex = fresh;
 	pthread_mutex_lock(&fdt_mutex);
 }
 
@@ -112,9 +114,20 @@ void file_ref(struct chell_file *f)
 	atomic_fetch_add_explicit((_Atomic uint32_t *)&f->refs, 1, memory_order_relaxed);
 }
 
+/* A close is in progress on fd (under the table lock): wait for it to end
+ * and look again. */
+struct chell_file *chell_wait_closing(int fd)
+{
+	fdt_lock();
+	fdt_unlock();
+	return fdt_peek(fd);
+}
+
 struct chell_file *file_get_fd(int fd)
 {
 	struct chell_file *f = fdt_peek(fd);
+	while (unlikely(f == FILE_CLOSING))
+		f = chell_wait_closing(fd);
 	if (!f)
 		return NULL;
 	file_ref(f);
@@ -176,7 +189,6 @@ void file_put(struct chell_file *f)
 #define MAX_INTERNAL 256
 static int internal_fds[MAX_INTERNAL];
 static _Atomic int internal_count;
-static pthread_mutex_t internal_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 bool chell_is_internal_fd(int fd)
 {

@@ -127,6 +127,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 		}
 	}
 	chell_hazard_init();
+	chell_fork_init();
 	chell_active = 1;
 	handoff_note_startup_env();
 	handoff_adopt_from_env();
@@ -145,7 +146,7 @@ __attribute__((destructor)) static void chell_fini(void)
 	hub_process_exit();
 }
 
-static void forget_fd(int fd);
+static struct chell_file *forget_fd(int fd);
 
 /* ------------------------------------------------------------------- open */
 
@@ -204,44 +205,53 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 		}
 	}
 	fdt_lock();
-	forget_fd(fd); /* a stale entry, if the number was closed behind our back */
+	struct chell_file *stale = forget_fd(fd); /* the number was closed behind our back */
 	fdt_install(fd, f);
 	fdt_unlock();
+	if (stale)
+		file_put(stale);
 	return fd;
 }
 
 /* ------------------------------------------------------------------ close */
 
 /* Forget fd without a kernel close (the kernel already dropped it, e.g. as
- * the target of dup2). Caller holds fdt_lock. */
-static void forget_fd(int fd)
+ * the target of dup2). Caller holds fdt_lock and must file_put() the result
+ * AFTER fdt_unlock(): the last put waits for calls in flight on the file,
+ * and those may need the table lock (direct mode maps chunks under it). */
+static struct chell_file *forget_fd(int fd)
 {
 	struct chell_file *f = fdt_remove(fd);
-	if (!f || f == FILE_CLOSING) /* a close in another thread owns that one */
-		return;
+	if (!f || f == FILE_CLOSING)
+		return NULL;
 	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
 		f->release_pending = 1;
-	file_put(f);
+	return f;
 }
 
+/*
+ * The whole close runs under the table lock, with the entry parked on the
+ * "closing" sentinel until the kernel descriptor is gone and the entry is
+ * cleared. A call racing with it finds the sentinel and waits for the lock
+ * (file_get_fd, file_enter), then looks again: it never reaches the kernel
+ * descriptor behind the handler's back, and a new descriptor the kernel
+ * hands out with the same number (a pipe in another thread) is never
+ * mistaken for the closing file.
+ */
 int hub_close(int fd)
 {
 	if (unlikely(chell_is_internal_fd(fd)))
 		return (int)hub_ret(-EBADF); /* to the application it does not exist */
 	fdt_lock();
 	struct chell_file *f = fdt_peek(fd);
-	if (f && f != FILE_CLOSING)
-		atomic_store(&chell_fdt[fd], FILE_CLOSING); /* calls racing with us: EBADF */
-	fdt_unlock();
-	if (!f)
-		return REAL(close)(fd);
-	if (f == FILE_CLOSING)
-		return (int)hub_ret(-EBADF); /* another thread is closing it */
+	if (!f || f == FILE_CLOSING) {
+		fdt_unlock();
+		return REAL(close)(fd); /* the kernel's answer (EBADF for a double close) */
+	}
+	atomic_store(&chell_fdt[fd], FILE_CLOSING);
 	chell_ctx c = {f, fd, 0, CHELL_OP_CLOSE, NULL};
 	int r = hub_call_close(&c); /* the kernel descriptor is gone after this */
-	fdt_lock();
-	struct chell_file *expect = FILE_CLOSING; /* unless an open already reused the number */
-	atomic_compare_exchange_strong(&chell_fdt[fd], &expect, NULL);
+	atomic_store(&chell_fdt[fd], NULL);
 	fdt_unlock();
 	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
 		f->release_pending = 1;
@@ -276,8 +286,9 @@ int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op
 	default: r = REAL(dup3)(oldfd, newfd, flags); break;
 	}
 	*err = errno;
+	struct chell_file *gone = NULL;
 	if (r >= 0 && r != oldfd) {
-		forget_fd(r); /* the kernel closed whatever r was */
+		gone = forget_fd(r); /* the kernel closed whatever r was */
 		if (f && (unsigned)r < chell_fdt_cap) {
 			file_ref(f);
 			atomic_fetch_add((_Atomic uint32_t *)&f->ofd->refs, 1);
@@ -285,6 +296,8 @@ int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op
 		}
 	}
 	fdt_unlock();
+	if (gone)
+		file_put(gone);
 	if (r >= 0 && r != oldfd && f) {
 		for (int i = 0; i < f->stack->depth; i++)
 			if (f->stack->handlers[i]->dup) {
@@ -311,10 +324,13 @@ void hub_proc_event(enum chell_op ev, long arg)
 void hub_process_exit(void)
 {
 	int max = atomic_load(&chell_fdt_max);
-	fdt_lock();
-	for (int fd = 0; fd <= max; fd++)
-		forget_fd(fd);
-	fdt_unlock();
+	for (int fd = 0; fd <= max; fd++) {
+		fdt_lock();
+		struct chell_file *f = forget_fd(fd);
+		fdt_unlock();
+		if (f)
+			file_put(f); /* outside the lock: see forget_fd */
+	}
 }
 
 int hub_adopt(int fd, uint32_t slot, uint32_t gen)

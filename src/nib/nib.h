@@ -108,15 +108,20 @@ void file_put(struct chell_file *f);
  * hazard pointers: plain stores only (see hazard.c); otherwise a counted
  * reference. Signals are deferred in between, so calls never nest.
  */
+struct chell_file *chell_wait_closing(int fd);
+
 static inline struct chell_file *file_enter(int fd)
 {
 	struct chell_hazard *h = chell_tls_hz;
-	if (likely(chell_hazard_enabled && h)) {
+	/* The slot is free unless a signal handler that Chell could not defer
+	 * interrupted a call of this thread: then take a counted reference. */
+	if (likely(chell_hazard_enabled && h &&
+		   atomic_load_explicit(&h->f, memory_order_relaxed) == NULL)) {
 		chell_tls_crit++;
 		struct chell_file *f = fdt_peek(fd);
 		atomic_store_explicit(&h->f, f, memory_order_relaxed);
 		atomic_signal_fence(memory_order_seq_cst); /* the closer's membarrier orders the rest */
-		if (likely(f && fdt_peek(fd) == f))
+		if (likely(f && f != FILE_CLOSING && fdt_peek(fd) == f))
 			return f;
 		atomic_store_explicit(&h->f, NULL, memory_order_relaxed);
 		chell_crit_leave();
@@ -153,6 +158,7 @@ extern const struct chell_stack *chell_mode_stack;
 extern bool chell_stack_routes_stat;
 extern bool chell_stack_routes_truncate;
 void chell_hub_init(void);
+void chell_fork_init(void); /* interpose_proc.c: pthread_atfork handlers */
 
 int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op op);
 int hub_close(int fd);
