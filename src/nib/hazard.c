@@ -34,9 +34,14 @@ static long membarrier(int cmd)
 	return syscall(SYS_membarrier, cmd, 0, 0);
 }
 
+/* Thread exit: the slot goes back to the pool. This thread may still do
+ * I/O in later key destructors, so it forgets the slot first and takes a
+ * fresh one (or counted references) if it does. */
 static void slot_release(void *p)
 {
 	struct chell_hazard *h = p;
+	if (chell_tls_hz == h)
+		chell_tls_hz = NULL;
 	atomic_store(&h->f, NULL);
 	atomic_store(&h->in_use, 0); /* recycled by the next thread */
 }
