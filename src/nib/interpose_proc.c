@@ -9,6 +9,7 @@
  * + exec, which keeps handled descriptors' state in the new program.
  */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -38,24 +39,59 @@ static void after_fork_child(pid_t parent)
 	hub_proc_event(CHELL_OP_FORK, parent);
 }
 
-CHELL_EXPORT pid_t fork(void)
+/*
+ * fork() takes the descriptor table lock (so no thread changes it while the
+ * kernel copies it) and adds the child's references to every shared OFD -
+ * in pthread_atfork handlers, not around the call: glibc runs the
+ * application's own prepare handlers before ours and its parent/child
+ * handlers after ours, so a handler of the application that opens or closes
+ * a handled file never waits for a lock this thread already holds.
+ */
+static __thread int tls_fork_locked;
+static __thread pid_t tls_fork_parent;
+
+static void atfork_prepare(void)
 {
 	if (!chell_active)
-		return REAL(fork)();
-	pid_t parent = sys_getpid();
+		return;
+	tls_fork_parent = sys_getpid();
 	fdt_lock();
 	refs_adjust(+1);
-	pid_t pid = REAL(fork)();
-	if (pid == 0) {
-		after_fork_child(parent);
-		return 0;
+	tls_fork_locked = 1;
+}
+
+static void atfork_parent(void)
+{
+	if (tls_fork_locked) {
+		tls_fork_locked = 0;
+		fdt_unlock();
 	}
-	if (pid < 0) {
+}
+
+static void atfork_child(void)
+{
+	if (tls_fork_locked) {
+		tls_fork_locked = 0;
+		after_fork_child(tls_fork_parent);
+	}
+}
+
+void chell_fork_init(void)
+{
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+}
+
+CHELL_EXPORT pid_t fork(void)
+{
+	pid_t pid = REAL(fork)();
+	if (pid < 0 && chell_active) {
+		/* no child: take back the references the prepare handler added */
 		int e = errno;
+		fdt_lock();
 		refs_adjust(-1);
+		fdt_unlock();
 		errno = e;
 	}
-	fdt_unlock();
 	return pid;
 }
 
