@@ -182,7 +182,14 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 		uint64_t lo = k << direct_chunk_shift;
 		struct stat st;
 		bool dense = false;
-		if (sys_fstat(mfd, &st) == 0 && (uint64_t)st.st_size > lo) {
+		if (sys_fstat(mfd, &st) < 0 || st.st_dev != m->dev || st.st_ino != m->ino) {
+			/* fd was closed and its number reused by another file while a
+			 * call was still in flight: never map that file here */
+			if (opened)
+				sys_close(mfd);
+			goto fail;
+		}
+		if ((uint64_t)st.st_size > lo) {
 			uint64_t hi = lo + chunk < (uint64_t)st.st_size ? lo + chunk : (uint64_t)st.st_size;
 			if (m->extent_gen == m->hole_gen && lo >= m->data_lo && hi <= m->data_hi) {
 				dense = true;
