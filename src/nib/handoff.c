@@ -105,8 +105,13 @@ char **handoff_prepare_exec(char *const envp[])
 		int fl = sys_fcntl(fd, F_GETFD, 0);
 		if (fl >= 0 && (fl & FD_CLOEXEC)) {
 			/* this descriptor dies with the exec */
-			if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1 &&
-			    rlen + 32 < sizeof(rel))
+			bool last = atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1;
+			if (last && rlen + 32 >= sizeof(rel)) {
+				/* no room to hand its release on: it stays alive (leaks) */
+				atomic_fetch_add((_Atomic uint32_t *)&f->ofd->refs, 1);
+				continue;
+			}
+			if (last)
 				rlen += (size_t)snprintf(rel + rlen, sizeof(rel) - rlen, "-:%u:%u,",
 							 f->slot, f->ofd->gen);
 			if (dropped.n < 1024)
