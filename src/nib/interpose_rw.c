@@ -25,67 +25,60 @@
 		return hub_ret(r_);                                        \
 	} while (0)
 
-__attribute__((noinline)) static ssize_t slow_read(int fd, enum chell_op op,
-						   const struct iovec *iov, int cnt, off_t off,
-						   int flags)
-{
-	struct chell_file *f = file_enter(fd);
-	if (!f) { /* closed meanwhile: let the kernel give its answer */
-		switch (op) {
-		case CHELL_OP_READ: return REAL(read)(fd, iov[0].iov_base, iov[0].iov_len);
-		case CHELL_OP_PREAD: return REAL(pread64)(fd, iov[0].iov_base, iov[0].iov_len, off);
-		case CHELL_OP_READV: return REAL(readv)(fd, iov, cnt);
-		case CHELL_OP_PREADV: return REAL(preadv64)(fd, iov, cnt, off);
-		default: return REAL(preadv64v2)(fd, iov, cnt, off, flags);
-		}
-	}
-	chell_ctx c = hub_ctx(f, fd, op);
-	ssize_t r = hub_call_read(&c, iov, cnt, off, flags);
-	file_leave(f);
-	return hub_ret(r);
-}
-
-__attribute__((noinline)) static ssize_t slow_write(int fd, enum chell_op op,
-						    const struct iovec *iov, int cnt, off_t off,
-						    int flags)
+/*
+ * Everything but the unclaimed fast path: one protected lookup, the layer-0
+ * shortcut for one-buffer read/pread/write/pwrite if the file has one
+ * (chell_fast_ops), else the general path down the stack. A descriptor closed
+ * meanwhile gets the kernel's answer through the posix handler, which calls
+ * the libc function matching the original call.
+ */
+__attribute__((noinline)) static ssize_t slow_rw(int fd, enum chell_op op, const struct iovec *iov,
+						 int cnt, off_t off, int flags, bool is_write)
 {
 	struct chell_file *f = file_enter(fd);
 	if (!f) {
+		chell_ctx k = {NULL, fd, 0, op, NULL};
+		return hub_ret(is_write ? chell_posix_handler.write(&k, iov, cnt, off, flags)
+					: chell_posix_handler.read(&k, iov, cnt, off, flags));
+	}
+	ssize_t r = CHELL_FAST_MISS;
+	const struct chell_fast_ops *fast = f->fast;
+	if (fast) {
 		switch (op) {
-		case CHELL_OP_WRITE: return REAL(write)(fd, iov[0].iov_base, iov[0].iov_len);
-		case CHELL_OP_PWRITE: return REAL(pwrite64)(fd, iov[0].iov_base, iov[0].iov_len, off);
-		case CHELL_OP_WRITEV: return REAL(writev)(fd, iov, cnt);
-		case CHELL_OP_PWRITEV: return REAL(pwritev64)(fd, iov, cnt, off);
-		default: return REAL(pwritev64v2)(fd, iov, cnt, off, flags);
+		case CHELL_OP_READ: if (fast->read) r = fast->read(f, fd, iov[0].iov_base, iov[0].iov_len); break;
+		case CHELL_OP_PREAD: if (fast->pread) r = fast->pread(f, fd, iov[0].iov_base, iov[0].iov_len, off); break;
+		case CHELL_OP_WRITE: if (fast->write) r = fast->write(f, fd, iov[0].iov_base, iov[0].iov_len); break;
+		case CHELL_OP_PWRITE: if (fast->pwrite) r = fast->pwrite(f, fd, iov[0].iov_base, iov[0].iov_len, off); break;
+		default: break;
 		}
 	}
-	chell_ctx c = hub_ctx(f, fd, op);
-	ssize_t r = hub_call_write(&c, iov, cnt, off, flags);
+	if (r == CHELL_FAST_MISS) {
+		chell_ctx c = hub_ctx(f, fd, op);
+		r = is_write ? hub_call_write(&c, iov, cnt, off, flags)
+			     : hub_call_read(&c, iov, cnt, off, flags);
+	}
 	file_leave(f);
 	return hub_ret(r);
 }
 
-/* ------------------------------------------------------------------- read */
+static inline ssize_t slow_read(int fd, enum chell_op op, const struct iovec *iov, int cnt,
+				off_t off, int flags)
+{
+	return slow_rw(fd, op, iov, cnt, off, flags, false);
+}
 
-/* The layer-0 shortcut, if the file has one (see chell_fast_ops). */
-#define TRY_FAST(fd, member, ...)                                                  \
-	do {                                                                       \
-		struct chell_file *ff_ = file_enter(fd);                           \
-		if (ff_) {                                                         \
-			ssize_t rr_ = ff_->fast && ff_->fast->member                \
-					      ? ff_->fast->member(ff_, fd, __VA_ARGS__) \
-					      : CHELL_FAST_MISS;                    \
-			file_leave(ff_);                                           \
-			if (rr_ != CHELL_FAST_MISS)                                \
-				return hub_ret(rr_);                               \
-		}                                                                  \
-	} while (0)
+static inline ssize_t slow_write(int fd, enum chell_op op, const struct iovec *iov, int cnt,
+				 off_t off, int flags)
+{
+	return slow_rw(fd, op, iov, cnt, off, flags, true);
+}
+
+/* ------------------------------------------------------------------- read */
 
 CHELL_EXPORT ssize_t read(int fd, void *buf, size_t n)
 {
 	if (UNCLAIMED(fd))
 		return REAL(read)(fd, buf, n);
-	TRY_FAST(fd, read, buf, n);
 	struct iovec v = {buf, n};
 	return slow_read(fd, CHELL_OP_READ, &v, 1, -1, 0);
 }
@@ -94,7 +87,6 @@ CHELL_EXPORT ssize_t pread(int fd, void *buf, size_t n, off_t off)
 {
 	if (UNCLAIMED(fd))
 		return REAL(pread64)(fd, buf, n, off);
-	TRY_FAST(fd, pread, buf, n, off);
 	struct iovec v = {buf, n};
 	return slow_read(fd, CHELL_OP_PREAD, &v, 1, off, 0);
 }
@@ -151,7 +143,6 @@ CHELL_EXPORT ssize_t write(int fd, const void *buf, size_t n)
 {
 	if (UNCLAIMED(fd))
 		return REAL(write)(fd, buf, n);
-	TRY_FAST(fd, write, buf, n);
 	struct iovec v = {(void *)buf, n};
 	return slow_write(fd, CHELL_OP_WRITE, &v, 1, -1, 0);
 }
@@ -160,7 +151,6 @@ CHELL_EXPORT ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
 {
 	if (UNCLAIMED(fd))
 		return REAL(pwrite64)(fd, buf, n, off);
-	TRY_FAST(fd, pwrite, buf, n, off);
 	struct iovec v = {(void *)buf, n};
 	return slow_write(fd, CHELL_OP_PWRITE, &v, 1, off, 0);
 }
