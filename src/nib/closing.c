@@ -2,13 +2,13 @@
 /*
  * The "closing" sentinel.
  *
- * close() must not leave a window in which the descriptor is still open in
- * the kernel but no longer in Chell's table: a call from another thread in
- * that window would reach the kernel directly, behind the handler's back
- * (a direct-mode read with a stale kernel offset, an unshadowed write). So
- * while a handled descriptor is being closed, its table entry points to this
- * sentinel, whose stack answers every operation with EBADF - one of the two
- * answers the kernel itself gives to a call racing with close().
+ * While a handled descriptor is being closed (under the table lock, see
+ * hub_close), its table entry points here. Lookups that find it wait for the
+ * table lock and look again (file_get_fd, file_enter), so no call is
+ * dispatched on it in normal operation. Its stack answers every operation
+ * with EBADF - one of the kernel's own answers to a call racing with close()
+ * - so that a lookup path added later that forgets to wait still fails
+ * safely instead of dereferencing a half-closed file.
  */
 #include "nib.h"
 
