@@ -69,54 +69,99 @@ int chelld_send(int sock, const void *msg, size_t len, int fd)
 	return 0;
 }
 
-long chelld_recv(int sock, void *buf, size_t cap)
+/* Receive one datagram; with fd_out, also a descriptor sent with it. */
+static long recv_one(int sock, void *buf, size_t cap, int *fd_out)
 {
 	struct iovec iov = {.iov_base = buf, .iov_len = cap};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
 	ssize_t n;
+	if (fd_out) {
+		*fd_out = -1;
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof ctl.buf;
+	}
 	do
 		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n < 0)
 		return -1;
+	if (fd_out && mh.msg_controllen) {
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+			    c->cmsg_len == CMSG_LEN(sizeof(int)))
+				memcpy(fd_out, CMSG_DATA(c), sizeof(int));
+	}
 	if (n == 0) {
 		errno = ECONNRESET;
-		return -1;
+		goto fail;
 	}
-	if (mh.msg_flags & MSG_TRUNC) {
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
 		errno = EMSGSIZE;
-		return -1;
+		goto fail;
 	}
 	return (long)n;
+fail:
+	if (fd_out && *fd_out >= 0) {
+		close(*fd_out);
+		*fd_out = -1;
+	}
+	return -1;
 }
 
-int chelld_call(int sock, const void *req, size_t reqlen, int fd, void *rep, size_t replen)
+long chelld_recv(int sock, void *buf, size_t cap)
+{
+	return recv_one(sock, buf, cap, NULL);
+}
+
+int chelld_call_fd(int sock, const void *req, size_t reqlen, int fd, void *rep, size_t replen,
+		   int *fd_out)
 {
 	const struct chelld_hdr *rq = req;
 	char buf[CHELLD_MSG_MAX + 1];
+	int got = -1;
+	if (fd_out)
+		*fd_out = -1;
 	if (chelld_send(sock, req, reqlen, fd) < 0)
 		return -1;
-	long n = chelld_recv(sock, buf, sizeof buf);
+	long n = recv_one(sock, buf, sizeof buf, &got);
 	if (n < 0)
 		return -1;
 	const struct chelld_rhdr *r = (const struct chelld_rhdr *)buf;
 	if ((size_t)n < sizeof *r || r->h.magic != CHELLD_MAGIC || r->h.length != (uint32_t)n ||
 	    r->h.seq != rq->seq) {
 		errno = EPROTO;
-		return -1;
+		goto fail;
 	}
 	memset(rep, 0, replen);
 	if (r->h.type == (CHELLD_MSG_ERROR | CHELLD_REPLY)) {
 		/* Keep the status (and what fits) so the caller sees why. */
 		memcpy(rep, buf, (size_t)n < replen ? (size_t)n : replen);
-		return 0;
+		goto done;
 	}
 	if (r->h.type != (rq->type | CHELLD_REPLY) || (size_t)n != replen) {
 		errno = EPROTO;
-		return -1;
+		goto fail;
 	}
 	memcpy(rep, buf, replen);
+done:
+	if (fd_out)
+		*fd_out = got;
+	else if (got >= 0)
+		close(got);
 	return 0;
+fail:
+	if (got >= 0)
+		close(got);
+	return -1;
+}
+
+int chelld_call(int sock, const void *req, size_t reqlen, int fd, void *rep, size_t replen)
+{
+	return chelld_call_fd(sock, req, reqlen, fd, rep, replen, NULL);
 }
 
 const char *chelld_errname(int e)

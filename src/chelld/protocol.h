@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The chelld wire protocol (version 1), spoken over a SOCK_SEQPACKET Unix
+ * The chelld wire protocol (version 2: the cache data path), spoken over a SOCK_SEQPACKET Unix
  * socket between clients (libchell.so in cache mode, `chell cache`, tests)
  * and the cache manager daemon. See docs/CHELLD.md.
  *
@@ -28,7 +28,7 @@
 #endif
 
 #define CHELLD_MAGIC 0x4c4c4843u /* "CHLL" in memory order */
-#define CHELLD_VERSION 1u
+#define CHELLD_VERSION 2u
 #define CHELLD_PATH_MAX 4096u
 #define CHELLD_DETAIL_MAX 96u
 /* The paper's mapping granularity: chunks of 2 MiB of a backing file. */
@@ -50,6 +50,12 @@ enum chelld_type {
 	CHELLD_MSG_STATS = 4,
 	CHELLD_MSG_PATH = 5, /* the pool or a backing directory, by index */
 	CHELLD_MSG_BYE = 6,
+	CHELLD_MSG_SYNC = 7,      /* fsync: make the file's cache metadata durable */
+	CHELLD_MSG_TRUNCATE = 8,  /* ftruncate through the manager */
+	CHELLD_MSG_FLUSH = 9,     /* write back (and optionally drop) a file or all */
+	CHELLD_MSG_CLOSE = 10,    /* the client is done with a file id */
+	CHELLD_MSG_FILE_STAT = 11, /* per-file statistics, by index */
+	CHELLD_MSG_CHECK = 12,    /* verify the pool while serving */
 	CHELLD_MSG_ERROR = 0x7fff, /* reply only: the request could not be parsed */
 };
 #define CHELLD_REPLY 0x8000u
@@ -78,11 +84,19 @@ struct chelld_hello {
 	uint32_t version; /* the client's protocol version */
 	uint32_t pad;
 };
+/* The reply to a successful HELLO carries one descriptor (SCM_RIGHTS): a
+ * memfd of `slots` bytes, this client's access table (cache/policy
+ * access_table): the client sets byte s on a hit in slot s, the manager
+ * folds every client's table into its replacement policy. One table per
+ * connection, so a client can only disturb replacement, never data. */
 struct chelld_hello_reply {
 	struct chelld_rhdr r;
 	uint32_t version; /* the daemon's */
 	uint32_t chunk_size;
 	uint64_t cache_size;
+	uint32_t slots;   /* cache chunk slots (cache_size / chunk_size) */
+	uint32_t flags;   /* reserved, 0 */
+	uint64_t append_threshold; /* extending writes >= this fallocate the backing file */
 };
 
 struct chelld_open {
@@ -91,28 +105,134 @@ struct chelld_open {
 	uint32_t pad;
 	char path[CHELLD_PATH_MAX]; /* NUL-terminated, absolute */
 };
+/* File flags in replies. BYPASS: the file is not cached right now (an
+ * application maps it, or it changed behind the cache and still had dirty
+ * data): the client uses the kernel path on its own descriptor. */
+#define CHELLD_FILE_BYPASS 1u
+
+/* OPEN_FILE registers the client's descriptor for the file; file_id is the
+ * file's Cnode id, the same for every client, valid on this connection
+ * until CLOSE (a forked child reconnects and registers again). */
 struct chelld_open_reply {
 	struct chelld_rhdr r;
 	uint32_t file_id;
 	uint32_t access; /* CHELLD_ACC_* */
 	uint64_t size;
 	uint64_t dev, ino;
+	uint32_t flags;  /* CHELLD_FILE_* */
+	uint32_t pad;
 	char detail[CHELLD_DETAIL_MAX]; /* why it was refused, for messages */
 };
 
+/* MAP: make blocks [first_block, first_block + nblocks) of file chunk
+ * `chunk` valid in the cache (filling from the backing file, or zeros past
+ * its end) and hand the chunk file over. A successful reply without
+ * CHELLD_FILE_BYPASS carries one descriptor (SCM_RIGHTS) of the chunk file
+ * (cache/layout.h), opened O_RDWR if want_write and the registered
+ * descriptor allows writing, else O_RDONLY. nblocks 0: just the mapping.
+ * The manager may fill more than asked (read-ahead). */
 struct chelld_map {
 	struct chelld_hdr h;
 	uint32_t file_id;
 	uint32_t want_write;
 	uint64_t chunk;
+	uint32_t first_block;
+	uint32_t nblocks;
 };
 struct chelld_map_reply {
 	struct chelld_rhdr r;
 	uint32_t chunk_size;
-	uint32_t pad;
-	uint64_t file_size;
+	uint32_t slot;
+	uint64_t file_size;      /* the backing file's size now */
 	uint64_t backing_offset; /* chunk * chunk_size */
 	uint64_t length;         /* bytes of the chunk inside the file */
+	uint32_t access;         /* CHELLD_ACC_* the descriptor sent grants */
+	uint32_t flags;          /* CHELLD_FILE_* */
+};
+
+/* SYNC (fsync/fdatasync after the client flushed its stores and dirty
+ * bits): the manager records the backing file's size and times in the
+ * file's Cnode in one transaction, so a crash cannot lose an extension. */
+struct chelld_sync {
+	struct chelld_hdr h;
+	uint32_t file_id;
+	uint32_t pad;
+};
+
+/* TRUNCATE: revoke the file's chunks from the one holding `size` on (dirty
+ * blocks below `size` are written back first), truncate the backing file,
+ * record the size. Needs write access. Reply: bare chelld_rhdr. */
+struct chelld_truncate {
+	struct chelld_hdr h;
+	uint32_t file_id;
+	uint32_t pad;
+	uint64_t size;
+};
+
+#define CHELLD_ALL_FILES UINT32_MAX
+#define CHELLD_FLUSH_DROP 1u   /* also evict the file's chunks (clean data too) */
+#define CHELLD_FLUSH_BYPASS 2u /* ... and stop caching it until its last close */
+/* FLUSH: write the dirty blocks of file_id (or of every file) back to the
+ * backing store and fsync it. FLUSH of one file needs it registered on this
+ * connection; of all files, that the caller is root or the manager's user.
+ * CHELLD_FLUSH_BYPASS is what a client sends before an application mmap()s
+ * a cached file. */
+struct chelld_flush {
+	struct chelld_hdr h;
+	uint32_t file_id;
+	uint32_t flags;
+};
+struct chelld_flush_reply {
+	struct chelld_rhdr r;
+	uint64_t blocks_written;
+	uint64_t bytes_written;
+	uint32_t chunks_dropped;
+	uint32_t files;
+};
+
+/* Counters a client reports for one file (CLOSE) or for all (BYE): hits are
+ * served without the manager, which learns of them only this way. */
+struct chelld_client_counts {
+	uint64_t read_hits, write_hits;
+	uint64_t read_misses, write_misses;
+	uint64_t read_bytes, write_bytes;
+};
+
+struct chelld_close {
+	struct chelld_hdr h;
+	uint32_t file_id;
+	uint32_t pad;
+	struct chelld_client_counts counts;
+};
+
+/* FILE_STAT: the index-th cached file (0, 1, ...), ENOENT past the last. */
+struct chelld_file_stat {
+	struct chelld_hdr h;
+	uint32_t index;
+	uint32_t pad;
+};
+struct chelld_file_stat_reply {
+	struct chelld_rhdr r;
+	uint32_t cnode;
+	uint32_t flags;      /* CHELLD_FILE_* */
+	uint64_t size;
+	uint32_t chunks;     /* cache chunks held */
+	uint32_t clients;    /* connections that registered it */
+	uint64_t valid_blocks, dirty_blocks;
+	uint64_t fills, fill_bytes;
+	uint64_t evictions, writeback_bytes;
+	struct chelld_client_counts counts; /* reported by clients so far */
+	char path[CHELLD_PATH_MAX];
+};
+
+struct chelld_check {
+	struct chelld_hdr h;
+};
+struct chelld_check_reply {
+	struct chelld_rhdr r; /* 0, or EUCLEAN with the first problem in detail */
+	uint64_t chunks_checked;
+	uint64_t cnodes_checked;
+	char detail[CHELLD_DETAIL_MAX * 2];
 };
 
 struct chelld_stats {
@@ -131,6 +251,18 @@ struct chelld_stats_reply {
 	uint64_t opens, opens_refused;
 	uint64_t maps, maps_refused;
 	uint64_t malformed;
+	/* the cache (v2) */
+	uint32_t slots, slots_used;
+	uint32_t dirty_chunks, cnodes;
+	uint64_t dirty_blocks;
+	uint64_t fills, fill_bytes;
+	uint64_t evictions, revocations;
+	uint64_t writeback_ops, writeback_bytes;
+	uint64_t syncs, truncates, bypassed, outside_changes;
+	uint64_t cleaner_passes, throttle_waits;
+	struct chelld_client_counts counts; /* reported by clients so far */
+	uint32_t policy;       /* 0 LRU (CLOCK), 1 FIFO */
+	uint32_t pad2;
 };
 
 struct chelld_path {
@@ -145,6 +277,7 @@ struct chelld_path_reply {
 
 struct chelld_bye {
 	struct chelld_hdr h;
+	struct chelld_client_counts counts; /* for files not reported by CLOSE */
 };
 /* BYE is answered with a bare struct chelld_rhdr, then the daemon closes. */
 
@@ -160,6 +293,7 @@ _Static_assert(sizeof(struct chelld_rhdr) == 24, "wire layout");
 _Static_assert(sizeof(struct chelld_open) == 24 + CHELLD_PATH_MAX, "wire layout");
 _Static_assert(sizeof(struct chelld_path_reply) <= CHELLD_MSG_MAX, "wire layout");
 _Static_assert(sizeof(struct chelld_open) <= CHELLD_MSG_MAX, "wire layout");
+_Static_assert(sizeof(struct chelld_file_stat_reply) <= CHELLD_MSG_MAX, "wire layout");
 
 /* ---- client helpers (proto.c), used by `chell cache` and the test client ---- */
 #include <stddef.h>
@@ -178,6 +312,10 @@ long chelld_recv(int sock, void *buf, size_t cap);
  * error reply from the daemon becomes its status in rep->status, return 0
  * only if the sizes match). */
 int chelld_call(int sock, const void *req, size_t reqlen, int fd, void *rep, size_t replen);
+/* chelld_call for replies that may carry one descriptor: *fd_out gets it
+ * (close-on-exec), or -1 if the reply had none. */
+int chelld_call_fd(int sock, const void *req, size_t reqlen, int fd, void *rep, size_t replen,
+		   int *fd_out);
 /* Name of a protocol errno value for messages ("EACCES"), or "E<n>". */
 const char *chelld_errname(int e);
 

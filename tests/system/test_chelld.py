@@ -241,7 +241,7 @@ def test_malformed_messages_get_error_replies_and_the_daemon_keeps_serving(cache
     assert out[0][1]["status"] == "EPROTO" and out[0][1]["error_reply"] == "1"  # HELLO first
     for (op, f), want in zip(out[2:2 + len(RAW)], RAW.values()):
         assert op == "raw" and f["error_reply"] == "1" and f["status"] == want, (f, want)
-    assert out[-2][1]["status"] == "EPROTONOSUPPORT" and out[-2][1]["version"] == "1"
+    assert out[-2][1]["status"] == "EPROTONOSUPPORT" and out[-2][1]["version"] == "2"
     assert out[-1][1]["status"] == "OK"  # the same connection still works
     assert int(out[-1][1]["malformed"]) == len(RAW) + 1
     # and so does everyone else

@@ -1,0 +1,99 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cache/layout.h - what cache mode keeps in a pool directory, and the one
+ * structure clients and the manager (chelld) share in memory: the control
+ * page of a cache chunk. docs/CACHE.md explains the design; this header is
+ * the contract between src/chelld (the manager) and src/handlers/cache (the
+ * client side in libchell.so).
+ *
+ * Pool directory (chelld --pool DIR):
+ *   DIR/meta.pool        Chell region with the cache metadata (cache/meta):
+ *                        Cnodes, I2C, C2F, chunk allocation. Transactions.
+ *   DIR/chunks/<slot>    one file per cache chunk slot, named by the slot
+ *                        number in decimal: CACHE_CHUNK_BYTES of data, then
+ *                        the control page (struct cache_ctl) at offset
+ *                        CACHE_CHUNK_BYTES. Sparse: only filled 4 KB blocks
+ *                        take memory.
+ *   DIR/chelld.sock, chelld.pid, chelld.lock, chelld.log (chelld/protocol.h)
+ *
+ * Why one file per chunk, and a new inode every time a slot is reused:
+ * a mapping the kernel gave a client cannot be taken back without a kernel
+ * module. So a chunk file only ever holds data of ONE (backing file, chunk
+ * index): when the manager evicts it, it marks the control page REVOKED,
+ * writes the dirty blocks back, truncates the file to 0 (clients' stale
+ * mappings now fault, and the memory is freed at once) and unlinks it; the
+ * slot's next use creates a new file. A client therefore can never see, let
+ * alone write, another file's data through an old mapping: the worst it can
+ * reach is a SIGBUS, which the client's guarded copy turns into a miss.
+ *
+ * Client protocol on a chunk (the manager's side is the mirror image; the
+ * fences pair Dekker-style, so either the client sees REVOKED or the
+ * manager sees the client's dirty bits):
+ *   read:  state LIVE and every block of the range valid  -> guarded memcpy
+ *          -> acquire fence -> state still LIVE, else discard and miss.
+ *   write: state LIVE and every block valid -> guarded memcpy (flushed on
+ *          DAX) -> dirty_mark(blocks) -> seq_cst fence -> state still LIVE,
+ *          else redo the whole write through the miss path (writes are
+ *          idempotent, so a redo is always safe).
+ *   The manager: store REVOKED -> seq_cst fence -> dirty_checkout -> write
+ *          back -> truncate + unlink. A block is made valid only by the
+ *          manager (fill from the backing file, or zeros past its end), and
+ *          clients store only into valid blocks, so fills never race with
+ *          client stores.
+ *
+ * Dirty states live in the control page (two bits per 4 KB block in the
+ * format of cache/policy dirty.c, a one-chunk dirty_table) because clients
+ * set them on the hit path without a system call; each change is a single
+ * aligned 8-byte atomic, which is failure-atomic on persistent memory, so it
+ * needs no journal. The maps and the allocation change only in meta
+ * transactions.
+ */
+#ifndef CHELL_CACHE_LAYOUT_H
+#define CHELL_CACHE_LAYOUT_H
+
+#include <stdint.h>
+
+#define CACHE_CHUNK_SHIFT 21
+#define CACHE_CHUNK_BYTES (1ull << CACHE_CHUNK_SHIFT) /* 2 MB */
+#define CACHE_BLOCK_BYTES 4096u
+#define CACHE_BLOCKS 512u                             /* per chunk */
+#define CACHE_CTL_BYTES 4096u
+#define CACHE_CHUNK_FILE_BYTES (CACHE_CHUNK_BYTES + CACHE_CTL_BYTES)
+
+#define CACHE_META_NAME "meta.pool"
+#define CACHE_CHUNKS_DIR "chunks"
+
+#define CACHE_CTL_MAGIC 0x4c54434b4e484331ull /* "1CHNKCTL" */
+#define CACHE_CTL_VERSION 1u
+
+/* cache_ctl.state (atomic, monotonic: LIVE -> REVOKED, never back). */
+enum cache_chunk_state {
+	CACHE_CHUNK_INIT = 0,    /* being set up by the manager; not yet handed out */
+	CACHE_CHUNK_LIVE = 1,
+	CACHE_CHUNK_REVOKED = 2, /* being evicted or gone: take the miss path */
+};
+
+/* At offset CACHE_CHUNK_BYTES of every chunk file. Line 0 is written by the
+ * manager only; line 1 (valid bits) by the manager only; from line 2 on, a
+ * one-chunk dirty_table (cache/policy dirty.c), written by clients
+ * (dirty_mark) and by the manager (check-out, check-in). Clients that may
+ * only read get the whole file mapped read-only. */
+struct cache_ctl {
+	/* line 0: identity */
+	uint64_t magic;
+	uint32_t version;
+	uint32_t state;      /* enum cache_chunk_state (atomic) */
+	uint32_t slot;       /* the slot this file is the chunk of */
+	uint32_t cnode;      /* cache/meta Cnode id of the backing file */
+	uint64_t dev, ino;   /* backing file identity */
+	uint64_t file_chunk; /* backing offset / CACHE_CHUNK_BYTES */
+	uint64_t incarnation; /* how many times the slot was (re)used */
+	/* line 1: 4 KB blocks holding the backing file's data (bit b = block b) */
+	uint64_t valid[CACHE_BLOCKS / 64];
+	/* line 2 on: dirty_table_init(&dirty, 1) */
+	uint64_t dirty[(4096 - 128) / 8];
+};
+
+_Static_assert(sizeof(struct cache_ctl) == CACHE_CTL_BYTES, "one page");
+
+#endif
