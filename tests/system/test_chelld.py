@@ -303,7 +303,7 @@ def test_status_json_and_text(cache):
     s = json.loads(p.stdout)
     assert s["running"] is True and s["pid"] == cache["pid"]
     assert s["pool"] == str(cache["pool"]) and s["backings"] == [str(cache["back"])]
-    assert s["size"] == 64 << 20 and s["protocol"] == 1 and s["clients"] == 0
+    assert s["size"] == 64 << 20 and s["protocol"] == 2 and s["clients"] == 0
     assert s["opens"] == 1 and s["maps"] == 1 and s["uptime_ms"] >= 0
     t = run([CHELL, "cache", "status", "--pool", cache["pool"]])
     assert t.returncode == 0 and b"chelld is running" in t.stdout and b"64.0 MiB" in t.stdout
@@ -339,12 +339,12 @@ def test_stop_answers_requests_queued_before_the_signal(cache):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(str(cache["sock"]))
     # one round trip first, so the daemon has accepted the connection
-    s.send(struct.pack("<IHHIIII", MAGIC, 1, HELLO, 24, 1, 1, 0))
+    s.send(struct.pack("<IHHIIII", MAGIC, 2, HELLO, 24, 1, 2, 0))
     assert struct.unpack_from("<IHHIIi", s.recv(8192))[5] == 0
     os.kill(cache["pid"], signal.SIGSTOP)
     try:
-        s.send(struct.pack("<IHHII", MAGIC, 1, STATS, 16, 2))
-        s.send(struct.pack("<IHHII", MAGIC, 1, STATS, 16, 3))
+        s.send(struct.pack("<IHHII", MAGIC, 2, STATS, 16, 2))
+        s.send(struct.pack("<IHHII", MAGIC, 2, STATS, 16, 3))
         os.kill(cache["pid"], signal.SIGTERM)
     finally:
         os.kill(cache["pid"], signal.SIGCONT)
