@@ -40,8 +40,8 @@ extern char **environ;
 const struct chell_setting_def chell_setting_defs[] = {
 	{"mode", "CHELL_MODE", CHELL_T_ENUM, "posix", "posix|trace|shadow|direct|cache",
 	 "handler stack for matched files: posix (kernel), trace (log each call), "
-	 "shadow (check against a copy), direct (memory-mapped I/O on tmpfs/DAX); "
-	 "cache is not available yet"},
+	 "shadow (check against a copy), direct (memory-mapped I/O on tmpfs/DAX), "
+	 "cache (the fast tier as a write-back cache of slow storage, with chelld)"},
 	{"paths", "CHELL_PATHS", CHELL_T_PATHLIST, "", NULL,
 	 "':'-separated absolute prefixes of the files Chell handles; empty = every "
 	 "regular file (direct: every file on a tmpfs or DAX mount; shadow needs at least one); "
@@ -50,7 +50,7 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "where trace mode writes its log; empty = stderr; %p is replaced by the pid"},
 	{"shadow.dir", "CHELL_SHADOW_DIR", CHELL_T_PATH, "/tmp/chell-shadow", NULL,
 	 "directory for shadow copies and divergence reports"},
-	{"shadow.under_test", "CHELL_SHADOW_UNDER_TEST", CHELL_T_ENUM, "posix", "posix|trace|direct",
+	{"shadow.under_test", "CHELL_SHADOW_UNDER_TEST", CHELL_T_ENUM, "posix", "posix|trace|direct|cache",
 	 "handler stack that shadow mode checks against its posix copy"},
 	{"shadow.history", "CHELL_SHADOW_HISTORY", CHELL_T_UINT, "64", NULL,
 	 "number of recent operations kept for the divergence report"},
@@ -71,6 +71,25 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "use MAP_SYNC (DAX): auto tries it and falls back; on also reports a refusal"},
 	{"direct.nt_threshold", "CHELL_DIRECT_NT_THRESHOLD", CHELL_T_SIZE, "256K", NULL,
 	 "on MAP_SYNC mappings, writes of at least this size use non-temporal stores"},
+	{"cache.pool", "CHELL_CACHE_POOL", CHELL_T_PATH, "/dev/shm/chell-cache", NULL,
+	 "cache mode: the pool directory on the fast tier (tmpfs or DAX) where chelld keeps "
+	 "the cache and listens (chelld.sock)"},
+	{"cache.size", "CHELL_CACHE_SIZE", CHELL_T_SIZE, "1G", NULL,
+	 "cache mode: pool capacity, a multiple of 2M (used when a pool is created)"},
+	{"cache.backing", "CHELL_CACHE_BACKING", CHELL_T_PATHLIST, "", NULL,
+	 "cache mode: ':'-separated backing directories on slow storage whose files are "
+	 "cached; empty = the running chelld's, else `paths`"},
+	{"cache.policy", "CHELL_CACHE_POLICY", CHELL_T_ENUM, "lru", "lru|fifo",
+	 "cache mode: chunk replacement, lru (CLOCK approximation fed by client hits) or fifo"},
+	{"cache.append_threshold", "CHELL_CACHE_APPEND_THRESHOLD", CHELL_T_SIZE, "32K", NULL,
+	 "cache mode: extending writes of at least this size reserve backing space with "
+	 "fallocate and go only to the cache"},
+	{"cache.dirty_high", "CHELL_CACHE_DIRTY_HIGH", CHELL_T_UINT, "50", NULL,
+	 "cache mode: background write-back starts when this percent of chunks hold dirty data"},
+	{"cache.dirty_low", "CHELL_CACHE_DIRTY_LOW", CHELL_T_UINT, "25", NULL,
+	 "cache mode: ... and stops at this percent"},
+	{"cache.readahead", "CHELL_CACHE_READAHEAD", CHELL_T_SIZE, "64K", NULL,
+	 "cache mode: a miss fills at least this much of the chunk from the backing file"},
 	{NULL, NULL, CHELL_T_STRING, NULL, NULL, NULL},
 };
 
