@@ -10,7 +10,7 @@
 # points, of manager kills and the checker's summary.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
-case ${1:-} in -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case ${1:-} in -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 export CHELL_CACHE_KILLS=${1:-1200} CHELL_CACHE_SEED=${2:-5}
 exec python3 -m pytest -q -s "$repo/tests/system/test_cache_crash.py" \
 	-k every_fsynced_byte
