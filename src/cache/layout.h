@@ -88,6 +88,7 @@ struct cache_ctl {
 	uint64_t dev, ino;   /* backing file identity */
 	uint64_t file_chunk; /* backing offset / CACHE_CHUNK_BYTES */
 	uint64_t incarnation; /* how many times the slot was (re)used */
+	uint64_t reserved0;   /* 0; pads line 0 to 64 bytes so valid[] is line 1 */
 	/* line 1: 4 KB blocks holding the backing file's data (bit b = block b) */
 	uint64_t valid[CACHE_BLOCKS / 64];
 	/* line 2 on: dirty_table_init(&dirty, 1) */
@@ -95,5 +96,7 @@ struct cache_ctl {
 };
 
 _Static_assert(sizeof(struct cache_ctl) == CACHE_CTL_BYTES, "one page");
+_Static_assert(__builtin_offsetof(struct cache_ctl, valid) == 64, "valid bits are line 1");
+_Static_assert(__builtin_offsetof(struct cache_ctl, dirty) == 128, "dirty table from line 2");
 
 #endif
