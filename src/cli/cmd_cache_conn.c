@@ -1,0 +1,137 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `chell cache`: finding a pool's daemon (pid file, lock, socket) and one
+ * connection to it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd_cache.h"
+#include "common/config.h"
+
+char *cache_pool_file(const char *pool, const char *name)
+{
+	char *p;
+	return asprintf(&p, "%s/%s", pool, name) < 0 ? NULL : p;
+}
+
+/* The pid file: "PID\nSOCKET\n". */
+long cache_read_pid_file(const char *pool, char *sock, size_t len)
+{
+	char *path = cache_pool_file(pool, CHELLD_PID_NAME);
+	FILE *f = path ? fopen(path, "re") : NULL;
+	long pid = 0;
+	free(path);
+	if (!f)
+		return 0;
+	char line[PATH_MAX + 2];
+	if (fgets(line, sizeof line, f))
+		pid = strtol(line, NULL, 10);
+	if (sock && len && fgets(line, sizeof line, f)) {
+		size_t k = strcspn(line, "\n");
+		if (k >= len)
+			k = len - 1;
+		memcpy(sock, line, k);
+		sock[k] = '\0';
+	}
+	fclose(f);
+	return pid;
+}
+
+bool cache_pool_locked(const char *pool)
+{
+	char *path = cache_pool_file(pool, CHELLD_LOCK_NAME);
+	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+	free(path);
+	if (fd < 0)
+		return false;
+	/* A shared lock conflicts only with the daemon's exclusive one. */
+	bool held = flock(fd, LOCK_SH | LOCK_NB) < 0 && errno == EWOULDBLOCK;
+	close(fd);
+	return held;
+}
+
+void cache_sock_path(const char *pool, const char *sockopt, char *out, size_t len)
+{
+	out[0] = '\0';
+	if (sockopt)
+		snprintf(out, len, "%s", sockopt);
+	else if (!cache_read_pid_file(pool, out, len) || !out[0])
+		snprintf(out, len, "%s/%s", pool, CHELLD_SOCK_NAME);
+}
+
+const char *cache_pool_default(const char *given)
+{
+	static char pool[PATH_MAX];
+	if (given)
+		return given;
+	struct chell_config cfg = {0};
+	char err[PATH_MAX + 256];
+	if (chell_config_load(&cfg, NULL, err, sizeof err)) {
+		cli_err("%s", err);
+		chell_config_free(&cfg);
+		return NULL;
+	}
+	snprintf(pool, sizeof pool, "%s", chell_config_str(&cfg, "cache.pool"));
+	chell_config_free(&cfg);
+	return pool;
+}
+
+int cache_call(struct cache_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
+	       size_t replen, int fd, bool *answered)
+{
+	if (answered)
+		*answered = false;
+	chelld_hdr_init(req, type, (uint32_t)reqlen, ++c->seq);
+	if (chelld_call(c->sock, req, reqlen, fd, rep, replen) < 0)
+		return -1;
+	if (answered)
+		*answered = true;
+	int st = ((struct chelld_rhdr *)rep)->status;
+	if (st) {
+		errno = st;
+		return -1;
+	}
+	return 0;
+}
+
+int cache_conn_open(struct cache_conn *c, const char *sock)
+{
+	memset(c, 0, sizeof *c);
+	snprintf(c->path, sizeof c->path, "%s", sock);
+	c->sock = chelld_connect(sock);
+	if (c->sock < 0)
+		return -1;
+	struct chelld_hello hello = {.version = CHELLD_VERSION};
+	if (cache_call(c, &hello, sizeof hello, CHELLD_MSG_HELLO, &c->hello, sizeof c->hello, -1,
+		       NULL) < 0) {
+		int e = errno;
+		close(c->sock);
+		c->sock = -1;
+		errno = e;
+		return -1;
+	}
+	return 0;
+}
+
+void cache_conn_close(struct cache_conn *c)
+{
+	if (c->sock < 0)
+		return;
+	struct chelld_bye bye = {0};
+	struct chelld_rhdr br;
+	cache_call(c, &bye, sizeof bye, CHELLD_MSG_BYE, &br, sizeof br, -1, NULL);
+	close(c->sock);
+	c->sock = -1;
+}
+
+int cache_get_stats(struct cache_conn *c, struct chelld_stats_reply *st)
+{
+	struct chelld_stats q = {0};
+	return cache_call(c, &q, sizeof q, CHELLD_MSG_STATS, st, sizeof *st, -1, NULL);
+}

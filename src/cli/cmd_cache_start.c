@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `chell cache start [options]`: exec chelld for a pool. Options not given
+ * come from the cache.* settings (config file, CHELL_CACHE_* environment),
+ * so `chell cache start` alone starts the daemon `chell run --mode cache`
+ * would use. The daemon checks everything itself and its exit status is
+ * ours: 0 started, 1 already served or a system error, 2 usage or
+ * configuration error.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd_cache.h"
+#include "cmd_cache_launch.h"
+#include "common/config.h"
+
+extern char **environ;
+
+enum {
+	OPT_C_POOL = 700,
+	OPT_C_SIZE,
+	OPT_C_BACKING,
+	OPT_C_SOCKET,
+	OPT_C_FOREGROUND,
+	OPT_C_CFG,
+	OPT_C_TUNABLE, /* + CACHE_T_* */
+};
+
+void cache_start_usage(FILE *f)
+{
+	fputs("Usage: chell cache start [--pool DIR] [--size SIZE] [--backing DIR...]\n"
+	      "                         [--policy lru|fifo] [--append-threshold SIZE]\n"
+	      "                         [--dirty-high PCT] [--dirty-low PCT] [--readahead SIZE]\n"
+	      "                         [--socket PATH] [--foreground] [--config FILE] [-n]\n"
+	      "\n"
+	      "Start chelld for the pool directory DIR. It runs in the background unless\n"
+	      "--foreground; its pid, lock, log and socket files live in DIR. Each option\n"
+	      "not given comes from its setting (config file, then environment):\n"
+	      "\n"
+	      "      --pool DIR              cache.pool: the pool directory (must exist and\n"
+	      "                              be writable)\n"
+	      "      --size SIZE             cache.size: cache size; suffixes K, M, G, T\n"
+	      "                              (powers of 1024), at least 2M\n"
+	      "      --backing DIR           cache.backing, else paths: a directory whose\n"
+	      "                              files may be cached (repeatable)\n"
+	      "      --policy lru|fifo       cache.policy: chunk replacement\n"
+	      "      --append-threshold SIZE cache.append_threshold: extending writes of at\n"
+	      "                              least this size only reserve backing space\n"
+	      "      --dirty-high PCT        cache.dirty_high: background write-back starts\n"
+	      "                              when this percent of chunks are dirty\n"
+	      "      --dirty-low PCT         cache.dirty_low: ... and stops at this percent\n"
+	      "      --readahead SIZE        cache.readahead: a miss fills at least this much\n"
+	      "\n"
+	      "Other options:\n"
+	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
+	      "      --foreground    stay in the foreground and log to stderr\n"
+	      "      --config FILE   read settings from FILE (as CHELL_CONFIG)\n"
+	      "  -n, --dry-run       print the chelld command line; do not start it\n"
+	      "  -h, --help          show this help\n"
+	      "\n"
+	      "Exit status: 0 started, 1 the pool is already served (or a system\n"
+	      "error), 2 usage or configuration error (bad size, missing directory).\n",
+	      f);
+}
+
+static const char *const tunable_keys[CACHE_T_COUNT] = {
+	"cache.policy", "cache.append_threshold", "cache.dirty_high", "cache.dirty_low",
+	"cache.readahead",
+};
+
+int cache_start(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"pool", required_argument, NULL, OPT_C_POOL},
+		{"size", required_argument, NULL, OPT_C_SIZE},
+		{"backing", required_argument, NULL, OPT_C_BACKING},
+		{"socket", required_argument, NULL, OPT_C_SOCKET},
+		{"foreground", no_argument, NULL, OPT_C_FOREGROUND},
+		{"config", required_argument, NULL, OPT_C_CFG},
+		{"policy", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_POLICY},
+		{"append-threshold", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_APPEND_THRESHOLD},
+		{"dirty-high", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_HIGH},
+		{"dirty-low", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_LOW},
+		{"readahead", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_READAHEAD},
+		{"dry-run", no_argument, NULL, 'n'},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct cache_launch o = {0};
+	const char *config = NULL;
+	bool dry = false;
+	int c, ret = CLI_EXIT_USAGE;
+	char err[PATH_MAX + 256];
+	o.backings = calloc((size_t)argc, sizeof *o.backings);
+	if (!o.backings)
+		return 1;
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:hn", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_C_POOL: o.pool = optarg; break;
+		case OPT_C_SIZE: o.size = optarg; break;
+		case OPT_C_BACKING: o.backings[o.nbackings++] = optarg; break;
+		case OPT_C_SOCKET: o.socket = optarg; break;
+		case OPT_C_FOREGROUND: o.foreground = true; break;
+		case OPT_C_CFG: config = optarg; break;
+		case 'n': dry = true; break;
+		case 'h': cache_start_usage(stdout); ret = 0; goto out;
+		default:
+			if (c >= OPT_C_TUNABLE && c < OPT_C_TUNABLE + CACHE_T_COUNT) {
+				int t = c - OPT_C_TUNABLE;
+				char origin[64];
+				snprintf(origin, sizeof origin, "option %s",
+					 cache_launch_tunable_option(tunable_keys[t]));
+				/* The setting's own check: the same words as in a config file. */
+				if (chell_config_check(tunable_keys[t], optarg, origin, err, sizeof err)) {
+					cli_err("%s", err);
+					goto out;
+				}
+				o.tunable[t] = optarg;
+				break;
+			}
+			ret = cli_bad_option("cache start", c, argv, opts);
+			goto out;
+		}
+	}
+	if (optind < argc) {
+		cli_err("cache start: unexpected argument '%s'", argv[optind]);
+		cli_usage_hint("cache start");
+		goto out;
+	}
+
+	struct cli_env env = {0};
+	struct chell_config cfg = {0};
+	char *abs = config ? cli_abspath(config) : NULL;
+	if (cli_env_init(&env, environ) || (config && (!abs || cli_env_set(&env, "CHELL_CONFIG", abs)))) {
+		cli_err("out of memory");
+		ret = 1;
+	} else if (chell_config_load(&cfg, env.v, err, sizeof err)) {
+		cli_err("%s", err);
+	} else {
+		struct cache_argv a;
+		int r = cache_launch_argv(&o, &cfg, &a);
+		if (r == 0 && dry) {
+			for (size_t i = 0; i < a.n; i++) {
+				if (i)
+					putchar(' ');
+				cli_shell_quote(stdout, a.v[i]);
+			}
+			putchar('\n');
+			ret = 0;
+		} else if (r == 0) {
+			char daemon[PATH_MAX];
+			cache_find_chelld(daemon, sizeof daemon);
+			fflush(NULL);
+			execvp(daemon, a.v);
+			cli_err("cache start: cannot run chelld (not next to chell nor on PATH): %s",
+				strerror(errno));
+			ret = 1;
+		} else {
+			ret = r < 0 ? 1 : CLI_EXIT_USAGE;
+		}
+		if (r == 0)
+			cache_argv_free(&a);
+	}
+	free(abs);
+	chell_config_free(&cfg);
+	cli_env_free(&env);
+out:
+	free(o.backings);
+	return ret;
+}

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * `chell cache status [--pool DIR | --socket PATH] [--json]`: the daemon's
+ * configuration and request counters, over its socket (HELLO, STATS, PATH).
+ * Exit: 0 running, 1 not running, 2 usage error.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd_cache.h"
+
+enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
+
+void cache_status_usage(FILE *f)
+{
+	fputs("Usage: chell cache status (--pool DIR | --socket PATH) [--json]\n"
+	      "\n"
+	      "Show the pid, pool, size, backing directories, uptime, connected clients\n"
+	      "(not counting this query) and request counters of a running chelld.\n"
+	      "\n"
+	      "Options:\n"
+	      "      --pool DIR      the daemon's pool directory (finds the socket)\n"
+	      "      --socket PATH   the daemon's socket\n"
+	      "      --json          print one JSON object\n"
+	      "  -h, --help          show this help\n"
+	      "\n"
+	      "Exit status: 0 running, 1 not running, 2 usage error.\n",
+	      f);
+}
+
+int cache_status(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{"pool", required_argument, NULL, OPT_C_POOL},
+		{"socket", required_argument, NULL, OPT_C_SOCKET},
+		{"json", no_argument, NULL, OPT_C_JSON},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	const char *pool = NULL, *sockopt = NULL;
+	bool json = false;
+	int c;
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_C_POOL: pool = optarg; break;
+		case OPT_C_SOCKET: sockopt = optarg; break;
+		case OPT_C_JSON: json = true; break;
+		case 'h': cache_status_usage(stdout); return 0;
+		default: return cli_bad_option("cache status", c, argv, opts);
+		}
+	}
+	if (optind < argc) {
+		cli_err("cache status: unexpected argument '%s'", argv[optind]);
+		cli_usage_hint("cache status");
+		return CLI_EXIT_USAGE;
+	}
+	if (!pool && !sockopt) {
+		cli_err("cache status: --pool DIR is required (or --socket PATH)");
+		cli_usage_hint("cache status");
+		return CLI_EXIT_USAGE;
+	}
+	char sock[PATH_MAX];
+	cache_sock_path(pool, sockopt, sock, sizeof sock);
+
+	struct cache_conn cn;
+	if (cache_conn_open(&cn, sock) < 0) {
+		if (json)
+			printf("{\"running\": false, \"socket\": "), cli_json_str(stdout, sock),
+				printf("}\n");
+		else
+			printf("chelld is not running (no daemon at %s: %s)\n", sock, strerror(errno));
+		return CACHE_EXIT_DOWN;
+	}
+	struct chelld_stats_reply st;
+	if (cache_get_stats(&cn, &st) < 0) {
+		cli_err("cache status: the daemon at %s did not answer: %s", sock, strerror(errno));
+		close(cn.sock);
+		return CACHE_EXIT_DOWN;
+	}
+	static struct chelld_path_reply paths[1 + 64];
+	uint32_t npaths = st.backings + 1 < 65 ? st.backings + 1 : 65;
+	for (uint32_t i = 0; i < npaths; i++) {
+		struct chelld_path pq = {.index = i};
+		if (cache_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &paths[i], sizeof paths[i], -1,
+			       NULL) < 0) {
+			cli_err("cache status: the daemon at %s did not answer: %s", sock,
+				strerror(errno));
+			close(cn.sock);
+			return CACHE_EXIT_DOWN;
+		}
+	}
+	cache_conn_close(&cn);
+	uint32_t others = st.clients ? st.clients - 1 : 0; /* minus this query */
+
+	if (json) {
+		printf("{\"running\": true, \"pid\": %u, \"pool\": ", st.pid);
+		cli_json_str(stdout, paths[0].path);
+		printf(", \"socket\": ");
+		cli_json_str(stdout, sock);
+		printf(", \"size\": %" PRIu64 ", \"backings\": [", st.cache_size);
+		for (uint32_t i = 1; i < npaths; i++) {
+			if (i > 1)
+				printf(", ");
+			cli_json_str(stdout, paths[i].path);
+		}
+		printf("], \"protocol\": %u, \"uptime_ms\": %" PRIu64 ", \"clients\": %u, "
+		       "\"clients_total\": %" PRIu64 ", \"requests\": %" PRIu64 ", \"opens\": %" PRIu64
+		       ", \"opens_refused\": %" PRIu64 ", \"maps\": %" PRIu64
+		       ", \"maps_refused\": %" PRIu64 ", \"malformed\": %" PRIu64 "}\n",
+		       cn.hello.version, st.uptime_ms, others, st.clients_total, st.requests, st.opens,
+		       st.opens_refused, st.maps, st.maps_refused, st.malformed);
+		return 0;
+	}
+	printf("chelld is running\n  pid:        %u\n  pool:       %s\n  socket:     %s\n"
+	       "  size:       ",
+	       st.pid, paths[0].path, sock);
+	cache_print_size(stdout, st.cache_size);
+	printf(" (%" PRIu64 " bytes)\n", st.cache_size);
+	for (uint32_t i = 1; i < npaths; i++)
+		printf("  backing:    %s\n", paths[i].path);
+	printf("  uptime:     %.1f s\n  clients:    %u connected, %" PRIu64 " since start\n"
+	       "  requests:   %" PRIu64 " (opens %" PRIu64 " ok / %" PRIu64 " refused, maps %" PRIu64
+	       " ok / %" PRIu64 " refused, malformed %" PRIu64 ")\n",
+	       (double)st.uptime_ms / 1000.0, others, st.clients_total, st.requests, st.opens,
+	       st.opens_refused, st.maps, st.maps_refused, st.malformed);
+	return 0;
+}
