@@ -22,6 +22,11 @@ struct chelld_config {
 	char *sock_path;
 	char *pid_path;
 	bool foreground;
+	/* the cache (docs/CHELLD.md, "Options") */
+	unsigned policy;           /* 0 LRU (CLOCK), 1 FIFO */
+	uint64_t append_threshold; /* sent in the HELLO reply */
+	unsigned dirty_high, dirty_low; /* percent of the slots */
+	uint64_t readahead;        /* bytes filled past what a MAP asks */
 };
 
 /* One backing file a client registered with OPEN_FILE. The daemon keeps
@@ -42,8 +47,10 @@ int chelld_auth_file(const struct chelld_config *cfg, int fd, const char *path,
 		     struct chelld_file *f, char *detail, size_t dlen);
 
 /* Serve on listening socket lfd until SIGTERM or SIGINT, then stop
- * gracefully (server.c). Returns 0, or -1 if the loop could not start. */
-int chelld_serve(const struct chelld_config *cfg, int lfd);
+ * gracefully (server.c), caching in the pool (pool.c; taken over, closed
+ * at the end). Returns 0, or -1 if the loop could not start. */
+struct pool;
+int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool);
 
 /* Timestamped line on stderr (the log file when daemonised). (main.c) */
 void chelld_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -26,7 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chelld/chelld.h"
+#include <sys/resource.h>
+
+#include "chelld/cache.h"
 
 void chelld_log(const char *fmt, ...)
 {
@@ -60,13 +62,25 @@ static void usage(FILE *f)
 	      "                      at least one 2M chunk\n"
 	      "      --backing DIR   a directory whose files may be cached (repeatable;\n"
 	      "                      at least one)\n"
+	      "      --policy lru|fifo  chunk replacement: lru (CLOCK, default) or fifo\n"
+	      "      --append-threshold SIZE  extending writes of at least SIZE reserve\n"
+	      "                      space in the backing file and go to the cache only\n"
+	      "                      (default 32K; told to clients)\n"
+	      "      --dirty-high PCT  start background write-back when this percentage\n"
+	      "                      of the chunks holds dirty data (default 50)\n"
+	      "      --dirty-low PCT   ... and stop at this percentage (default 25)\n"
+	      "      --readahead SIZE  fill this much more than a miss asks (default 64K)\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
 	      "  -h, --help          show this help\n"
 	      "\n"
+	      "The cache lives in DIR/" CACHE_META_NAME " and DIR/" CACHE_CHUNKS_DIR "/, created on the first\n"
+	      "start; a pool keeps the size it was created with.\n"
+	      "\n"
 	      "Exit status: 0 served and stopped cleanly (or: daemon started), 1 the pool\n"
-	      "is already served or a system error, 2 usage or configuration error.\n",
+	      "is already served or a system error, 2 usage or configuration error, or a\n"
+	      "damaged pool.\n",
 	      f);
 }
 
@@ -189,6 +203,49 @@ static int write_pid_file(const struct chelld_config *cfg)
 }
 
 /* Validate the configuration into cfg; 0 or an exit status. */
+struct cache_opts {
+	const char *policy, *append, *high, *low, *readahead;
+};
+
+static int parse_pct(const char *s, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v > 100)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* The cache options, with their defaults (those of cache.* in config.c). */
+static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o)
+{
+	cfg->policy = 0;
+	if (o->policy && strcmp(o->policy, "fifo") == 0)
+		cfg->policy = 1;
+	else if (o->policy && strcmp(o->policy, "lru") != 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --policy '%s' (lru or fifo)", o->policy);
+	cfg->append_threshold = 32 << 10;
+	if (o->append && parse_size(o->append, &cfg->append_threshold) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --append-threshold '%s' (a size)", o->append);
+	cfg->readahead = 64 << 10;
+	if (o->readahead && (parse_size(o->readahead, &cfg->readahead) < 0 ||
+			     cfg->readahead > CACHE_CHUNK_BYTES))
+		return fail(CHELLD_EXIT_USAGE, "invalid --readahead '%s' (a size up to 2M)",
+			    o->readahead);
+	cfg->dirty_high = 50;
+	cfg->dirty_low = 25;
+	if (o->high && parse_pct(o->high, &cfg->dirty_high) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --dirty-high '%s' (a percentage)", o->high);
+	if (o->low && parse_pct(o->low, &cfg->dirty_low) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --dirty-low '%s' (a percentage)", o->low);
+	if (cfg->dirty_low >= cfg->dirty_high)
+		return fail(CHELLD_EXIT_USAGE, "--dirty-low (%u) must be below --dirty-high (%u)",
+			    cfg->dirty_low, cfg->dirty_high);
+	return 0;
+}
+
 static int configure(struct chelld_config *cfg, const char *pool, const char *size,
 		     char **backing, int nbacking, const char *sock)
 {
@@ -290,13 +347,19 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 
 int main(int argc, char **argv)
 {
-	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG };
+	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_APPEND, OPT_HIGH, OPT_LOW,
+	       OPT_RA };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
 		{"size", required_argument, NULL, O_SIZE},
 		{"backing", required_argument, NULL, O_BACKING},
 		{"socket", required_argument, NULL, O_SOCKET},
 		{"foreground", no_argument, NULL, O_FG},
+		{"policy", required_argument, NULL, OPT_POLICY},
+		{"append-threshold", required_argument, NULL, OPT_APPEND},
+		{"dirty-high", required_argument, NULL, OPT_HIGH},
+		{"dirty-low", required_argument, NULL, OPT_LOW},
+		{"readahead", required_argument, NULL, OPT_RA},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -304,6 +367,9 @@ int main(int argc, char **argv)
 	char **backing = calloc((size_t)argc + 1, sizeof *backing);
 	int nbacking = 0, c;
 	struct chelld_config cfg = {0};
+	struct cache_opts co = {0};
+	struct pool cpool = {.chunks_fd = -1};
+	bool served = false;
 	if (!backing)
 		return CHELLD_EXIT_FAIL;
 	while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
@@ -313,6 +379,11 @@ int main(int argc, char **argv)
 		case O_BACKING: backing[nbacking++] = optarg; break;
 		case O_SOCKET: sock = optarg; break;
 		case O_FG: cfg.foreground = true; break;
+		case OPT_POLICY: co.policy = optarg; break;
+		case OPT_APPEND: co.append = optarg; break;
+		case OPT_HIGH: co.high = optarg; break;
+		case OPT_LOW: co.low = optarg; break;
+		case OPT_RA: co.readahead = optarg; break;
 		case 'h': usage(stdout); free(backing); return 0;
 		default:
 			fputs("Try 'chelld --help'.\n", stderr);
@@ -327,6 +398,8 @@ int main(int argc, char **argv)
 		return CHELLD_EXIT_USAGE;
 	}
 	int rc = configure(&cfg, pool, size, backing, nbacking, sock);
+	if (rc == 0)
+		rc = configure_cache(&cfg, &co);
 	free(backing);
 	if (rc) {
 		free_config(&cfg);
@@ -355,6 +428,28 @@ int main(int argc, char **argv)
 			rc = fail(CHELLD_EXIT_FAIL, "cannot lock %s: %s", lock_path, strerror(errno));
 		goto out;
 	}
+	/* Open (or create) and check the pool before anything is served or
+	 * daemonised, so a damaged pool is refused here, with exit status 2. */
+	char perr[512];
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max; /* a descriptor per cached file and client */
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (pool_open(cfg.pool, cfg.size, &cpool, perr, sizeof perr) < 0) {
+		rc = fail(CHELLD_EXIT_USAGE, "cannot use pool %s: %s", cfg.pool, perr);
+		fprintf(stderr, "chelld: to recreate the pool (dirty data not yet written back is "
+				"lost), stop using it and remove %s/%s and %s/%s/\n",
+			cfg.pool, CACHE_META_NAME, cfg.pool, CACHE_CHUNKS_DIR);
+		goto out;
+	}
+	if (cpool.resized)
+		fprintf(stderr, "chelld: note: pool %s was created with %llu bytes (%u chunks); "
+				"using that, not --size %llu (to resize: stop chelld, remove %s/%s "
+				"and %s/%s/, start again)\n",
+			cfg.pool, (unsigned long long)cpool.nslots * CACHE_CHUNK_BYTES, cpool.nslots,
+			(unsigned long long)cfg.size, cfg.pool, CACHE_META_NAME, cfg.pool,
+			CACHE_CHUNKS_DIR);
 	int sfd = bind_socket(cfg.sock_path);
 	if (sfd < 0) {
 		rc = -sfd;
@@ -379,8 +474,8 @@ int main(int argc, char **argv)
 		unlink(cfg.sock_path);
 		goto out;
 	}
-	chelld_log("pool %s, size %llu bytes, %d backing director%s, socket %s", cfg.pool,
-		   (unsigned long long)cfg.size, cfg.nbackings, cfg.nbackings == 1 ? "y" : "ies",
+	chelld_log("pool %s%s, size %llu bytes, %d backing director%s, socket %s", cfg.pool,
+		   cpool.created ? " (new)" : "", (unsigned long long)cpool.nslots * CACHE_CHUNK_BYTES, cfg.nbackings, cfg.nbackings == 1 ? "y" : "ies",
 		   cfg.sock_path);
 	for (int i = 0; i < cfg.nbackings; i++)
 		chelld_log("backing directory %s", cfg.backings[i]);
@@ -390,12 +485,15 @@ int main(int argc, char **argv)
 			chelld_log("could not report readiness to the starting process");
 		close(ready);
 	}
-	rc = chelld_serve(&cfg, sfd) < 0 ? CHELLD_EXIT_FAIL : 0;
+	served = true; /* the server owns the pool now */
+	rc = chelld_serve(&cfg, sfd, &cpool) < 0 ? CHELLD_EXIT_FAIL : 0;
 	/* The socket is gone already (stop() unlinks it first); the pid file
 	 * goes last, while we still hold the lock. */
 	unlink(cfg.sock_path);
 	unlink(cfg.pid_path);
 out:
+	if (!served)
+		pool_close(&cpool);
 	if (lfd >= 0)
 		close(lfd);
 	free(lock_path);

@@ -24,33 +24,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chelld/chelld.h"
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/mman.h>
+#include <sys/timerfd.h>
+
+#include "chelld/server.h"
 
 #define MAX_CLIENTS 1024
 #define MAX_FILES 4096 /* per client */
 #define DRAIN_MAX 10000 /* requests served per client while stopping */
 #define MAX_RX_FDS 8   /* descriptors accepted in one message (extra ones are closed) */
-
-struct client {
-	int sock;
-	uint64_t serial;
-	pid_t pid;
-	uid_t uid;
-	gid_t gid;
-	bool hello;
-	struct chelld_file *files; /* file id = index + 1 */
-	uint32_t nfiles, cap;
-	struct client *next;
-};
-
-struct server {
-	const struct chelld_config *cfg;
-	int ep, lfd, sfd;
-	struct client *clients;
-	uint32_t nclients;
-	struct timespec start;
-	struct chelld_stats_reply st; /* counters, kept in reply form */
-};
+#define CLEAN_MS 50    /* period of the cleaner's timer */
 
 static uint64_t now_ms_since(const struct timespec *t0)
 {
@@ -67,9 +52,12 @@ static void client_close(struct server *s, struct client *c)
 			*p = c->next;
 			break;
 		}
-	for (uint32_t i = 0; i < c->nfiles; i++)
-		close(c->files[i].fd);
-	free(c->files);
+	/* A client that vanished closes every file it had registered. */
+	while (c->nregs)
+		client_unregister(s, c, &c->regs[c->nregs - 1], true);
+	free(c->regs);
+	if (c->access.flags)
+		munmap(c->access.flags, c->access.nchunks);
 	epoll_ctl(s->ep, EPOLL_CTL_DEL, c->sock, NULL);
 	close(c->sock);
 	s->nclients--;
@@ -113,17 +101,38 @@ static void accept_one(struct server *s)
 		   (int)cr.pid, (int)cr.uid, (int)cr.gid);
 }
 
-/* Send a reply; false if the client must be dropped. */
-static bool reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq, int status)
+bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
+		  int status, int fd)
 {
 	struct chelld_rhdr *r = msg;
 	chelld_hdr_init(&r->h, type | CHELLD_REPLY, (uint32_t)len, seq);
 	r->status = status;
-	if (send(c->sock, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
+	struct iovec iov = {.iov_base = msg, .iov_len = len};
+	union {
+		char b[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof ctl);
+		mh.msg_control = ctl.b;
+		mh.msg_controllen = sizeof ctl.b;
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	}
+	if (sendmsg(c->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
 		chelld_log("client %llu: cannot send a reply, dropping it", (unsigned long long)c->serial);
 		return false;
 	}
 	return true;
+}
+
+static bool reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq, int status)
+{
+	return chelld_reply(c, msg, len, type, seq, status, -1);
 }
 
 static bool reply_error(struct server *s, struct client *c, uint32_t req_type, uint32_t seq,
@@ -147,8 +156,72 @@ static size_t request_size(uint16_t type)
 	case CHELLD_MSG_STATS: return sizeof(struct chelld_stats);
 	case CHELLD_MSG_PATH: return sizeof(struct chelld_path);
 	case CHELLD_MSG_BYE: return sizeof(struct chelld_bye);
+	case CHELLD_MSG_SYNC: return sizeof(struct chelld_sync);
+	case CHELLD_MSG_TRUNCATE: return sizeof(struct chelld_truncate);
+	case CHELLD_MSG_FLUSH: return sizeof(struct chelld_flush);
+	case CHELLD_MSG_CLOSE: return sizeof(struct chelld_close);
+	case CHELLD_MSG_FILE_STAT: return sizeof(struct chelld_file_stat);
+	case CHELLD_MSG_CHECK: return sizeof(struct chelld_check);
 	default: return 0;
 	}
+}
+
+struct reg *client_reg(struct client *c, uint32_t file_id)
+{
+	for (uint32_t i = 0; i < c->nregs; i++)
+		if (c->regs[i].cnode == file_id)
+			return &c->regs[i];
+	return NULL;
+}
+
+void client_unregister(struct server *s, struct client *c, struct reg *r, bool all)
+{
+	struct cfile *f = cfile_get(&s->cache, r->cnode);
+	do {
+		r->count--;
+		if (f)
+			cfile_unregister(&s->cache, f);
+	} while (all && r->count);
+	if (r->count)
+		return;
+	if (f && f->nconns)
+		f->nconns--;
+	close(r->fd);
+	*r = c->regs[--c->nregs];
+}
+
+/* Fold every client's access table into the replacement policy: a byte a
+ * client set on a hit becomes a reference. (Called before each victim.) */
+static void fold_access(void *arg)
+{
+	struct server *s = arg;
+	for (struct client *c = s->clients; c; c = c->next)
+		if (c->access.flags)
+			for (uint32_t i = 0; i < c->access.nchunks; i++)
+				if (access_test_clear(&c->access, i))
+					policy_touch(s->cache.pol, i);
+}
+
+/* The access table of a connection: a memfd of one byte per slot, mapped
+ * here and sent to the client. Returns the memfd or -errno. */
+static int make_access_table(struct server *s, struct client *c)
+{
+	uint32_t n = s->cache.nslots;
+	int fd = memfd_create("chelld-access", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	void *p = MAP_FAILED;
+	if (ftruncate(fd, (off_t)access_table_bytes(n)) == 0)
+		p = mmap(NULL, access_table_bytes(n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	if (c->access.flags)
+		munmap(c->access.flags, c->access.nchunks);
+	access_table_attach(&c->access, p, n, true);
+	return fd;
 }
 
 static bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
@@ -156,13 +229,61 @@ static bool do_hello(struct server *s, struct client *c, const struct chelld_hel
 	struct chelld_hello_reply r = {0};
 	r.version = CHELLD_VERSION;
 	r.chunk_size = CHELLD_CHUNK_SIZE;
-	r.cache_size = s->cfg->size;
-	int st = 0;
-	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION)
+	r.cache_size = (uint64_t)s->cache.nslots * CACHE_CHUNK_BYTES;
+	r.slots = s->cache.nslots;
+	r.append_threshold = s->cfg->append_threshold;
+	int st = 0, fd = -1;
+	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION) {
 		st = EPROTONOSUPPORT;
-	else
-		c->hello = true;
-	return reply(c, &r, sizeof r, CHELLD_MSG_HELLO, m->h.seq, st);
+	} else {
+		fd = make_access_table(s, c);
+		if (fd < 0)
+			st = -fd;
+		else
+			c->hello = true;
+	}
+	bool ok = chelld_reply(c, &r, sizeof r, CHELLD_MSG_HELLO, m->h.seq, st, fd);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Add (or count again) a registration; 0 or an errno. Takes fd. */
+static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, uint32_t access)
+{
+	struct cfile *f = cfile_get(&s->cache, cnode);
+	struct reg *r = client_reg(c, cnode);
+	if (!f) {
+		close(fd);
+		return ENOMEM;
+	}
+	if (r) {
+		/* Keep the descriptor that proves the most. */
+		if ((access | r->access) != r->access && (access & r->access) == r->access) {
+			close(r->fd);
+			r->fd = fd;
+		} else {
+			close(fd);
+		}
+		r->access |= access;
+		r->count++;
+		f->nregs++;
+		return 0;
+	}
+	if (c->nregs == c->cap) {
+		uint32_t cap = c->cap ? c->cap * 2 : 16;
+		struct reg *n = realloc(c->regs, cap * sizeof *n);
+		if (!n) {
+			close(fd);
+			return ENOMEM;
+		}
+		c->regs = n;
+		c->cap = cap;
+	}
+	c->regs[c->nregs++] = (struct reg){cnode, access, 1, fd};
+	f->nregs++;
+	f->nconns++;
+	return 0;
 }
 
 /* Takes ownership of fd (kept on success, closed otherwise). */
@@ -177,36 +298,46 @@ static bool do_open(struct server *s, struct client *c, const struct chelld_open
 	} else if (memchr(m->path, '\0', sizeof m->path) == NULL) {
 		st = EINVAL;
 		snprintf(r.detail, sizeof r.detail, "the path is not NUL-terminated");
-	} else if (c->nfiles >= MAX_FILES) {
+	} else if (c->nregs >= MAX_FILES) {
 		st = EMFILE;
 		snprintf(r.detail, sizeof r.detail, "too many files for one client");
 	} else {
 		st = chelld_auth_file(s->cfg, fd, m->path, &f, r.detail, sizeof r.detail);
 	}
-	if (st == 0 && c->nfiles == c->cap) {
-		uint32_t cap = c->cap ? c->cap * 2 : 16;
-		struct chelld_file *n = realloc(c->files, cap * sizeof *n);
-		if (!n) {
-			st = ENOMEM;
-			snprintf(r.detail, sizeof r.detail, "out of memory");
+	int id = -1;
+	if (st == 0) {
+		char resolved[PATH_MAX];
+		if (!realpath(m->path, resolved)) {
+			st = EACCES;
+			snprintf(r.detail, sizeof r.detail, "the path does not resolve");
 		} else {
-			c->files = n;
-			c->cap = cap;
+			id = cfile_register(&s->cache, fd, resolved, (uint64_t)f.dev, (uint64_t)f.ino,
+					    r.detail, sizeof r.detail);
+			if (id < 0)
+				st = -id;
 		}
 	}
 	if (st == 0) {
+		st = add_reg(s, c, (uint32_t)id, fd, f.access);
+		fd = -1; /* taken */
+		if (st)
+			snprintf(r.detail, sizeof r.detail, "out of memory");
+	}
+	if (st == 0) {
 		struct stat sb;
-		c->files[c->nfiles++] = f;
-		r.file_id = c->nfiles;
-		r.access = f.access;
+		const struct reg *g = client_reg(c, (uint32_t)id);
+		const struct cfile *cf = cfile_get(&s->cache, (uint32_t)id);
+		r.file_id = (uint32_t)id;
+		r.access = g->access;
 		r.dev = (uint64_t)f.dev;
 		r.ino = (uint64_t)f.ino;
-		r.size = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+		r.size = fstat(g->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+		r.flags = cf && cf->bypass ? CHELLD_FILE_BYPASS : 0;
 		s->st.opens++;
 		chelld_log("client %llu (pid %d uid %d): open %s -> id %u access %s%s",
 			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->path,
-			   r.file_id, f.access & CHELLD_ACC_READ ? "r" : "",
-			   f.access & CHELLD_ACC_WRITE ? "w" : "");
+			   r.file_id, r.access & CHELLD_ACC_READ ? "r" : "",
+			   r.access & CHELLD_ACC_WRITE ? "w" : "");
 	} else {
 		if (fd >= 0)
 			close(fd);
@@ -219,29 +350,62 @@ static bool do_open(struct server *s, struct client *c, const struct chelld_open
 	return reply(c, &r, sizeof r, CHELLD_MSG_OPEN_FILE, m->h.seq, st);
 }
 
+/* The cache part of MAP: the slot, filled, and a descriptor of its file. */
+static int map_chunk(struct server *s, const struct reg *g, const struct chelld_map *m,
+		     struct chelld_map_reply *r, int *fd_out)
+{
+	struct cache *c = &s->cache;
+	struct cfile *f = cfile_get(c, g->cnode);
+	if (!f)
+		return EBADF;
+	if (f->bypass) {
+		r->flags |= CHELLD_FILE_BYPASS;
+		return 0;
+	}
+	if (m->first_block >= CACHE_BLOCKS || m->nblocks > CACHE_BLOCKS - m->first_block)
+		return EINVAL;
+	int slot = chunk_get(c, f, m->chunk);
+	if (slot < 0)
+		return -slot;
+	int rc = chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+	if (rc < 0)
+		return -rc;
+	policy_touch(c->pol, (uint32_t)slot);
+	bool rw = m->want_write && (g->access & CHELLD_ACC_WRITE);
+	int fd = chunk_open_fd(c, (uint32_t)slot, rw ? O_RDWR : O_RDONLY);
+	if (fd < 0)
+		return -fd;
+	r->slot = (uint32_t)slot;
+	r->access = rw ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
+	*fd_out = fd;
+	return 0;
+}
+
 static bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 {
 	struct chelld_map_reply r = {0};
-	int st = 0;
+	int st = 0, fd = -1;
 	struct stat sb;
+	const struct reg *g = client_reg(c, m->file_id);
 	r.chunk_size = CHELLD_CHUNK_SIZE;
-	if (m->file_id == 0 || m->file_id > c->nfiles) {
+	if (!g) {
 		st = EBADF;
 	} else {
-		const struct chelld_file *f = &c->files[m->file_id - 1];
 		/* A mapping of cache pages is readable even when it is writable
 		 * (there is no write-only mmap), so a write mapping needs both. */
 		uint32_t need = m->want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
-		if ((f->access & need) != need)
+		if ((g->access & need) != need)
 			st = EACCES;
 		else if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)
 			st = ERANGE;
-		else if (fstat(f->fd, &sb) < 0)
+		else if (fstat(g->fd, &sb) < 0)
 			st = errno;
-		else {
-			/* Until the cache data path lands: where the chunk lies in the
-			 * backing file, measured on the descriptor the client passed. */
-			r.file_size = (uint64_t)sb.st_size;
+		else
+			st = map_chunk(s, g, m, &r, &fd);
+		if (st == 0) {
+			/* The size after the fill, on the client's own descriptor. */
+			if (fstat(g->fd, &sb) == 0)
+				r.file_size = (uint64_t)sb.st_size;
 			r.backing_offset = m->chunk * CHELLD_CHUNK_SIZE;
 			uint64_t left = r.file_size > r.backing_offset ? r.file_size - r.backing_offset : 0;
 			r.length = left < CHELLD_CHUNK_SIZE ? left : CHELLD_CHUNK_SIZE;
@@ -255,17 +419,34 @@ static bool do_map(struct server *s, struct client *c, const struct chelld_map *
 		chelld_log("client %llu (pid %d uid %d): map id %u chunk %llu %s refused: %s",
 			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->file_id,
 			   (unsigned long long)m->chunk, m->want_write ? "rw" : "r", chelld_errname(st));
-	return reply(c, &r, sizeof r, CHELLD_MSG_MAP, m->h.seq, st);
+	bool ok = chelld_reply(c, &r, sizeof r, CHELLD_MSG_MAP, m->h.seq, st, fd);
+	if (fd >= 0)
+		close(fd);
+	return ok;
 }
 
 static bool do_stats(struct server *s, struct client *c, const struct chelld_stats *m)
 {
 	struct chelld_stats_reply r = s->st;
+	struct cache *k = &s->cache;
+	struct meta_stats ms;
+	meta_stats(k->m, &ms);
 	r.pid = (uint32_t)getpid();
 	r.clients = s->nclients;
 	r.backings = (uint32_t)s->cfg->nbackings;
-	r.cache_size = s->cfg->size;
+	r.cache_size = (uint64_t)k->nslots * CACHE_CHUNK_BYTES;
 	r.uptime_ms = now_ms_since(&s->start);
+	r.slots = k->nslots;
+	r.slots_used = ms.chunks_used;
+	r.cnodes = ms.cnodes;
+	r.dirty_chunks = 0;
+	r.dirty_blocks = 0;
+	for (uint32_t i = 0; i < k->nslots; i++)
+		if (k->slots[i].map) {
+			unsigned d = chunk_ndirty(&k->slots[i]);
+			r.dirty_blocks += d;
+			r.dirty_chunks += d > 0;
+		}
 	return reply(c, &r, sizeof r, CHELLD_MSG_STATS, m->h.seq, 0);
 }
 
@@ -356,8 +537,16 @@ static int serve_one(struct server *s, struct client *c)
 		case CHELLD_MSG_MAP: ok = do_map(s, c, (const void *)buf); break;
 		case CHELLD_MSG_STATS: ok = do_stats(s, c, (const void *)buf); break;
 		case CHELLD_MSG_PATH: ok = do_path(s, c, (const void *)buf); break;
+		case CHELLD_MSG_SYNC: ok = do_sync(s, c, (const void *)buf); break;
+		case CHELLD_MSG_TRUNCATE: ok = do_truncate(s, c, (const void *)buf); break;
+		case CHELLD_MSG_FLUSH: ok = do_flush(s, c, (const void *)buf); break;
+		case CHELLD_MSG_CLOSE: ok = do_close(s, c, (const void *)buf); break;
+		case CHELLD_MSG_FILE_STAT: ok = do_file_stat(s, c, (const void *)buf); break;
+		case CHELLD_MSG_CHECK: ok = do_check(s, c, (const void *)buf); break;
 		default: { /* BYE */
 			struct chelld_rhdr r = {0};
+			const struct chelld_bye *b = (const void *)buf;
+			counts_add(&s->st.counts, &b->counts);
 			reply(c, &r, sizeof r, CHELLD_MSG_BYE, h.seq, 0);
 			ok = false;
 		}
@@ -386,13 +575,33 @@ static void stop(struct server *s)
 		if (r >= 0)
 			client_close(s, c);
 	}
+	/* Leave the backing files complete: write back what is dirty (what
+	 * cannot be written stays in the pool for the next start). */
+	uint32_t dirty = cache_dirty_slots(&s->cache);
+	if (dirty) {
+		uint64_t bytes = 0;
+		chelld_log("stopping: writing back %u dirty chunk(s)", dirty);
+		wb_file(&s->cache, NULL, NULL, &bytes, NULL);
+		chelld_log("stopping: wrote back %llu bytes; %u chunk(s) still dirty",
+			   (unsigned long long)bytes, cache_dirty_slots(&s->cache));
+	}
 	chelld_log("stopped after %llu requests", (unsigned long long)s->st.requests);
 }
 
-int chelld_serve(const struct chelld_config *cfg, int lfd)
+int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 {
-	struct server s = {.cfg = cfg, .lfd = lfd, .sfd = -1};
+	/* Large: the counters and the cache state live for the whole run. */
+	static struct server s;
+	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1, .tfd = -1};
 	clock_gettime(CLOCK_MONOTONIC, &s.start);
+	if (cache_init(&s.cache, cfg, pool, &s.st) < 0) {
+		chelld_log("cannot set up the cache: out of memory");
+		pool_close(pool);
+		return -1;
+	}
+	s.cache.fold_access = fold_access;
+	s.cache.fold_arg = &s;
+	cache_recover(&s.cache);
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -401,7 +610,8 @@ int chelld_serve(const struct chelld_config *cfg, int lfd)
 	signal(SIGPIPE, SIG_IGN);
 	s.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	s.ep = epoll_create1(EPOLL_CLOEXEC);
-	if (s.sfd < 0 || s.ep < 0) {
+	s.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (s.sfd < 0 || s.ep < 0 || s.tfd < 0) {
 		chelld_log("cannot set up the event loop: %s", strerror(errno));
 		return -1;
 	}
@@ -409,6 +619,10 @@ int chelld_serve(const struct chelld_config *cfg, int lfd)
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &s.sfd;
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.sfd, &ev);
+	struct itimerspec its = {{0, CLEAN_MS * 1000000L}, {0, CLEAN_MS * 1000000L}};
+	timerfd_settime(s.tfd, 0, &its, NULL);
+	ev.data.ptr = &s.tfd;
+	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.tfd, &ev);
 	chelld_log("serving on %s", cfg->sock_path);
 
 	for (;;) {
@@ -425,6 +639,10 @@ int chelld_serve(const struct chelld_config *cfg, int lfd)
 			void *p = evs[i].data.ptr;
 			if (p == &s.lfd) {
 				accept_one(&s);
+			} else if (p == &s.tfd) {
+				uint64_t ticks;
+				if (read(s.tfd, &ticks, sizeof ticks) == sizeof ticks)
+					cleaner_tick(&s.cache);
 			} else if (p == &s.sfd) {
 				struct signalfd_siginfo si;
 				if (read(s.sfd, &si, sizeof si) == sizeof si) {
@@ -442,6 +660,8 @@ int chelld_serve(const struct chelld_config *cfg, int lfd)
 	}
 	stop(&s);
 	close(s.sfd);
+	close(s.tfd);
 	close(s.ep);
+	cache_fini(&s.cache);
 	return 0;
 }

@@ -204,13 +204,18 @@ def test_paths_outside_the_backing_directories_are_refused(cache):
     assert st[5] == "EBADF"   # no descriptor at all
 
 
-def test_file_ids_are_per_client(cache):
-    pub = cache["back"] / "pub"
-    rc, out, _ = client(cache["sock"], "hello", f"open:{pub}:ro", "map:1:0:r")
-    assert out[1][1]["id"] == "1" and out[2][1]["status"] == "OK"
-    # another connection has no file 1
-    rc, out, _ = client(cache["sock"], "hello", "map:1:0:r", "map:0:0:r", user="nobody")
+def test_file_ids_are_cnodes_usable_only_where_registered(cache):
+    pub, shared = cache["back"] / "pub", cache["back"] / "shared"
+    rc, out, _ = client(cache["sock"], "hello", f"open:{pub}:ro", "map:last:0:r",
+                        f"open:{shared}:ro")
+    fid = out[1][1]["id"]
+    assert out[2][1]["status"] == "OK" and out[3][1]["id"] != fid
+    # another connection that did not register the file cannot use its id
+    rc, out, _ = client(cache["sock"], "hello", f"map:{fid}:0:r", "map:77:0:r", user="nobody")
     assert out[1][1]["status"] == "EBADF" and out[2][1]["status"] == "EBADF"
+    # registering it gives the same id (the file's Cnode)
+    rc, out, _ = client(cache["sock"], "hello", f"open:{pub}:ro", user="nobody")
+    assert out[1][1]["id"] == fid
 
 
 def test_refused_descriptors_are_closed_in_the_daemon(cache):

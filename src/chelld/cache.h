@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache engine of chelld: the pool (meta region + chunk files), the
+ * files it caches, fills, eviction with revocation, write-back, the
+ * cleaner and recovery. Everything runs in the server's one thread, so
+ * nothing here locks; clients touch only the chunk files' control pages
+ * (atomics, cache/layout.h) and their access tables.
+ */
+#ifndef CHELLD_CACHE_H
+#define CHELLD_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "cache/layout.h"
+#include "cache/meta/meta.h"
+#include "cache/policy/policy.h"
+#include "chell/pmem.h"
+#include "chelld/chelld.h"
+
+/* ---- pool.c (library chelld_pool: also for `chell cache check`) ---- */
+
+struct pool {
+	char *dir;          /* the pool directory */
+	struct meta *m;
+	int chunks_fd;      /* O_DIRECTORY of DIR/chunks */
+	uint32_t nslots;
+	uint32_t max_cnodes;
+	bool created;       /* a new pool */
+	bool resized;       /* the stored size differs from the one asked */
+};
+
+/* What the chunk file of a mapped slot says (pool_check_chunk). */
+enum pool_chunk_verdict {
+	POOL_CHUNK_OK = 0,     /* LIVE or REVOKED, identity matches the meta */
+	POOL_CHUNK_UNUSED = 1, /* missing, empty, INIT or another incarnation:
+				* never handed out (or its eviction finished) */
+};
+
+/* Open (or, with want_size > 0 and no meta.pool, create) the pool in dir:
+ * meta.pool (recovered: unfinished transactions undone, then meta_check),
+ * chunks/, and every mapped slot's control page checked. want_size 0 opens
+ * only. Returns 0, or -errno with a sentence naming the problem in err. */
+int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, size_t errlen);
+void pool_close(struct pool *p);
+/* Read and judge slot's chunk file against the meta (ci). ctl gets the
+ * control page when the file has one. Returns a verdict (>= 0) or -EUCLEAN
+ * (bad control page) with the problem in err. */
+int pool_check_chunk(const struct pool *p, uint32_t slot, const struct meta_chunk_info *ci,
+		     struct cache_ctl *ctl, char *err, size_t errlen);
+/* "chunks/<slot>" into buf. */
+void pool_chunk_name(uint32_t slot, char *buf, size_t len);
+
+/* ---- the engine ---- */
+
+struct slot {
+	uint8_t *map;           /* the whole chunk file, MAP_SHARED; NULL = free */
+	struct cache_ctl *ctl;  /* map + CACHE_CHUNK_BYTES */
+	dirty_table *dt;        /* the one-chunk dirty table in ctl->dirty */
+	uint32_t cnode;
+	uint64_t file_chunk;
+	bool stuck;             /* write-back failed: keep it, never evict */
+};
+
+/* Volatile state of a Cnode (a cached backing file). */
+struct cfile {
+	uint32_t cnode;
+	int fd;                 /* the manager's own descriptor, -1 until needed */
+	uint64_t dev, ino;
+	char path[META_PATH_MAX];
+	uint32_t nregs;         /* live registrations, all connections */
+	uint32_t nconns;        /* connections holding a registration */
+	bool bypass;            /* not cached until the last registration closes */
+	uint64_t fills, fill_bytes, evictions, writeback_bytes;
+	struct chelld_client_counts counts;
+};
+
+struct cache {
+	const struct chelld_config *cfg;
+	struct pool pool;
+	struct meta *m;
+	uint32_t nslots;
+	struct slot *slots;
+	struct cfile **files;   /* by Cnode id */
+	policy *pol;
+	const struct chell_persist_ops *pops;
+	struct chelld_stats_reply *st; /* the server's counters */
+	uint32_t clean_cursor;  /* where the cleaner resumes */
+	bool cleaning;          /* between the high and the low watermark */
+	bool dir_dirty;         /* chunks/ changed since the last fsync of it */
+	/* Every client's access table, folded into the policy before a victim
+	 * is chosen (server.c keeps the list). */
+	void (*fold_access)(void *arg);
+	void *fold_arg;
+};
+
+/* engine.c: attach to an open pool, build the volatile state; recover. */
+int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
+	       struct chelld_stats_reply *st);
+void cache_fini(struct cache *c);
+
+/* recover.c: finish what a crash interrupted, write back dirty data. */
+void cache_recover(struct cache *c);
+
+/* files.c */
+/* The cfile of a Cnode (created on first use); NULL if the id is bad. */
+struct cfile *cfile_get(struct cache *c, uint32_t cnode);
+/* The manager's descriptor of the backing file, opened by path and checked
+ * against the Cnode's identity: >= 0, or -errno. */
+int cfile_fd(struct cache *c, struct cfile *f);
+/* Register a client's descriptor: find or create the Cnode, detect an
+ * outside writer if nobody has it registered. Returns the Cnode id or
+ * -errno with a reason in detail. */
+int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_t dev,
+		   uint64_t ino, char *detail, size_t dlen);
+/* One registration closed; the last one records the file's attributes. */
+void cfile_unregister(struct cache *c, struct cfile *f);
+/* Record the backing file's size and times in the Cnode (a transaction). */
+void cfile_record(struct cache *c, struct cfile *f);
+
+/* chunk.c */
+/* The slot holding (cnode, file_chunk), allocating and creating its chunk
+ * file if needed (evicting when full). Returns the slot or -errno. */
+int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk);
+/* Make blocks [first, first+n) valid (plus read-ahead); 0 or -errno. */
+int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n);
+/* A new descriptor of the slot's chunk file with the given open flags. */
+int chunk_open_fd(struct cache *c, uint32_t slot, int flags);
+/* Revoke and free a slot: REVOKED, fence, write back dirty blocks below
+ * `keep_below` (UINT64_MAX: all; 0: none), truncate, unlink, unmap.
+ * 0, or -errno with the slot kept (marked stuck) if write-back failed. */
+int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below);
+/* Attach to an existing, checked chunk file (recovery). 0 or -errno. */
+int chunk_attach(struct cache *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk);
+/* Blocks of the slot that are valid / dirty (any non-CLEAN state). */
+unsigned chunk_nvalid(const struct slot *s);
+unsigned chunk_ndirty(const struct slot *s);
+
+/* evict.c */
+/* Free one slot by policy; 0, or -EBUSY when nothing can be evicted. */
+int evict_one(struct cache *c);
+
+/* writeback.c */
+/* Write back the dirty blocks of the given slots (all of one file) with
+ * check-out/check-in; data at or past `clamp` (and past the backing file's
+ * size) is not written. Adds bytes written to *bytes. 0 or -errno (the
+ * blocks stay dirty). */
+int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+	     uint64_t *bytes);
+/* Every dirty slot of a file (or of all files: f NULL). Counts go to the
+ * out parameters (may be NULL). 0 or the first error. */
+int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files);
+
+/* cleaner.c: one tick of the background cleaner (a timer in the loop). */
+void cleaner_tick(struct cache *c);
+uint32_t cache_dirty_slots(const struct cache *c);
+
+/* Slots of a file, in file-chunk order: count, with their numbers in out
+ * (nslots entries). */
+uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out);
+
+#endif

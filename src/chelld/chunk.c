@@ -1,0 +1,318 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Chunk files (cache/layout.h): one file per use of a slot, so an old
+ * mapping can never show another file's data.
+ *
+ * Create: allocate the slot in the meta (a transaction), create the file
+ * under a temporary name, size it, initialise the control page with state
+ * INIT, fill, set the valid bits, persist, store LIVE, persist, and only
+ * then rename it to chunks/<slot>. Recovery treats a missing file or one
+ * still INIT as never handed out.
+ *
+ * Revoke: store REVOKED, seq_cst fence (pairs with the client's fence
+ * between its dirty mark and its state re-check), check out and write back
+ * the dirty blocks, then truncate the file to 0 (every client's mapping
+ * now faults, and the memory is freed), unlink it and free the slot.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chelld/cache.h"
+
+unsigned chunk_nvalid(const struct slot *s)
+{
+	unsigned n = 0;
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
+		n += (unsigned)__builtin_popcountll(__atomic_load_n(&s->ctl->valid[w], __ATOMIC_RELAXED));
+	return n;
+}
+
+unsigned chunk_ndirty(const struct slot *s)
+{
+	unsigned n = 0;
+	for (unsigned b = 0; b < CACHE_BLOCKS; b++)
+		n += dirty_state(s->dt, 0, b) != BLK_CLEAN;
+	return n;
+}
+
+static bool block_valid(const struct cache_ctl *ctl, unsigned b)
+{
+	return (__atomic_load_n(&ctl->valid[b / 64], __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
+}
+
+static int map_file(struct cache *c, uint32_t slot, int fd)
+{
+	void *p = mmap(NULL, CACHE_CHUNK_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		return -errno;
+	struct slot *s = &c->slots[slot];
+	s->map = p;
+	s->ctl = (struct cache_ctl *)(s->map + CACHE_CHUNK_BYTES);
+	return 0;
+}
+
+int chunk_attach(struct cache *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk)
+{
+	char name[16];
+	pool_chunk_name(slot, name, sizeof name);
+	int fd = openat(c->pool.chunks_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	int rc = map_file(c, slot, fd);
+	close(fd);
+	if (rc < 0)
+		return rc;
+	struct slot *s = &c->slots[slot];
+	s->dt = dirty_table_open(s->ctl->dirty);
+	s->cnode = cnode;
+	s->file_chunk = file_chunk;
+	s->stuck = false;
+	if (!s->dt) {
+		munmap(s->map, CACHE_CHUNK_FILE_BYTES);
+		s->map = NULL;
+		return -EUCLEAN;
+	}
+	return 0;
+}
+
+/* Create the chunk file of a freshly allocated slot (state stays INIT
+ * until chunk_fill's caller publishes it). */
+static int create_file(struct cache *c, uint32_t slot, struct cfile *f, uint64_t file_chunk)
+{
+	char tmp[32];
+	snprintf(tmp, sizeof tmp, ".new-%u", slot);
+	unlinkat(c->pool.chunks_fd, tmp, 0);
+	int fd = openat(c->pool.chunks_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	int rc = 0;
+	if (ftruncate(fd, (off_t)CACHE_CHUNK_FILE_BYTES) < 0)
+		rc = -errno;
+	if (rc == 0)
+		rc = map_file(c, slot, fd);
+	close(fd);
+	if (rc < 0) {
+		unlinkat(c->pool.chunks_fd, tmp, 0);
+		return rc;
+	}
+	struct slot *s = &c->slots[slot];
+	struct meta_chunk_info ci;
+	meta_chunk_info(c->m, slot, &ci);
+	struct cache_ctl *ctl = s->ctl;
+	ctl->magic = CACHE_CTL_MAGIC;
+	ctl->version = CACHE_CTL_VERSION;
+	ctl->state = CACHE_CHUNK_INIT;
+	ctl->slot = slot;
+	ctl->cnode = f->cnode;
+	ctl->dev = f->dev;
+	ctl->ino = f->ino;
+	ctl->file_chunk = file_chunk;
+	ctl->incarnation = ci.seq;
+	s->dt = dirty_table_init(ctl->dirty, 1);
+	s->cnode = f->cnode;
+	s->file_chunk = file_chunk;
+	s->stuck = false;
+	chell_persist(c->pops, ctl, sizeof *ctl);
+	return 0;
+}
+
+/* Publish: LIVE, persisted, then the file takes the slot's name. */
+static int publish(struct cache *c, uint32_t slot)
+{
+	struct slot *s = &c->slots[slot];
+	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_LIVE, __ATOMIC_RELEASE);
+	chell_persist(c->pops, s->ctl, 64);
+	char tmp[32], name[16];
+	snprintf(tmp, sizeof tmp, ".new-%u", slot);
+	pool_chunk_name(slot, name, sizeof name);
+	if (renameat(c->pool.chunks_fd, tmp, c->pool.chunks_fd, name) < 0)
+		return -errno;
+	c->dir_dirty = true;
+	return 0;
+}
+
+/* Undo a slot whose creation failed before it was published. */
+static void discard_new(struct cache *c, uint32_t slot)
+{
+	struct slot *s = &c->slots[slot];
+	char tmp[32];
+	snprintf(tmp, sizeof tmp, ".new-%u", slot);
+	if (s->map)
+		munmap(s->map, CACHE_CHUNK_FILE_BYTES);
+	memset(s, 0, sizeof *s);
+	unlinkat(c->pool.chunks_fd, tmp, 0);
+	meta_chunk_unmap(c->m, slot);
+}
+
+int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
+{
+	int slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	if (slot >= 0) {
+		struct slot *s = &c->slots[slot];
+		if (!s->map || __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) != CACHE_CHUNK_LIVE)
+			return -EIO; /* a revocation whose write-back failed */
+		return slot;
+	}
+	if (slot != -ENOENT)
+		return slot;
+	for (uint32_t tries = 0;; tries++) {
+		slot = meta_chunk_map(c->m, f->cnode, file_chunk);
+		if (slot != -ENOSPC)
+			break;
+		/* A failed write-back keeps its victim (stuck) and we try the
+		 * next one; -EBUSY: nothing left to evict. */
+		if (evict_one(c) == -EBUSY || tries > c->nslots)
+			return -ENOSPC;
+	}
+	if (slot < 0)
+		return slot;
+	int rc = create_file(c, (uint32_t)slot, f, file_chunk);
+	if (rc < 0) {
+		meta_chunk_unmap(c->m, (uint32_t)slot);
+		return rc;
+	}
+	rc = publish(c, (uint32_t)slot);
+	if (rc < 0) {
+		discard_new(c, (uint32_t)slot);
+		return rc;
+	}
+	policy_insert(c->pol, (uint32_t)slot);
+	return slot;
+}
+
+/* Read [off, off+len) of the backing file into the chunk at the same
+ * offset inside it; what lies past the end of the file stays zero. */
+static int fill_range(int fd, uint8_t *dst, uint64_t off, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t n = pread(fd, dst + done, len - done, (off_t)(off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break; /* the file shrank meanwhile: the rest is a hole */
+		done += (size_t)n;
+	}
+	return 0;
+}
+
+int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
+{
+	struct slot *s = &c->slots[slot];
+	struct cfile *f = cfile_get(c, s->cnode);
+	if (!f)
+		return -EUCLEAN;
+	if (first >= CACHE_BLOCKS)
+		return -EINVAL;
+	unsigned end = n > CACHE_BLOCKS - first ? CACHE_BLOCKS : first + n;
+	if (n)
+		end += (unsigned)(c->cfg->readahead / CACHE_BLOCK_BYTES);
+	if (end > CACHE_BLOCKS)
+		end = CACHE_BLOCKS;
+	int fd = cfile_fd(c, f);
+	struct stat st;
+	if (fd < 0)
+		return fd;
+	if (fstat(fd, &st) < 0)
+		return -errno;
+	uint64_t base = s->file_chunk * CACHE_CHUNK_BYTES, size = (uint64_t)st.st_size;
+	uint64_t newbits[CACHE_BLOCKS / 64] = {0};
+	unsigned b = first;
+	while (b < end) {
+		if (block_valid(s->ctl, b)) {
+			b++;
+			continue;
+		}
+		unsigned e = b;
+		while (e < end && !block_valid(s->ctl, e))
+			e++;
+		/* [b, e) is a run of invalid blocks; read the part below EOF. */
+		uint64_t from = base + (uint64_t)b * CACHE_BLOCK_BYTES;
+		uint64_t to = base + (uint64_t)e * CACHE_BLOCK_BYTES;
+		if (to > size)
+			to = size > from ? size : from;
+		if (to > from) {
+			int rc = fill_range(fd, s->map + (size_t)b * CACHE_BLOCK_BYTES, from,
+					    (size_t)(to - from));
+			if (rc < 0)
+				return rc;
+			/* The data must be durable before the bit that says so. */
+			c->pops->flush(c->pops->ctx, s->map + (size_t)b * CACHE_BLOCK_BYTES,
+				       (size_t)(to - from));
+			f->fills++;
+			f->fill_bytes += to - from;
+			c->st->fills++;
+			c->st->fill_bytes += to - from;
+		}
+		for (unsigned i = b; i < e; i++)
+			newbits[i / 64] |= 1ull << (i % 64);
+		b = e;
+	}
+	c->pops->drain(c->pops->ctx);
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
+		if (newbits[w])
+			__atomic_fetch_or(&s->ctl->valid[w], newbits[w], __ATOMIC_RELEASE);
+	chell_persist(c->pops, s->ctl->valid, sizeof s->ctl->valid);
+	return 0;
+}
+
+int chunk_open_fd(struct cache *c, uint32_t slot, int flags)
+{
+	char name[16];
+	pool_chunk_name(slot, name, sizeof name);
+	int fd = openat(c->pool.chunks_fd, name, flags | O_CLOEXEC | O_NOFOLLOW);
+	return fd < 0 ? -errno : fd;
+}
+
+int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below)
+{
+	struct slot *s = &c->slots[slot];
+	if (!s->map)
+		return -ENOENT;
+	struct cfile *f = cfile_get(c, s->cnode);
+	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	chell_persist(c->pops, s->ctl, 64);
+	c->st->revocations++;
+	if (keep_below > 0 && f) {
+		uint64_t bytes = 0;
+		int rc = wb_slots(c, f, &slot, 1, keep_below, &bytes);
+		if (rc < 0) {
+			/* Nothing acknowledged may be lost: keep the chunk (clients
+			 * see REVOKED and get EIO from MAP) and report it. */
+			s->stuck = true;
+			chelld_log("slot %u (%s chunk %llu): write-back failed (%s); kept with its "
+				   "dirty data", slot, f->path, (unsigned long long)s->file_chunk,
+				   strerror(-rc));
+			return rc;
+		}
+	}
+	char name[16];
+	pool_chunk_name(slot, name, sizeof name);
+	munmap(s->map, CACHE_CHUNK_FILE_BYTES);
+	int fd = openat(c->pool.chunks_fd, name, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0) {
+		if (ftruncate(fd, 0) < 0)
+			chelld_log("slot %u: cannot truncate its chunk file: %s", slot, strerror(errno));
+		close(fd);
+	}
+	unlinkat(c->pool.chunks_fd, name, 0);
+	c->dir_dirty = true;
+	if (policy_contains(c->pol, slot))
+		policy_remove(c->pol, slot);
+	int rc = meta_chunk_unmap(c->m, slot);
+	if (rc < 0)
+		chelld_log("slot %u: cannot free it in the metadata: %s", slot, strerror(-rc));
+	if (f)
+		f->evictions++;
+	memset(s, 0, sizeof *s);
+	return 0;
+}

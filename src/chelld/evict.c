@@ -1,0 +1,51 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Eviction: choose a victim with the replacement policy (CLOCK or FIFO,
+ * policy.h) after folding every client's access table into it, and revoke
+ * it (chunk.c). Clean chunks go first: a victim with dirty blocks costs a
+ * synchronous write-back, so it is taken only when every resident chunk is
+ * dirty (the cache is full of dirty data and the cleaner has not caught
+ * up). That write-back is the throttle: a writer faster than the backing
+ * store waits for one chunk's write-back per miss instead of failing, and
+ * throughput falls to the store's pace without a cliff or a deadlock.
+ */
+#include <errno.h>
+
+#include "chelld/cache.h"
+
+struct skip_arg {
+	struct cache *c;
+	bool allow_dirty;
+};
+
+static bool skip(void *arg, uint32_t slot)
+{
+	struct skip_arg *a = arg;
+	const struct slot *s = &a->c->slots[slot];
+	if (!s->map || s->stuck)
+		return true;
+	if (!a->allow_dirty && dirty_chunk_flagged(s->dt, 0))
+		return true;
+	return false;
+}
+
+int evict_one(struct cache *c)
+{
+	if (c->fold_access)
+		c->fold_access(c->fold_arg);
+	struct skip_arg a = {c, false};
+	uint32_t victim;
+	int rc = policy_victim(c->pol, &victim, skip, &a);
+	if (rc == -EBUSY) {
+		a.allow_dirty = true;
+		c->st->throttle_waits++;
+		rc = policy_victim(c->pol, &victim, skip, &a);
+	}
+	if (rc < 0)
+		return -EBUSY;
+	rc = chunk_revoke(c, victim, UINT64_MAX);
+	if (rc < 0)
+		return rc; /* kept as stuck; the caller tries again */
+	c->st->evictions++;
+	return 0;
+}

@@ -1,0 +1,187 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Cached files: the Cnode of each backing file a client registers, the
+ * manager's own descriptor of it, and outside-writer detection.
+ *
+ * The manager reads and writes a backing file through a descriptor it
+ * opens itself, by the file's resolved path, and only after checking that
+ * the path still names the Cnode's (dev, ino): a client's descriptor only
+ * proves the client's access, and may be read-only or O_APPEND.
+ *
+ * Outside writers: a process writing the backing file without Chell
+ * changes its size, mtime or ctime. The Cnode records them when the last
+ * registration closes and after each of the manager's own writes; when a
+ * file nobody has registered is registered again and they differ, the
+ * cached copy may be stale: dirty blocks are written back (the cache's
+ * acknowledged writes win over the outside write for those blocks, as they
+ * would have had they been written back earlier) and every chunk of the
+ * file is dropped, so the next reads come from the backing file.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chelld/cache.h"
+
+static int64_t ts_ns(const struct timespec *t)
+{
+	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
+}
+
+struct cfile *cfile_get(struct cache *c, uint32_t cnode)
+{
+	if (cnode >= c->pool.max_cnodes)
+		return NULL;
+	if (c->files[cnode])
+		return c->files[cnode];
+	struct meta_cnode_info ci;
+	if (meta_cnode_info(c->m, cnode, &ci) < 0)
+		return NULL;
+	struct cfile *f = calloc(1, sizeof *f);
+	if (!f)
+		return NULL;
+	f->cnode = cnode;
+	f->fd = -1;
+	f->dev = ci.dev;
+	f->ino = ci.ino;
+	memcpy(f->path, ci.path, sizeof f->path);
+	c->files[cnode] = f;
+	return f;
+}
+
+int cfile_fd(struct cache *c, struct cfile *f)
+{
+	(void)c;
+	if (f->fd >= 0)
+		return f->fd;
+	if (!f->path[0])
+		return -ENOENT;
+	int fd = open(f->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && (errno == EROFS || errno == EACCES || errno == ETXTBSY))
+		fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino) {
+		close(fd);
+		return -ESTALE; /* the path now names another file */
+	}
+	f->fd = fd;
+	return fd;
+}
+
+void cfile_record(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	int fd = cfile_fd(c, f);
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return;
+	int rc = meta_cnode_set_attr(c->m, f->cnode, (uint64_t)st.st_size, ts_ns(&st.st_mtim),
+				     ts_ns(&st.st_ctim));
+	if (rc < 0)
+		chelld_log("file %s: cannot record its attributes: %s", f->path, strerror(-rc));
+}
+
+/* A Cnode nobody uses (no chunk, no registration) to make room for one. */
+static bool reclaim_cnode(struct cache *c)
+{
+	for (uint32_t id = 0; id < c->pool.max_cnodes; id++) {
+		struct meta_cnode_info ci;
+		if (meta_cnode_info(c->m, id, &ci) < 0 || ci.chunks)
+			continue;
+		struct cfile *f = c->files[id];
+		if (f && f->nregs)
+			continue;
+		if (meta_cnode_remove(c->m, id) < 0)
+			continue;
+		if (f) {
+			if (f->fd >= 0)
+				close(f->fd);
+			free(f);
+			c->files[id] = NULL;
+		}
+		return true;
+	}
+	return false;
+}
+
+/* Drop every chunk of a file that changed behind the cache. */
+static void outside_change(struct cache *c, struct cfile *f, const struct meta_cnode_info *ci,
+			   const struct stat *st)
+{
+	chelld_log("file %s changed outside the cache (size %llu -> %lld, mtime %lld -> %lld): "
+		   "writing back %s dirty blocks and dropping its %u chunk(s)",
+		   f->path, (unsigned long long)ci->size, (long long)st->st_size,
+		   (long long)ci->mtime_ns, (long long)ts_ns(&st->st_mtim), "its", ci->chunks);
+	c->st->outside_changes++;
+	uint32_t *slots = malloc(c->nslots * sizeof *slots);
+	if (!slots)
+		return;
+	uint32_t n = cache_file_slots(c, f->cnode, slots);
+	for (uint32_t i = 0; i < n; i++)
+		if (chunk_revoke(c, slots[i], UINT64_MAX) < 0)
+			chelld_log("file %s: chunk %llu kept (write-back failed)", f->path,
+				   (unsigned long long)c->slots[slots[i]].file_chunk);
+	free(slots);
+}
+
+int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_t dev,
+		   uint64_t ino, char *detail, size_t dlen)
+{
+	bool created = false;
+	int id = meta_cnode_get(c->m, dev, ino, false, NULL);
+	if (id == -ENOENT) {
+		id = meta_cnode_get(c->m, dev, ino, true, resolved);
+		if (id == -ENOSPC && reclaim_cnode(c))
+			id = meta_cnode_get(c->m, dev, ino, true, resolved);
+		created = id >= 0;
+	}
+	if (id < 0) {
+		snprintf(detail, dlen, "%s",
+			 id == -ENAMETOOLONG ? "the path is too long to cache (limit 191 bytes)"
+			 : id == -ENOSPC     ? "the cache tracks too many files"
+					     : "cache metadata error");
+		return id;
+	}
+	struct cfile *f = cfile_get(c, (uint32_t)id);
+	if (!f) {
+		snprintf(detail, dlen, "out of memory");
+		return -ENOMEM;
+	}
+	/* The path the client used now is the one to open it by (the file
+	 * may have been renamed since the Cnode was made). */
+	if (strlen(resolved) < sizeof f->path && strcmp(resolved, f->path) != 0) {
+		snprintf(f->path, sizeof f->path, "%s", resolved);
+		if (f->fd >= 0) {
+			close(f->fd);
+			f->fd = -1;
+		}
+	}
+	struct stat st;
+	if (f->nregs == 0 && fstat(client_fd, &st) == 0) {
+		struct meta_cnode_info ci;
+		if (!created && meta_cnode_info(c->m, f->cnode, &ci) == 0 &&
+		    (ci.size != (uint64_t)st.st_size || ci.mtime_ns != ts_ns(&st.st_mtim) ||
+		     ci.ctime_ns != ts_ns(&st.st_ctim)))
+			outside_change(c, f, &ci, &st);
+		meta_cnode_set_attr(c->m, f->cnode, (uint64_t)st.st_size, ts_ns(&st.st_mtim),
+				    ts_ns(&st.st_ctim));
+	}
+	return id;
+}
+
+void cfile_unregister(struct cache *c, struct cfile *f)
+{
+	if (f->nregs == 0 || --f->nregs > 0)
+		return;
+	f->bypass = false;
+	cfile_record(c, f);
+	if (f->fd >= 0) {
+		close(f->fd);
+		f->fd = -1;
+	}
+}

@@ -1,0 +1,200 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Write-back: check out the dirty blocks of some chunks of one file (the
+ * one-chunk dirty table in each control page), plan extents sorted by
+ * backing offset and merged where contiguous (wb_plan_build), pwritev each
+ * through the manager's own descriptor, fdatasync, and only then check the
+ * blocks in clean. A client store racing with this marks its block again
+ * after the data (PRE -> POST), so the check-in keeps it dirty: no write is
+ * lost (bankshot.md §4.3.2). On any error the check-out is abandoned and
+ * the blocks stay dirty.
+ *
+ * Extents are clamped to the backing file's size: the client extends the
+ * backing file before it writes past its end, so a dirty block past the
+ * end belongs to a file that was truncated since, and writing it would
+ * bring the truncated bytes back.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "chelld/cache.h"
+
+#define WB_MAX_EXTENT (1u << 20) /* 256 segments at most: under IOV_MAX */
+
+/* pwritev the whole of iov, resuming after short writes. */
+static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t w = pwritev(fd, iov, n, (off_t)off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		off += (uint64_t)w;
+		while (n > 0 && (size_t)w >= iov->iov_len) {
+			w -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + w;
+			iov->iov_len -= (size_t)w;
+		}
+	}
+	return 0;
+}
+
+/* Write one extent, cut at `limit`; bytes written go to *bytes. */
+static int write_extent(struct cache *c, int fd, const wb_plan *plan, const wb_extent *e,
+			uint64_t limit, uint64_t *bytes)
+{
+	struct iovec iov[WB_MAX_EXTENT / CACHE_BLOCK_BYTES];
+	int n = 0;
+	uint64_t len = 0;
+	for (uint32_t i = 0; i < e->nsegs && n < (int)(sizeof iov / sizeof iov[0]); i++) {
+		const wb_seg *sg = &plan->segs[e->first_seg + i];
+		uint64_t off = sg->backing_off, seglen = (uint64_t)sg->nblocks * CACHE_BLOCK_BYTES;
+		if (off >= limit)
+			break;
+		if (off + seglen > limit)
+			seglen = limit - off;
+		iov[n].iov_base = c->slots[sg->chunk].map + (size_t)sg->first_block * CACHE_BLOCK_BYTES;
+		iov[n].iov_len = (size_t)seglen;
+		len += seglen;
+		n++;
+	}
+	if (n == 0)
+		return 0;
+	int rc = pwritev_all(fd, iov, n, e->backing_off);
+	if (rc == 0)
+		*bytes += len;
+	return rc;
+}
+
+int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+	     uint64_t *bytes)
+{
+	int fd = cfile_fd(c, f);
+	if (fd < 0)
+		return fd;
+	cp_bitmap *bits = calloc(n, sizeof *bits);
+	wb_chunk *in = calloc(n, sizeof *in);
+	if (!bits || !in) {
+		free(bits);
+		free(in);
+		return -ENOMEM;
+	}
+	unsigned total = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct slot *s = &c->slots[slots[i]];
+		total += dirty_checkout(s->dt, 0, &bits[i]);
+		in[i] = (wb_chunk){slots[i], s->file_chunk * CACHE_CHUNK_BYTES, &bits[i]};
+	}
+	int rc = 0;
+	uint64_t written = 0;
+	struct stat st;
+	if (total == 0)
+		goto checkin;
+	if (fstat(fd, &st) < 0) {
+		rc = -errno;
+		goto checkin;
+	}
+	uint64_t limit = (uint64_t)st.st_size < clamp ? (uint64_t)st.st_size : clamp;
+	wb_plan plan = {0};
+	rc = wb_plan_build(in, n, WB_MAX_EXTENT, &plan);
+	for (uint32_t e = 0; rc == 0 && e < plan.next; e++)
+		rc = write_extent(c, fd, &plan, &plan.ext[e], limit, &written);
+	wb_plan_free(&plan);
+	/* Durable in the backing file before the cache forgets it is dirty. */
+	if (rc == 0 && written && fdatasync(fd) < 0)
+		rc = -errno;
+	c->st->writeback_ops++;
+checkin:
+	for (size_t i = 0; i < n; i++) {
+		struct slot *s = &c->slots[slots[i]];
+		if (rc == 0) {
+			dirty_checkin(s->dt, 0);
+			if (__atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) == CACHE_CHUNK_LIVE)
+				s->stuck = false;
+		} else {
+			dirty_checkin_abort(s->dt, 0);
+		}
+		chell_persist(c->pops, s->ctl->dirty, dirty_table_bytes(1));
+	}
+	free(bits);
+	free(in);
+	if (rc == 0 && written) {
+		c->st->writeback_bytes += written;
+		f->writeback_bytes += written;
+		if (bytes)
+			*bytes += written;
+		cfile_record(c, f); /* our own write is not an outside change */
+	}
+	return rc;
+}
+
+uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out)
+{
+	uint32_t n = 0;
+	for (uint32_t s = 0; s < c->nslots; s++)
+		if (c->slots[s].map && c->slots[s].cnode == cnode)
+			out[n++] = s;
+	/* file-chunk order, for the log and for sequential write-back */
+	for (uint32_t i = 1; i < n; i++)
+		for (uint32_t j = i; j > 0 && c->slots[out[j - 1]].file_chunk >
+						  c->slots[out[j]].file_chunk; j--) {
+			uint32_t t = out[j];
+			out[j] = out[j - 1];
+			out[j - 1] = t;
+		}
+	return n;
+}
+
+/* Write back one file's dirty slots (those not stuck in a revocation). */
+static int wb_one_file(struct cache *c, struct cfile *f, uint32_t *slots, uint64_t *blocks,
+		       uint64_t *bytes)
+{
+	uint32_t n = cache_file_slots(c, f->cnode, slots), k = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot *s = &c->slots[slots[i]];
+		unsigned d = chunk_ndirty(s);
+		if (d) {
+			slots[k++] = slots[i];
+			if (blocks)
+				*blocks += d;
+		}
+	}
+	if (k == 0)
+		return 0;
+	return wb_slots(c, f, slots, k, UINT64_MAX, bytes);
+}
+
+int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files)
+{
+	uint32_t *slots = malloc(((size_t)c->nslots + 1) * sizeof *slots);
+	if (!slots)
+		return -ENOMEM;
+	int first = 0;
+	for (uint32_t id = 0; id < c->pool.max_cnodes; id++) {
+		struct cfile *g = f ? f : cfile_get(c, id);
+		if (!g)
+			continue;
+		int rc = wb_one_file(c, g, slots, blocks, bytes);
+		if (rc < 0) {
+			chelld_log("file %s: write-back failed: %s", g->path, strerror(-rc));
+			if (!first)
+				first = rc;
+		}
+		if (files)
+			(*files)++;
+		if (f)
+			break;
+	}
+	free(slots);
+	return first;
+}
