@@ -111,8 +111,11 @@ struct chelld_open {
 #define CHELLD_FILE_BYPASS 1u
 
 /* OPEN_FILE registers the client's descriptor for the file; file_id is the
- * file's Cnode id, the same for every client, valid on this connection
- * until CLOSE (a forked child reconnects and registers again). */
+ * file's Cnode id (0 is a valid id), the same for every client, valid on
+ * this connection until CLOSE (a forked child reconnects and registers
+ * again). Registering a file again on a connection counts (one CLOSE each)
+ * and the access is the union of what the descriptors grant. A path the
+ * pool cannot record (over 191 bytes) is refused with ENAMETOOLONG. */
 struct chelld_open_reply {
 	struct chelld_rhdr r;
 	uint32_t file_id;
@@ -130,7 +133,8 @@ struct chelld_open_reply {
  * CHELLD_FILE_BYPASS carries one descriptor (SCM_RIGHTS) of the chunk file
  * (cache/layout.h), opened O_RDWR if want_write and the registered
  * descriptor allows writing, else O_RDONLY. nblocks 0: just the mapping.
- * The manager may fill more than asked (read-ahead). */
+ * The manager may fill more than asked (read-ahead). EIO: the chunk's
+ * eviction could not write its dirty data back (it is kept, revoked). */
 struct chelld_map {
 	struct chelld_hdr h;
 	uint32_t file_id;
@@ -158,6 +162,7 @@ struct chelld_sync {
 	uint32_t file_id;
 	uint32_t pad;
 };
+/* SYNC and CLOSE are answered with a bare struct chelld_rhdr too. */
 
 /* TRUNCATE: revoke the file's chunks from the one holding `size` on (dirty
  * blocks below `size` are written back first), truncate the backing file,
