@@ -100,13 +100,14 @@ static void add(struct flush_total *t, const struct chelld_flush_reply *r)
 	t->files += r->files;
 }
 
-/* Register FILE on the connection: its file id, or 0 after a message. */
-static uint32_t register_file(struct cache_conn *cn, const char *file)
+/* Register FILE on the connection: 0 and its file id (a Cnode id: 0 is a
+ * valid one), or -1 after a message. */
+static int register_file(struct cache_conn *cn, const char *file, uint32_t *id)
 {
 	char *real = realpath(file, NULL);
 	if (!real) {
 		cli_err("cache flush: %s: %s", file, strerror(errno));
-		return 0;
+		return -1;
 	}
 	/* Write access is not needed to write back, but ask for the most the
 	 * caller has: it is what a client of the file would have. */
@@ -116,7 +117,7 @@ static uint32_t register_file(struct cache_conn *cn, const char *file)
 	if (fd < 0) {
 		cli_err("cache flush: %s: %s", file, strerror(errno));
 		free(real);
-		return 0;
+		return -1;
 	}
 	struct chelld_open q = {0};
 	struct chelld_open_reply r;
@@ -124,7 +125,7 @@ static uint32_t register_file(struct cache_conn *cn, const char *file)
 		cli_err("cache flush: %s: path too long", file);
 		close(fd);
 		free(real);
-		return 0;
+		return -1;
 	}
 	strcpy(q.path, real);
 	bool answered;
@@ -138,9 +139,10 @@ static uint32_t register_file(struct cache_conn *cn, const char *file)
 				r.detail[0] ? ": " : "", (int)sizeof r.detail, r.detail);
 		else
 			cli_err("cache flush: %s: chelld did not answer: %s", file, strerror(e));
-		return 0;
+		return -1;
 	}
-	return r.file_id;
+	*id = r.file_id;
+	return 0;
 }
 
 static void json_result(const char *name, const struct chelld_flush_reply *r, int err, bool *first)
@@ -232,8 +234,8 @@ int cache_flush(int argc, char **argv)
 	for (int i = optind; i < argc && !down; i++, w.done++) {
 		const char *file = argv[i];
 		w.name = file;
-		uint32_t id = register_file(&cn, file);
-		if (!id) {
+		uint32_t id;
+		if (register_file(&cn, file, &id) < 0) {
 			tot.failed++;
 			if (json)
 				json_result(file, NULL, EACCES, &first);

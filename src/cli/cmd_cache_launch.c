@@ -99,8 +99,8 @@ int cache_launch_argv(const struct cache_launch *o, const struct chell_config *c
 			free(from_cfg[i]);
 		free(from_cfg);
 		if (nb == 0 && !fail) {
-			cli_err("cache mode needs a backing directory: give --backing DIR, or set "
-				"cache.backing (or paths)");
+			cli_err("cache mode needs a backing directory: set cache.backing (or paths), "
+				"or give chell cache start --backing DIR");
 			cache_argv_free(out);
 			return CLI_EXIT_USAGE;
 		}

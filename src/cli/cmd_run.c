@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "cmd_cache_embed.h"
 #include "common/config.h"
 
 extern char **environ;
@@ -27,6 +28,8 @@ void cmd_run_usage(FILE *f)
 	      "\n"
 	      "Options:\n"
 	      "  -n, --dry-run            print the environment changes and the command; do not run\n"
+	      "      --stop-cache         cache mode: stop the chelld this run started once\n"
+	      "                           COMMAND exits (default: leave it running)\n"
 	      "  -h, --help               show this help\n"
 	      "\n"
 	      "Setting options:\n",
@@ -37,7 +40,11 @@ void cmd_run_usage(FILE *f)
 	      "checked before COMMAND starts. Unless on_error is set, the program runs with\n"
 	      "CHELL_ON_ERROR=abort, so a setting the library cannot honour stops it (exit 2)\n"
 	      "instead of silently running without Chell. libchell.so is $CHELL_LIB, else\n"
-	      "../lib/libchell.so next to chell, else the install libdir.\n",
+	      "../lib/libchell.so next to chell, else the install libdir.\n"
+	      "\n"
+	      "Cache mode uses the chelld serving cache.pool; if none answers, one is\n"
+	      "started with the cache.* settings (backing directories: cache.backing, else\n"
+	      "paths) before COMMAND runs, and keeps running after it.\n",
 	      f);
 }
 
@@ -111,8 +118,10 @@ static void dry_run(const struct cli_env *env, char **cmd)
 
 int cmd_run(int argc, char **argv)
 {
+	enum { OPT_STOP_CACHE = 600 };
 	static const struct option longopts[] = {
 		{"dry-run", no_argument, NULL, 'n'},
+		{"stop-cache", no_argument, NULL, OPT_STOP_CACHE},
 		{"help", no_argument, NULL, 'h'},
 		CLI_SETTING_LONGOPTS,
 		{NULL, 0, NULL, 0},
@@ -120,7 +129,7 @@ int cmd_run(int argc, char **argv)
 	struct cli_settings s;
 	struct cli_env env = {0};
 	struct chell_config cfg = {0};
-	int dry = 0, c, ret = CLI_EXIT_USAGE;
+	int dry = 0, stop_cache = 0, c, ret = CLI_EXIT_USAGE;
 	char err[PATH_MAX * 2 + 256];
 	if (cli_settings_init(&s)) {
 		cli_err("out of memory");
@@ -132,6 +141,7 @@ int cmd_run(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "+:hn", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'n': dry = 1; continue;
+		case OPT_STOP_CACHE: stop_cache = 1; continue;
 		case 'h': cmd_run_usage(stdout); ret = 0; goto out;
 		}
 		int r = cli_settings_option(&s, c, optarg);
@@ -181,6 +191,23 @@ int cmd_run(int argc, char **argv)
 		dry_run(&env, cmd);
 		ret = 0;
 		goto out;
+	}
+	if (strcmp(chell_config_str(&cfg, "mode"), "cache") == 0) {
+		char pool[PATH_MAX];
+		bool started;
+		int r = cache_embed_ensure(&cfg, &started, pool, sizeof pool);
+		if (r) {
+			ret = r;
+			goto out;
+		}
+		if (started && stop_cache) {
+			ret = cache_embed_run(cmd, env.v, pool);
+			goto out;
+		}
+		if (started)
+			cli_err("started chelld for cache pool %s; it keeps running (stop it with "
+				"'chell cache stop --pool %s')",
+				pool, pool);
 	}
 	fflush(NULL);
 	execvpe(cmd[0], cmd, env.v);

@@ -1,0 +1,179 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The manager for `chell run --mode cache`: use the chelld that serves
+ * cache.pool, or start one from the cache.* settings (an "embedded"
+ * manager: an ordinary daemon, started for the user) and wait until it
+ * answers.
+ *
+ * The started daemon outlives the command: other commands share it, and
+ * what it caches stays warm. `--stop-cache` stops it after the command
+ * (only a daemon this run started).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "cmd_cache.h"
+#include "cmd_cache_embed.h"
+#include "cmd_cache_launch.h"
+#include "common/config.h"
+
+/* How long to wait for a daemon that another command is starting. */
+#define ANSWER_WAIT_S 10.0
+
+static bool answers(const char *pool)
+{
+	char sock[PATH_MAX];
+	cache_sock_path(pool, NULL, sock, sizeof sock);
+	struct cache_conn cn;
+	if (cache_conn_open(&cn, sock) < 0)
+		return false;
+	cache_conn_close(&cn);
+	return true;
+}
+
+/* mkdir -p: the default pool (/dev/shm/chell-cache) does not exist until
+ * the first embedded start. */
+static int make_dirs(const char *path)
+{
+	char *p = strdup(path);
+	if (!p)
+		return -1;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+			int e = errno;
+			free(p);
+			errno = e;
+			return -1;
+		}
+		*s = c;
+		if (!c)
+			break;
+	}
+	free(p);
+	return 0;
+}
+
+/* Run chelld (it daemonises: its first process exits once the daemon
+ * serves) and return that exit status, or -1. Its errors go to stderr; its
+ * "serving" line is dropped (we print our own, with how to stop it), so
+ * the command's stdout stays the command's. */
+static int run_chelld(char **argv)
+{
+	char daemon[PATH_MAX];
+	cache_find_chelld(daemon, sizeof daemon);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		if (null >= 0)
+			dup2(null, STDOUT_FILENO);
+		execvp(daemon, argv);
+		cli_err("cannot run chelld (not next to chell nor on PATH): %s", strerror(errno));
+		_exit(CLI_EXIT_NOTFOUND);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return -1;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+int cache_embed_ensure(const struct chell_config *cfg, bool *started, char *pool, size_t len)
+{
+	*started = false;
+	snprintf(pool, len, "%s", chell_config_str(cfg, "cache.pool"));
+	if (answers(pool))
+		return 0;
+	struct cache_launch o = {0};
+	struct cache_argv a;
+	int r = cache_launch_argv(&o, cfg, &a);
+	if (r)
+		return r < 0 ? 1 : CLI_EXIT_USAGE;
+	int ret = 0;
+	if (make_dirs(pool) < 0) {
+		cli_err("cannot create the cache pool directory %s: %s", pool, strerror(errno));
+		ret = CLI_EXIT_USAGE;
+		goto out;
+	}
+	int st = run_chelld(a.v);
+	if (st == 0) {
+		*started = true;
+	} else if (st != 1) {
+		/* chelld said why (bad size, missing backing directory...). */
+		ret = st == CLI_EXIT_USAGE ? CLI_EXIT_USAGE : 1;
+		goto out;
+	}
+	/* Exit 1: most likely another command started it first; it must
+	 * answer soon either way. */
+	struct timespec tick = {0, 20 * 1000000L};
+	double t0 = cache_now();
+	while (!answers(pool)) {
+		if (cache_now() - t0 > ANSWER_WAIT_S) {
+			cli_err("chelld for pool %s does not answer (see %s/%s)", pool, pool,
+				CHELLD_LOG_NAME);
+			ret = 1;
+			goto out;
+		}
+		nanosleep(&tick, NULL);
+	}
+out:
+	cache_argv_free(&a);
+	return ret;
+}
+
+int cache_embed_stop(const char *pool)
+{
+	char *argv[] = {"stop", "--pool", (char *)pool, "--quiet", NULL};
+	return cache_stop(4, argv);
+}
+
+int cache_embed_run(char **cmd, char **envp, const char *pool)
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		cli_err("cannot fork: %s", strerror(errno));
+		return 1;
+	}
+	if (pid == 0) {
+		execvpe(cmd[0], cmd, envp);
+		int e = errno;
+		if (e == ENOENT && !strchr(cmd[0], '/'))
+			cli_err("%s: command not found", cmd[0]);
+		else
+			cli_err("cannot run %s: %s", cmd[0], strerror(e));
+		_exit(e == ENOENT || e == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC);
+	}
+	/* The command owns the terminal's signals; we only wait for it. */
+	signal(SIGINT, SIG_IGN);
+	signal(SIGQUIT, SIG_IGN);
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR) {
+			st = 1 << 8;
+			break;
+		}
+	if (cache_embed_stop(pool) != 0)
+		cli_err("could not stop chelld for pool %s", pool);
+	if (WIFSIGNALED(st)) {
+		/* Die the same way, so the caller sees what the command saw. */
+		signal(WTERMSIG(st), SIG_DFL);
+		raise(WTERMSIG(st));
+		return 128 + WTERMSIG(st);
+	}
+	return WEXITSTATUS(st);
+}
