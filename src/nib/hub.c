@@ -22,6 +22,7 @@ static struct chell_stack stacks[] = {
 	{"trace", 2, {&chell_trace_handler, &chell_posix_handler}},
 	{"shadow", 2, {&chell_shadow_handler, &chell_posix_handler}},
 	{"direct", 2, {&chell_direct_handler, &chell_posix_handler}},
+	{"cache", 2, {&chell_cache_handler, &chell_posix_handler}},
 };
 static uint32_t mode_stack_id;
 
@@ -72,15 +73,16 @@ static int select_stack(char *err, size_t errlen)
 		const char *ut = chell_config_str(&chell_cfg, "shadow.under_test");
 		if (strcmp(mode, "shadow") == 0 && strcmp(ut, "posix") != 0) {
 			stacks[i].depth = 3;
-			stacks[i].handlers[1] = strcmp(ut, "direct") == 0 ? &chell_direct_handler
-									  : &chell_trace_handler;
+			stacks[i].handlers[1] = strcmp(ut, "direct") == 0  ? &chell_direct_handler
+						: strcmp(ut, "cache") == 0 ? &chell_cache_handler
+									   : &chell_trace_handler;
 			stacks[i].handlers[2] = &chell_posix_handler;
 		}
 		mode_stack_id = i;
 		chell_mode_stack = &stacks[i];
 		return 0;
 	}
-	snprintf(err, errlen, "mode '%s' (CHELL_MODE) is not available in this build; available: posix, trace, shadow, direct", mode);
+	snprintf(err, errlen, "mode '%s' (CHELL_MODE) is not available in this build; available: posix, trace, shadow, direct, cache", mode);
 	return -1;
 }
 

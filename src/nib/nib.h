@@ -220,5 +220,6 @@ void stdio_fix_std_stream(int fd);
 extern const struct chell_handler chell_trace_handler;
 extern const struct chell_handler chell_shadow_handler;
 extern const struct chell_handler chell_direct_handler;
+extern const struct chell_handler chell_cache_handler;
 
 #endif

@@ -135,11 +135,13 @@ static void add_excluded(const char *p)
 	}
 }
 
-int router_init(void)
+/* Take list (n entries) as the routed prefixes, in absolute normalised form. */
+static void set_prefixes(char **list, int n)
 {
-	nprefixes = chell_config_paths(&chell_cfg, "paths", &prefixes);
-	if (nprefixes < 0)
-		return -1;
+	free(prefixes);
+	free(prefix_len);
+	prefixes = list;
+	nprefixes = n;
 	prefix_len = calloc((size_t)nprefixes + 1, sizeof(size_t));
 	for (int i = 0; i < nprefixes; i++) {
 		char buf[PATH_MAX];
@@ -149,7 +151,32 @@ int router_init(void)
 		}
 		prefix_len[i] = strlen(prefixes[i]);
 	}
+}
+
+int router_init(void)
+{
+	char **list = NULL;
+	int n = chell_config_paths(&chell_cfg, "paths", &list);
+	if (n < 0)
+		return -1;
+	set_prefixes(list, n);
 	add_excluded(chell_setting("shadow.dir"));
+	bool cache = strcmp(chell_mode_stack->mode, "cache") == 0 ||
+		     (strcmp(chell_mode_stack->mode, "shadow") == 0 &&
+		      strcmp(chell_setting("shadow.under_test"), "cache") == 0);
+	if (cache) {
+		/* The pool (chunk files, socket) is the manager's, never an
+		 * application file; without `paths`, cache mode serves the
+		 * backing directories (none set: the cache handler asks chelld
+		 * for them as files open). */
+		add_excluded(chell_setting("cache.pool"));
+		char **b = NULL;
+		int nb = nprefixes == 0 ? chell_config_paths(&chell_cfg, "cache.backing", &b) : 0;
+		if (nb > 0)
+			set_prefixes(b, nb);
+		else
+			free(b);
+	}
 	/* Without prefixes, direct mode serves exactly the fast tier. */
 	if (nprefixes == 0 && strcmp(chell_mode_stack->mode, "direct") == 0) {
 		route_by_mount = true;

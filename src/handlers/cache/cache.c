@@ -1,0 +1,704 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache handler's operations.
+ *
+ * The kernel opens the backing file: that descriptor is the proof of access
+ * (the manager checks a reopen of it, map.c) and the kernel path whenever
+ * the cache cannot serve. Offsets live in the shared OFD as in direct mode
+ * (direct.c explains why); the kernel's offset is brought up to date before
+ * the descriptor may be used outside Chell. Sizes: the backing file's size
+ * is always the true one, because a write that extends the file first grows
+ * the backing file (fallocate, on the client's own descriptor) and only
+ * then stores into the cache; so fstat and stat are simply the kernel's,
+ * and reads clamp to a size shared by the process tree (direct/inode.c)
+ * that is refreshed from the kernel at the cached end of file.
+ *
+ * Whenever the cache cannot serve a descriptor - the manager does not run,
+ * refuses the file, or stops caching it (BYPASS) - the descriptor moves to
+ * the kernel path for good, with the same arguments for what is left of the
+ * call.
+ */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <linux/falloc.h>
+#include <sys/mman.h>
+#include <sys/uio.h>
+
+#include "cache.h"
+
+#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
+#define RWF_KNOWN (RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND)
+
+static int inode_ready;
+static bool route_check;          /* routing let every file through: check the backings */
+static __thread int tls_open_trunc; /* open() -> opened(): the open had O_TRUNC */
+
+static inline struct cache_ofd *D(const chell_ctx *c)
+{
+	return (struct cache_ofd *)c->f->ofd->priv[c->layer];
+}
+
+static inline struct cache_local *L(const chell_ctx *c)
+{
+	return (struct cache_local *)c->f->local[c->layer];
+}
+
+static inline _Atomic uint64_t *OFFSET(const chell_ctx *c)
+{
+	return (_Atomic uint64_t *)&c->f->ofd->offset;
+}
+
+static inline int status(const chell_ctx *c)
+{
+	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
+}
+
+static inline bool active(const chell_ctx *c)
+{
+	return atomic_load_explicit((_Atomic uint32_t *)&D(c)->active, memory_order_acquire) &&
+	       L(c) != NULL;
+}
+
+static inline uint64_t isize(struct direct_inode *in)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&in->size, memory_order_acquire);
+}
+
+static inline void isize_set(struct direct_inode *in, uint64_t v)
+{
+	atomic_store_explicit((_Atomic uint64_t *)&in->size, v, memory_order_release);
+}
+
+static int cache_proc_init(void)
+{
+	const char *pool = chell_setting("cache.pool");
+	int n = snprintf(cache_sock_path, sizeof(cache_sock_path), "%s/%s", pool, CHELLD_SOCK_NAME);
+	if (!pool[0] || n < 0 || (size_t)n >= sizeof(cache_sock_path)) {
+		chell_log("cache: the socket path '%s/%s' is too long for a Unix socket (cache.pool)",
+			  pool, CHELLD_SOCK_NAME);
+		return -1;
+	}
+	route_check = !chell_setting("paths")[0] && !chell_setting("cache.backing")[0];
+	return cache_copy_init();
+}
+
+static void cache_proc_event(enum chell_op ev, long arg)
+{
+	if (ev == CHELL_OP_FORK) {
+		cache_conn_after_fork();
+		cache_map_after_fork();
+	} else if (ev == CHELL_OP_EXIT) {
+		cache_stats_dump();
+		cache_conn_bye();
+	}
+}
+
+/* ------------------------------------------------------------- lifecycle */
+
+static int cache_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
+{
+	int fd = chell_down_open(c, dirfd, path, flags, mode);
+	tls_open_trunc = fd >= 0 && (flags & O_TRUNC);
+	return fd;
+}
+
+/* Without `paths` or cache.backing the router lets every file through:
+ * only files under the manager's backing directories are cached. */
+static bool under_backing(const char *abs)
+{
+	if (!route_check)
+		return true;
+	bool yes = false;
+	cache_lock();
+	if (cache_conn_ensure() > 0) {
+		char **b = cache_conn_backings();
+		for (; b && *b && !yes; b++) {
+			size_t len = strlen(*b);
+			yes = strncmp(abs, *b, len) == 0 && (abs[len] == '/' || abs[len] == 0);
+		}
+	}
+	cache_unlock();
+	return yes;
+}
+
+/* Set up process-local state; 0 if the file can be served from the cache. */
+static int attach(chell_ctx *c, int count_open)
+{
+	struct cache_ofd *d = D(c);
+	if (!inode_ready) {
+		if (direct_inode_init() < 0)
+			return -1;
+		inode_ready = 1;
+	}
+	struct stat st;
+	if (sys_fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return -1;
+	struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino);
+	if (!cf)
+		return -1;
+	struct direct_inode *in = direct_inode_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	if (!in) {
+		cache_file_put(cf);
+		return -1;
+	}
+	if (!count_open)
+		direct_inode_put(in); /* adoption: the OFD is already counted */
+	else
+		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
+	struct cache_local *l = malloc(sizeof(*l));
+	if (!l) {
+		if (count_open)
+			direct_inode_put(in);
+		cache_file_put(cf);
+		return -1;
+	}
+	l->cf = cf;
+	l->inode = in;
+	c->f->local[c->layer] = l;
+	d->dev = st.st_dev;
+	d->ino = st.st_ino;
+	return 0;
+}
+
+static void size_changed_by_kernel(int fd)
+{
+	struct stat st;
+	if (inode_ready && sys_fstat(fd, &st) == 0)
+		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+}
+
+static void cache_opened(chell_ctx *c)
+{
+	struct cache_ofd *d = D(c);
+	int trunc = tls_open_trunc;
+	tls_open_trunc = 0;
+	d->active = 0;
+	if ((status(c) & O_DIRECT) || !under_backing(c->path ? c->path : c->f->path)) {
+		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
+		return; /* the kernel's I/O path */
+	}
+	if (attach(c, 1) < 0) {
+		CSTAT(kernel_fallbacks, 1);
+		return;
+	}
+	if (trunc) {
+		/* The kernel truncated the backing file; chunks of the old
+		 * contents (dirty ones too) must go before anyone reads them. */
+		int r = cache_truncate_file(L(c)->cf, c->fd, 0);
+		if (r != 0)
+			chell_info("cache: could not drop the cached contents of %s after O_TRUNC (%s)",
+				   c->f->path, r > 0 ? "no manager" : strerror(-r));
+	}
+	d->active = 1;
+	if (c->layer == 0)
+		c->f->fast = &cache_fast_ops;
+}
+
+static int cache_adopt(chell_ctx *c)
+{
+	struct cache_ofd *d = D(c);
+	if (d->active && attach(c, 0) < 0) {
+		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+		d->active = 0;
+	}
+	if (d->active && c->layer == 0)
+		c->f->fast = &cache_fast_ops;
+	return 0;
+}
+
+static void cache_detach(chell_ctx *c)
+{
+	struct cache_local *l = L(c);
+	if (l) {
+		cache_file_put(l->cf);
+		free(l);
+		c->f->local[c->layer] = NULL;
+	}
+}
+
+static void cache_release(chell_ctx *c)
+{
+	struct cache_ofd *d = D(c);
+	if (d->dev | d->ino) { /* attached once: the inode entry counts this OFD */
+		struct direct_inode *in = inode_ready ? direct_inode_get(d->dev, d->ino, 0) : NULL;
+		if (in) {
+			direct_inode_put(in); /* the lookup's own count */
+			direct_inode_put(in); /* this OFD's */
+		}
+	}
+	d->active = 0;
+	d->dev = d->ino = 0;
+}
+
+static int cache_sync_out(chell_ctx *c)
+{
+	if (D(c)->active)
+		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+	return 0;
+}
+
+/* From now on this descriptor uses the kernel path (in every process). */
+static void go_kernel(chell_ctx *c)
+{
+	if (!atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0))
+		return;
+	sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+	if (c->layer == 0)
+		c->f->fast = NULL;
+	CSTAT(kernel_fallbacks, 1);
+}
+
+/* --------------------------------------------------------------- helpers */
+
+static ssize_t iov_total(const struct iovec *iov, int cnt)
+{
+	if (cnt < 0 || cnt > IOV_MAX)
+		return -EINVAL;
+	size_t total = 0;
+	for (int i = 0; i < cnt; i++) {
+		if ((ssize_t)iov[i].iov_len < 0)
+			return -EINVAL;
+		total += iov[i].iov_len;
+		if (total > (size_t)MAX_RW_COUNT)
+			return MAX_RW_COUNT;
+	}
+	return (ssize_t)total;
+}
+
+static bool positional(enum chell_op op)
+{
+	return op == CHELL_OP_PREAD || op == CHELL_OP_PREADV || op == CHELL_OP_PWRITE ||
+	       op == CHELL_OP_PWRITEV;
+}
+
+/* The kernel moves bytes [skip, n) of the iovecs at pos + skip. */
+static ssize_t kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
+			   size_t skip, size_t n, int to_file)
+{
+	struct iovec small[8], *v = cnt <= 8 ? small : malloc(sizeof(*v) * (size_t)cnt);
+	if (!v)
+		return -ENOMEM;
+	int k = 0;
+	size_t seen = 0, want = n - skip;
+	for (int i = 0; i < cnt && seen < n; i++) {
+		size_t len = iov[i].iov_len < n - seen ? iov[i].iov_len : n - seen;
+		if (seen + len > skip) {
+			size_t from = skip > seen ? skip - seen : 0;
+			v[k].iov_base = (char *)iov[i].iov_base + from;
+			v[k++].iov_len = len - from;
+		}
+		seen += len;
+	}
+	ssize_t r = 0;
+	if (want)
+		r = to_file ? sys_pwritev2(c->fd, v, k, (off_t)(pos + skip), 0)
+			    : sys_preadv2(c->fd, v, k, (off_t)(pos + skip), 0);
+	if (v != small)
+		free(v);
+	return r;
+}
+
+/* Cache transfer, finished by the kernel if the descriptor leaves the cache. */
+static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
+		    int to_file)
+{
+	int kernel;
+	ssize_t r = cache_transfer(c, iov, cnt, pos, n, to_file, &kernel);
+	if (!kernel || r < 0)
+		return r;
+	go_kernel(c);
+	ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, n, to_file);
+	if (k < 0)
+		return r ? r : k;
+	return r + k;
+}
+
+/* Make the backing file at least `end` bytes long (caller holds the inode
+ * lock). fallocate never shrinks (another process may have grown the file
+ * meanwhile) and leaves a hole before `pos` as a write would. Where the
+ * file system has no fallocate, ftruncate grows it: the cache stays the
+ * only place the bytes are written to, so the file never needs the kernel
+ * path for data the cache may also hold. */
+static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end)
+{
+	if (end <= isize(in))
+		return 0;
+	int r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, pos, end - pos, 0, 0);
+	if (r == -EOPNOTSUPP || r == -ENOSYS) {
+		uint64_t now = direct_inode_refresh(in, c->fd);
+		r = end > now ? sys_ftruncate(c->fd, (off_t)end) : 0;
+	}
+	if (r < 0)
+		return r;
+	CSTAT(extends, 1);
+	atomic_store_explicit(&L(c)->cf->need_sync, 1, memory_order_release);
+	if (end > isize(in))
+		isize_set(in, end);
+	return 0;
+}
+
+/* ------------------------------------------------------------------ read */
+
+static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (!active(c))
+		return chell_down_read(c, iov, cnt, off, flags);
+	bool pos_call = positional(c->op);
+	if ((pos_call && off < 0) || (!pos_call && off < -1))
+		return -EINVAL;
+	if ((status(c) & O_ACCMODE) == O_WRONLY)
+		return -EBADF;
+	if (flags & ~RWF_KNOWN)
+		return -EOPNOTSUPP;
+	ssize_t total = iov_total(iov, cnt);
+	if (total <= 0)
+		return total;
+	struct direct_inode *in = L(c)->inode;
+	CSTAT(reads, 1);
+	ssize_t r;
+	if (off >= 0) {
+		uint64_t size = isize(in);
+		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
+			size = direct_inode_refresh(in, c->fd);
+		if ((uint64_t)off >= size)
+			return 0;
+		size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total : (size_t)(size - (uint64_t)off);
+		r = move(c, iov, cnt, (uint64_t)off, n, 0);
+	} else {
+		/* reserve [pos, pos+n) of the shared offset, as direct.c does */
+		_Atomic uint64_t *offp = OFFSET(c);
+		uint64_t pos = atomic_load(offp), size = isize(in);
+		size_t n;
+		bool refreshed = false;
+		for (;;) {
+			if (pos + (uint64_t)total > size && !refreshed) {
+				size = direct_inode_refresh(in, c->fd);
+				refreshed = true;
+			}
+			n = pos >= size ? 0 : ((size_t)total < size - pos ? (size_t)total : (size_t)(size - pos));
+			if (atomic_compare_exchange_weak(offp, &pos, pos + n))
+				break;
+		}
+		if (n == 0)
+			return 0;
+		r = move(c, iov, cnt, pos, n, 0);
+		if (r != (ssize_t)n) { /* short: give back what was not read */
+			uint64_t expect = pos + n;
+			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+		}
+		if (!active(c)) /* moved to the kernel meanwhile: its offset is the truth now */
+			sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
+	}
+	if (r > 0)
+		CSTAT(read_bytes, (uint64_t)r);
+	return r;
+}
+
+/* ----------------------------------------------------------------- write */
+
+/*
+ * O_APPEND must be atomic across processes, including other process trees
+ * using the cache: an OFD lock on one byte at 2^62 (far beyond any data, as
+ * direct/api.c does for zero-copy appends) orders appenders of different
+ * open file descriptions, and the tree-wide inode lock those sharing one.
+ */
+static int append_lock(int fd, short type)
+{
+	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 1ll << 62, .l_len = 1};
+	int r;
+	do
+		r = sys_fcntl(fd, F_OFD_SETLKW, (long)&fl);
+	while (r == -EINTR);
+	return r;
+}
+
+static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t total, uint64_t *endp)
+{
+	struct direct_inode *in = L(c)->inode;
+	chell_lock_acquire(&in->lock);
+	int e = append_lock(c->fd, F_WRLCK);
+	if (e < 0) {
+		chell_lock_release(&in->lock);
+		return e;
+	}
+	uint64_t pos = direct_inode_refresh(in, c->fd);
+	ssize_t r = extend(c, in, pos, pos + total);
+	if (r == 0) {
+		int kernel;
+		r = cache_transfer(c, iov, cnt, pos, total, 1, &kernel);
+		if (kernel && r >= 0) {
+			/* The rest goes through the kernel's own O_APPEND, after
+			 * giving back the space reserved for it. */
+			go_kernel(c);
+			sys_ftruncate(c->fd, (off_t)(pos + (uint64_t)r));
+			isize_set(in, pos + (uint64_t)r);
+			ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1);
+			r = k < 0 ? (r ? r : k) : r + k;
+			direct_inode_refresh(in, c->fd);
+		} else if (r >= 0 && (size_t)r < total) {
+			/* a bad buffer part-way: the file ends after what was written */
+			sys_ftruncate(c->fd, (off_t)(pos + (uint64_t)r));
+			isize_set(in, pos + (uint64_t)r);
+		}
+	}
+	append_lock(c->fd, F_UNLCK);
+	chell_lock_release(&in->lock);
+	*endp = pos + (uint64_t)(r > 0 ? r : 0);
+	return r;
+}
+
+static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (!active(c))
+		return chell_down_write(c, iov, cnt, off, flags);
+	bool pos_call = positional(c->op);
+	if ((pos_call && off < 0) || (!pos_call && off < -1))
+		return -EINVAL;
+	int st = status(c);
+	if ((st & O_ACCMODE) == O_RDONLY)
+		return -EBADF;
+	if (flags & ~RWF_KNOWN)
+		return -EOPNOTSUPP;
+	ssize_t total = iov_total(iov, cnt);
+	if (total <= 0)
+		return total;
+	struct direct_inode *in = L(c)->inode;
+	_Atomic uint64_t *offp = OFFSET(c);
+	CSTAT(writes, 1);
+	ssize_t r;
+	if ((st & O_APPEND) || (flags & RWF_APPEND)) {
+		uint64_t end;
+		r = append(c, iov, cnt, (size_t)total, &end);
+		if (r > 0 && off == -1)
+			atomic_store(offp, end); /* write(): the offset follows; pwrite(): unchanged */
+	} else {
+		uint64_t pos;
+		if (off >= 0) {
+			pos = (uint64_t)off;
+		} else {
+			pos = atomic_load(offp);
+			while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
+				;
+		}
+		uint64_t end = pos + (uint64_t)total;
+		int e = 0;
+		if (end > isize(in)) {
+			chell_lock_acquire(&in->lock);
+			e = extend(c, in, pos, end);
+			chell_lock_release(&in->lock);
+		}
+		r = e < 0 ? e : move(c, iov, cnt, pos, (size_t)total, 1);
+		if (off < 0 && r != total) {
+			uint64_t expect = end;
+			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+		}
+	}
+	if (off < 0 && !active(c))
+		sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
+	if (r > 0) {
+		CSTAT(write_bytes, (uint64_t)r);
+		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
+			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
+			if (s < 0)
+				return s;
+		}
+	}
+	return r;
+}
+
+/* ------------------------------------------------------- offset and size */
+
+static off_t cache_lseek(chell_ctx *c, off_t off, int whence)
+{
+	if (!active(c))
+		return chell_down_lseek(c, off, whence);
+	_Atomic uint64_t *offp = OFFSET(c);
+	switch (whence) {
+	case SEEK_SET:
+		if (off < 0)
+			return -EINVAL;
+		atomic_store(offp, (uint64_t)off);
+		return off;
+	case SEEK_CUR: {
+		uint64_t cur = atomic_load(offp);
+		for (;;) {
+			long long n;
+			if (__builtin_add_overflow((long long)cur, (long long)off, &n))
+				return -EOVERFLOW;
+			if (n < 0)
+				return -EINVAL;
+			if (atomic_compare_exchange_weak(offp, &cur, (uint64_t)n))
+				return (off_t)n;
+		}
+	}
+	case SEEK_END: {
+		uint64_t size = direct_inode_refresh(L(c)->inode, c->fd);
+		long long n;
+		if (__builtin_add_overflow((long long)size, (long long)off, &n))
+			return -EOVERFLOW;
+		if (n < 0)
+			return -EINVAL;
+		atomic_store(offp, (uint64_t)n);
+		return (off_t)n;
+	}
+	case SEEK_DATA:
+	case SEEK_HOLE: {
+		/* Only the backing file knows holes, and only once the cache's
+		 * dirty blocks are written back to it. Rare: worth a flush. */
+		cache_flush_file(L(c)->cf, c->fd, 0);
+		off_t r = sys_lseek(c->fd, off, whence);
+		if (r >= 0)
+			atomic_store(offp, (uint64_t)r);
+		return r;
+	}
+	default:
+		return -EINVAL;
+	}
+}
+
+static int cache_ftruncate(chell_ctx *c, off_t len)
+{
+	if (!active(c) || len < 0 || (status(c) & O_ACCMODE) == O_RDONLY)
+		return chell_down_ftruncate(c, len); /* the kernel's answer, errors included */
+	struct direct_inode *in = L(c)->inode;
+	chell_lock_acquire(&in->lock);
+	int r = cache_truncate_file(L(c)->cf, c->fd, (uint64_t)len);
+	if (r == CACHE_MISS_KERNEL)
+		r = chell_down_ftruncate(c, len);
+	if (r == 0)
+		isize_set(in, (uint64_t)len);
+	chell_lock_release(&in->lock);
+	return r;
+}
+
+static int cache_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
+{
+	if (!active(c))
+		return chell_down_fallocate(c, mode, off, len);
+	struct direct_inode *in = L(c)->inode;
+	/* Modes that change data: the cached blocks must be written back and
+	 * dropped first, so the kernel's change is what everyone reads next. */
+	if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_COLLAPSE_RANGE |
+		    FALLOC_FL_INSERT_RANGE))
+		cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP);
+	chell_lock_acquire(&in->lock);
+	uint64_t before = isize(in);
+	int r = chell_down_fallocate(c, mode, off, len);
+	if (r == 0 && direct_inode_refresh(in, c->fd) != before)
+		atomic_store(&L(c)->cf->need_sync, 1); /* the manager records it at fsync */
+	chell_lock_release(&in->lock);
+	return r;
+}
+
+/* truncate(path) in any process of the tree goes through the manager too */
+static int cache_truncate(chell_ctx *c, const char *path, off_t len)
+{
+	int fd = len >= 0 && inode_ready ? sys_open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK, 0) : -1;
+	int r = CACHE_MISS_KERNEL;
+	struct stat st;
+	if (fd >= 0 && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		fd = chell_internal_fd(fd, 1);
+		struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino);
+		if (cf) {
+			r = cache_truncate_file(cf, fd, (uint64_t)len);
+			cache_file_put(cf);
+		}
+		chell_internal_close(fd);
+		fd = -1;
+	}
+	if (fd >= 0)
+		sys_close(fd);
+	if (r == CACHE_MISS_KERNEL)
+		r = chell_down_truncate(c, path, len);
+	if (r == 0 && inode_ready && sys_fstatat(AT_FDCWD, path, &st, 0) == 0)
+		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	return r;
+}
+
+/*
+ * fsync/fdatasync: the data is in the pool already (stores into the mapped
+ * chunk, flushed line by line on DAX; the dirty bits with it). What is left
+ * is the file size when this process grew it: SYNC asks the manager to
+ * record it in the file's Cnode. Otherwise no system call at all.
+ */
+static int cache_fsync(chell_ctx *c, int datasync)
+{
+	if (!active(c))
+		return chell_down_fsync(c, datasync);
+	CSTAT(fsyncs, 1);
+	if (cache_dax)
+		direct_fence();
+	int r = cache_sync_file(L(c)->cf, c->fd);
+	if (r == CACHE_MISS_KERNEL)
+		r = chell_down_fsync(c, datasync);
+	return r;
+}
+
+static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int flags)
+{
+	if (!active(c))
+		return chell_down_sync_file_range(c, off, n, flags);
+	long long end;
+	if ((flags & ~(SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+		       SYNC_FILE_RANGE_WAIT_AFTER)) ||
+	    off < 0 || n < 0 || __builtin_add_overflow((long long)off, (long long)n, &end))
+		return -EINVAL;
+	if (cache_dax)
+		direct_fence(); /* the lines were flushed as they were written */
+	return 0;
+}
+
+static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
+{
+	int r = chell_down_fcntl(c, cmd, arg);
+	if (cmd == F_SETFL && r >= 0 && active(c) && (arg & O_DIRECT)) {
+		/* the application asks for the kernel's I/O path from now on */
+		cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+		go_kernel(c);
+	}
+	return r;
+}
+
+/*
+ * The application maps the file itself. A shared mapping must see every
+ * write and its stores must not be lost: the manager writes the file back,
+ * drops its chunks and stops caching it until its last close (every client
+ * then gets BYPASS and uses the kernel path); this descriptor moves to the
+ * kernel path now. A private mapping only needs the data written back.
+ */
+static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off)
+{
+	if (active(c)) {
+		if ((flags & MAP_TYPE) == MAP_PRIVATE) {
+			cache_flush_file(L(c)->cf, c->fd, 0);
+		} else {
+			cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+			go_kernel(c);
+		}
+	}
+	return chell_down_mmap(c, addr, len, prot, flags, off);
+}
+
+const struct chell_handler chell_cache_handler = {
+	.name = "cache",
+	.summary = "files of slow storage cached in a pool on the fast tier (chelld); hits are memcpy",
+	.proc_init = cache_proc_init,
+	.proc_event = cache_proc_event,
+	.open = cache_open,
+	.opened = cache_opened,
+	.adopt = cache_adopt,
+	.detach = cache_detach,
+	.release = cache_release,
+	.sync_out = cache_sync_out,
+	.read = cache_read,
+	.write = cache_write,
+	.lseek = cache_lseek,
+	.fsync = cache_fsync,
+	.sync_file_range = cache_sync_file_range,
+	.ftruncate = cache_ftruncate,
+	.fallocate = cache_fallocate,
+	.fcntl = cache_fcntl,
+	.mmap = cache_mmap,
+	.truncate = cache_truncate,
+};

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The cache handler (Chell-Cache / Bankshot, the client side): files under
+ * the cache's backing directories are read and written with memcpy on
+ * chunks of the cache pool that chelld maps into the process; a miss (no
+ * mapping, blocks not valid yet, a revoked chunk) asks chelld. The contract
+ * with the manager is cache/layout.h and chelld/protocol.h; docs/CACHE.md
+ * ("The client") explains the design.
+ *
+ *   cache.c   the handler operations (offsets, sizes, O_APPEND, fallbacks)
+ *   xfer.c    moving bytes between iovecs and the cache, chunk by chunk
+ *   conn.c    the connection to chelld (one per process, lazily made)
+ *   map.c     per-process files: registration and (chunk -> mapping) table
+ *   copy.c    the hit protocol on one chunk, guarded against SIGBUS
+ *   fast.c    the shortcut for read/pread/write/pwrite of one buffer
+ *   stats.c   per-thread counters
+ *
+ * Sizes are shared with the process tree through direct mode's inode table
+ * (direct/inode.c): the same job (a size every process sees, refreshed from
+ * the kernel at the cached end of file, and the tree-wide lock for
+ * extensions and O_APPEND), so one implementation serves both modes.
+ */
+#ifndef CHELL_CACHE_HANDLER_H
+#define CHELL_CACHE_HANDLER_H
+
+#include "../../nib/nib.h"
+#include "../direct/direct.h"
+#include "cache/layout.h"
+#include "cache/policy/policy.h"
+#include "chelld/protocol.h"
+
+/* ---- conn.c: the connection to the manager ---- */
+struct cache_hello {
+	uint64_t cache_size;
+	uint64_t append_threshold;
+	uint32_t slots;
+};
+/* Serialises every exchange with the manager and every change of the
+ * mapping tables (the slow path). Lock order: fdt_lock, then this. */
+void cache_lock(void);
+void cache_unlock(void);
+/* Connect if needed (caller holds cache_lock). Returns the connection's
+ * generation (>0), or -errno when no manager answers (logged once). */
+int cache_conn_ensure(void);
+/* One request/reply on the connection (caller holds cache_lock). fd >= 0 is
+ * sent along; *fd_out (if not NULL) gets a descriptor sent back. 0 with the
+ * reply's status in rep->status, or -errno when the connection failed (it
+ * is then closed; the next cache_conn_ensure reconnects). */
+int cache_call(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
+	       int *fd_out);
+extern struct cache_hello cache_hello;
+extern uint32_t cache_conn_gen;       /* changes on every (re)connection */
+extern access_table cache_access;     /* this connection's, nchunks 0 if none */
+void cache_conn_after_fork(void);     /* in the child: never use the parent's socket */
+void cache_conn_bye(void);            /* at exit: report counters, say goodbye */
+/* Backing directories of the running manager (PATH), for routing checks;
+ * NULL-terminated, or NULL when unknown. Caller holds cache_lock. */
+char **cache_conn_backings(void);
+extern char cache_sock_path[108]; /* sizeof(sockaddr_un.sun_path) */
+
+/* ---- map.c: per-process files and their chunk mappings ---- */
+#define CACHE_L2_BITS 10
+#define CACHE_L1_SIZE 1024
+#define CACHE_MAX_CHUNK ((uint64_t)CACHE_L1_SIZE << CACHE_L2_BITS)
+/* An entry: the chunk's mapping (chunk data, then its control page), with
+ * bit 0 set when it is mapped writable. The address of (file, chunk) never
+ * changes once mapped: a new chunk file for the same (file, chunk) replaces
+ * the old one in place (MAP_FIXED), so a racing copy can only ever see
+ * chunk files of this very (file, chunk) and detects the switch by the
+ * control page's identity. */
+#define CACHE_E_WRITABLE ((uintptr_t)1)
+struct cache_entry {
+	_Atomic uintptr_t v;
+	uint64_t chunk_ino; /* inode of the chunk file mapped there (slow path) */
+};
+struct cache_counts {
+	_Atomic uint64_t v[6]; /* struct chelld_client_counts order */
+};
+struct cache_file {
+	uint64_t dev, ino;
+	int refs;               /* chell_files of this process using it (cache_lock) */
+	uint32_t conn_gen;      /* connection of the registration below */
+	uint32_t file_id;       /* valid while nregs > 0 (0 is a valid id) */
+	uint32_t access;        /* CHELLD_ACC_* of the registration(s) */
+	uint32_t nregs;         /* registrations on conn_gen, one CLOSE each */
+	_Atomic uint32_t need_sync; /* grown, or given a new chunk to write, since the last SYNC */
+	struct cache_counts counts;
+	struct cache_file *next;
+	struct cache_entry *_Atomic l1[CACHE_L1_SIZE];
+};
+struct cache_file *cache_file_get(uint64_t dev, uint64_t ino);
+void cache_file_put(struct cache_file *cf);
+
+static inline uintptr_t cache_entry_of(struct cache_file *cf, uint64_t k)
+{
+	if (unlikely(k >= CACHE_MAX_CHUNK))
+		return 0;
+	struct cache_entry *l2 =
+		atomic_load_explicit(&cf->l1[k >> CACHE_L2_BITS], memory_order_acquire);
+	if (unlikely(!l2))
+		return 0;
+	return atomic_load_explicit(&l2[k & ((1u << CACHE_L2_BITS) - 1)].v, memory_order_acquire);
+}
+
+/* Results of the miss path. */
+enum { CACHE_MISS_OK = 0, CACHE_MISS_KERNEL = 1 };
+/* Make blocks [first, first+n) of chunk k valid and mapped (writable if
+ * want_write), on behalf of descriptor fd. CACHE_MISS_OK, CACHE_MISS_KERNEL
+ * (the manager says BYPASS, refuses the file, or does not answer: the
+ * descriptor must use the kernel path), or -errno. */
+int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
+	       int want_write);
+/* Make sure the file is registered on the current connection with at
+ * least `need` access (CHELLD_ACC_*): 0, CACHE_MISS_KERNEL, or -errno.
+ * Caller holds cache_lock; *id gets the file id. */
+int cache_register(struct cache_file *cf, int fd, uint32_t need, uint32_t *id);
+/* Ask the manager to flush the file (CHELLD_FLUSH_* flags). 0, or
+ * CACHE_MISS_KERNEL if it cannot be reached or refuses. */
+int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags);
+/* TRUNCATE through the manager: 0, -errno from it, or CACHE_MISS_KERNEL. */
+int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size);
+/* SYNC if this process grew the file or got a new chunk to write since the last one. */
+int cache_sync_file(struct cache_file *cf, int fd);
+void cache_map_after_fork(void);
+/* Counts of the files still open (for BYE). Caller holds cache_lock. */
+void cache_map_unreported(struct chelld_client_counts *out);
+/* Mapped on DAX with MAP_SYNC: stores are flushed as written. */
+extern int cache_dax;
+
+/* ---- copy.c: the hit protocol on one chunk (layout.h) ---- */
+enum { COPY_HIT = 1, COPY_MISS = 0, COPY_EFAULT = -1 };
+/* Read [off, off+n) of the chunk mapped at base into dst: COPY_HIT when the
+ * chunk was LIVE, of one identity and every block valid throughout;
+ * COPY_MISS when not (or it faulted: a revoked, truncated chunk file);
+ * COPY_EFAULT when dst is a bad address. *slot gets the slot on a hit. */
+int cache_copy_out(void *dst, const unsigned char *base, size_t off, size_t n, uint32_t *slot);
+/* Store src into [off, off+n) of a writable chunk: the write half of the
+ * protocol (valid blocks, store, dirty mark, fence, still LIVE). */
+int cache_copy_in(unsigned char *base, size_t off, const void *src, size_t n, uint32_t *slot);
+/* Check a freshly mapped chunk's control page (magic, version, dirty
+ * table); 0 or -EPROTO, -EFAULT if it faults. */
+int cache_ctl_check(const unsigned char *base, uint64_t dev, uint64_t ino, uint64_t chunk);
+int cache_copy_init(void);
+
+/* ---- stats.c ---- */
+struct cache_stats {
+	uint64_t reads, writes, read_bytes, write_bytes;
+	uint64_t read_hits, write_hits, read_misses, write_misses;
+	uint64_t kernel_fallbacks, maps, remaps, syncs, fsyncs, extends, bypassed;
+};
+extern __thread struct cache_stats *cache_tls_stats;
+struct cache_stats *cache_stats_slow(void);
+static inline struct cache_stats *cache_stats_tls(void)
+{
+	struct cache_stats *s = cache_tls_stats;
+	return likely(s != NULL) ? s : cache_stats_slow();
+}
+#define CSTAT(field, n) (cache_stats_tls()->field += (n))
+void cache_stats_sum(struct cache_stats *out);
+void cache_stats_dump(void);
+/* Per-file counts for CLOSE (relaxed: statistics may drop a racing add). */
+static inline void cache_count(struct cache_file *cf, int i, uint64_t n)
+{
+	atomic_store_explicit(&cf->counts.v[i],
+			      atomic_load_explicit(&cf->counts.v[i], memory_order_relaxed) + n,
+			      memory_order_relaxed);
+}
+enum { CNT_RHIT, CNT_WHIT, CNT_RMISS, CNT_WMISS, CNT_RBYTES, CNT_WBYTES };
+
+/* ---- cache.c: per-OFD state in ofd->priv[layer] ---- */
+struct cache_ofd {
+	uint32_t active; /* 1: served from the cache; 0: the kernel path (atomic) */
+	uint32_t pad_;
+	uint64_t dev, ino;
+};
+/* Per-process state of a handled file, in f->local[layer]. */
+struct cache_local {
+	struct cache_file *cf;
+	struct direct_inode *inode;
+};
+extern const struct chell_handler chell_cache_handler;
+extern const struct chell_fast_ops cache_fast_ops;
+
+/* ---- xfer.c ---- */
+/* Move n bytes between the iovecs and the file at pos (to_file: write).
+ * Returns bytes moved or -errno; *kernel set when the descriptor must go
+ * to the kernel path from now on (the bytes not moved are for the caller
+ * to pass down). */
+ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
+		       int to_file, int *kernel);
+
+#endif

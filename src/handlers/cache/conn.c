@@ -1,0 +1,347 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The connection to the cache manager: one SOCK_SEQPACKET socket per
+ * process, made on the first miss and kept for the life of the process.
+ *
+ * Every exchange is one request and its reply, under one mutex (misses are
+ * rare next to hits; chelld serves requests one at a time anyway). The
+ * socket is a Chell-internal descriptor (high, hidden from the
+ * application's close). A forked child never touches the parent's socket:
+ * it closes its copy and connects on its own first miss, and every
+ * registration is redone there (the generation changes). A manager that
+ * stops or restarts shows up as a failed call: the socket is closed and
+ * the next miss reconnects once; if nobody answers, the caller puts the
+ * descriptor on the kernel path, and the process says so once on stderr.
+ *
+ * Only raw system calls are used here (chell/sys.h): the interposed names
+ * would route our own descriptors back into Chell.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+
+#include "cache.h"
+
+char cache_sock_path[108];
+struct cache_hello cache_hello;
+uint32_t cache_conn_gen;
+access_table cache_access;
+
+static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
+static int sock = -1;
+static uint32_t seq;
+static uint64_t retry_after_ms;
+static bool told;
+static char **backings;
+static void *access_mem;
+static size_t access_len;
+
+#define RETRY_MS 1000      /* after a failed connect, try again this much later */
+#define REPLY_TIMEOUT_S 300 /* a manager this slow is treated as gone */
+
+void cache_lock(void)
+{
+	pthread_mutex_lock(&conn_lock);
+}
+
+void cache_unlock(void)
+{
+	pthread_mutex_unlock(&conn_lock);
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t); /* vDSO: no system call */
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+static void drop_access_table(void)
+{
+	if (access_mem)
+		munmap(access_mem, access_len);
+	access_mem = NULL;
+	access_len = 0;
+	memset(&cache_access, 0, sizeof(cache_access));
+}
+
+static void free_backings(void)
+{
+	for (char **p = backings; p && *p; p++)
+		free(*p);
+	free(backings);
+	backings = NULL;
+}
+
+static void disconnect(void)
+{
+	if (sock >= 0)
+		chell_internal_close(sock);
+	sock = -1;
+	drop_access_table();
+	free_backings();
+}
+
+static ssize_t send_msg(const void *msg, size_t len, int fd)
+{
+	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof(ctl));
+		mh.msg_control = ctl.buf;
+		mh.msg_controllen = sizeof(ctl.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+	}
+	ssize_t n;
+	do
+		n = CHELL_SC(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL, 0, 0, 0);
+	while (n == -EINTR);
+	return n < 0 ? n : (size_t)n == len ? 0 : -EIO;
+}
+
+/* One datagram into buf; a descriptor that came with it into *fd. */
+static ssize_t recv_msg(void *buf, size_t cap, int *fd)
+{
+	struct iovec iov = {.iov_base = buf, .iov_len = cap};
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} ctl;
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
+			    .msg_controllen = sizeof(ctl.buf)};
+	ssize_t n;
+	*fd = -1;
+	do
+		n = CHELL_SC(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC, 0, 0, 0);
+	while (n == -EINTR);
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int got;
+			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+			if (*fd < 0)
+				*fd = got;
+			else
+				sys_close(got); /* one descriptor per reply at most */
+		}
+	}
+	if (n == 0)
+		n = -ECONNRESET;
+	else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+		n = -EMSGSIZE;
+	if (n < 0 && *fd >= 0) {
+		sys_close(*fd);
+		*fd = -1;
+	}
+	return n;
+}
+
+static void hdr_init(void *msg, uint16_t type, uint32_t length, uint32_t sq)
+{
+	struct chelld_hdr *h = msg;
+	h->magic = CHELLD_MAGIC;
+	h->version = CHELLD_VERSION;
+	h->type = type;
+	h->length = length;
+	h->seq = sq;
+}
+
+/* The exchange itself, on a connected socket. */
+static int call_raw(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
+		    int *fd_out)
+{
+	char buf[CHELLD_MSG_MAX + 1] __attribute__((aligned(8)));
+	hdr_init(req, type, (uint32_t)reqlen, ++seq);
+	int r = (int)send_msg(req, reqlen, fd);
+	if (r < 0)
+		return r;
+	int got;
+	ssize_t n = recv_msg(buf, sizeof(buf), &got);
+	if (n < 0)
+		return (int)n;
+	const struct chelld_rhdr *rh = (const struct chelld_rhdr *)buf;
+	bool error_reply = (size_t)n >= sizeof(*rh) &&
+			   rh->h.type == (CHELLD_MSG_ERROR | CHELLD_REPLY);
+	if ((size_t)n < sizeof(*rh) || rh->h.magic != CHELLD_MAGIC || rh->h.length != (uint32_t)n ||
+	    rh->h.seq != seq || (!error_reply && (rh->h.type != (type | CHELLD_REPLY) ||
+						  (size_t)n != replen))) {
+		if (got >= 0)
+			sys_close(got);
+		return -EPROTO; /* out of step with the manager: start over */
+	}
+	memset(rep, 0, replen);
+	memcpy(rep, buf, (size_t)n < replen ? (size_t)n : replen);
+	if (error_reply && ((struct chelld_rhdr *)rep)->status == 0)
+		((struct chelld_rhdr *)rep)->status = EPROTO;
+	if (fd_out)
+		*fd_out = got;
+	else if (got >= 0)
+		sys_close(got);
+	return 0;
+}
+
+int cache_call(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
+	       int *fd_out)
+{
+	if (fd_out)
+		*fd_out = -1;
+	if (sock < 0)
+		return -ENOTCONN;
+	int r = call_raw(req, reqlen, type, fd, rep, replen, fd_out);
+	if (r < 0) {
+		chell_info("cache: lost the cache manager at %s (%s)", cache_sock_path, strerror(-r));
+		disconnect();
+	}
+	return r;
+}
+
+static int hello(void)
+{
+	struct chelld_hello m = {0};
+	struct chelld_hello_reply r;
+	int tfd;
+	m.version = CHELLD_VERSION;
+	int e = call_raw(&m, sizeof(m), CHELLD_MSG_HELLO, -1, &r, sizeof(r), &tfd);
+	if (e < 0)
+		return e;
+	if (r.r.status) {
+		if (tfd >= 0)
+			sys_close(tfd);
+		return -r.r.status;
+	}
+	if (r.chunk_size != CACHE_CHUNK_BYTES) {
+		if (tfd >= 0)
+			sys_close(tfd);
+		return -EPROTO;
+	}
+	cache_hello.cache_size = r.cache_size;
+	cache_hello.append_threshold = r.append_threshold;
+	cache_hello.slots = r.slots;
+	if (tfd >= 0 && r.slots) {
+		size_t len = access_table_bytes(r.slots);
+		void *p = REAL(mmap64)(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
+		if (p != MAP_FAILED) {
+			access_mem = p;
+			access_len = len;
+			access_table_attach(&cache_access, p, r.slots, false);
+		}
+	}
+	if (tfd >= 0)
+		sys_close(tfd);
+	return 0;
+}
+
+int cache_conn_ensure(void)
+{
+	if (sock >= 0)
+		return (int)cache_conn_gen;
+	uint64_t now = now_ms();
+	if (retry_after_ms && now < retry_after_ms)
+		return -ECONNREFUSED;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	memcpy(sa.sun_path, cache_sock_path, sizeof(sa.sun_path));
+	int s = (int)CHELL_SC(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, 0, 0, 0);
+	int e = s;
+	if (s >= 0) {
+		sock = chell_internal_fd(s, 1);
+		struct timeval tv = {.tv_sec = REPLY_TIMEOUT_S};
+		CHELL_SC(SYS_setsockopt, sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv), 0);
+		do
+			e = (int)CHELL_SC(SYS_connect, sock, &sa, sizeof(sa), 0, 0, 0);
+		while (e == -EINTR);
+		if (e == 0)
+			e = hello();
+		if (e < 0)
+			disconnect();
+	}
+	if (e < 0) {
+		retry_after_ms = now + RETRY_MS;
+		if (!told) {
+			told = true;
+			chell_log("cache: no cache manager answers at %s (%s); files use the kernel "
+				  "path (start one with 'chell cache start')",
+				  cache_sock_path, strerror(-e));
+		}
+		return e;
+	}
+	retry_after_ms = 0;
+	if (++cache_conn_gen == 0)
+		cache_conn_gen = 1;
+	chell_debug("cache: connected to %s (generation %u, %u slots)", cache_sock_path,
+		    cache_conn_gen, cache_hello.slots);
+	return (int)cache_conn_gen;
+}
+
+char **cache_conn_backings(void)
+{
+	if (backings || sock < 0)
+		return backings;
+	char **list = calloc(1, sizeof(char *));
+	for (uint32_t i = 1; list && i < 4096; i++) {
+		struct chelld_path m = {0};
+		struct chelld_path_reply r;
+		m.index = i;
+		if (cache_call(&m, sizeof(m), CHELLD_MSG_PATH, -1, &r, sizeof(r), NULL) < 0) {
+			for (char **p = list; *p; p++)
+				free(*p);
+			free(list);
+			return NULL;
+		}
+		if (r.r.status)
+			break; /* ERANGE past the last one */
+		char **nl = realloc(list, (i + 1) * sizeof(char *));
+		if (!nl)
+			break;
+		list = nl;
+		r.path[sizeof(r.path) - 1] = 0;
+		list[i - 1] = strdup(r.path);
+		list[i] = NULL;
+	}
+	backings = list;
+	return backings;
+}
+
+void cache_conn_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	conn_lock = fresh;
+	/* The parent's socket and access table stay the parent's. */
+	if (sock >= 0)
+		chell_internal_close(sock);
+	sock = -1;
+	drop_access_table();
+	free_backings();
+	if (++cache_conn_gen == 0)
+		cache_conn_gen = 1;
+	retry_after_ms = 0;
+}
+
+void cache_conn_bye(void)
+{
+	cache_lock();
+	if (sock >= 0) {
+		struct chelld_bye m = {0};
+		struct chelld_rhdr r;
+		cache_map_unreported(&m.counts);
+		if (call_raw(&m, sizeof(m), CHELLD_MSG_BYE, -1, &r, sizeof(r), NULL) == 0)
+			chell_debug("cache: said goodbye to the manager");
+		disconnect();
+	}
+	cache_unlock();
+}

@@ -1,0 +1,192 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The hit protocol of cache/layout.h on one chunk, inside a fault guard.
+ *
+ * A chunk file can be truncated by the manager at any moment (eviction):
+ * then every access to its mapping, control page included, raises SIGBUS.
+ * As in direct/copy.c, a thread-local flag and a __builtin_setjmp buffer
+ * turn such a fault into a return: the whole attempt (state check, valid
+ * bits, memcpy, re-check) runs inside one guard, so a fault anywhere in it
+ * is simply a miss, and the miss path asks the manager again. A fault on
+ * the application's buffer is told apart by its address (outside the
+ * chunk mapping) and becomes EFAULT, as the kernel would answer.
+ *
+ * Identity: the control page's (slot, incarnation) names one chunk file
+ * for the life of the pool. A copy reads it before and after; if the
+ * process replaced the mapping in between (map.c maps a new chunk file of
+ * the same (file, chunk) at the same address), the two differ and the copy
+ * is discarded.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <ucontext.h>
+
+#include "cache.h"
+
+static __thread volatile int tls_in;
+static __thread void *tls_jmp[5];
+static __thread uintptr_t tls_addr;
+
+static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
+{
+	ucontext_t *uc = uc_;
+	if (!tls_in)
+		return false; /* not ours: the application's own fault */
+	tls_in = 0;
+	tls_addr = (uintptr_t)si->si_addr;
+	/* leaving the handler by a jump: restore the mask it would have restored */
+	pthread_sigmask(SIG_SETMASK, &uc->uc_sigmask, NULL);
+	__builtin_longjmp(tls_jmp, 1);
+}
+
+static inline bool in_chunk(uintptr_t a, const unsigned char *base)
+{
+	return a >= (uintptr_t)base && a < (uintptr_t)base + CACHE_CHUNK_FILE_BYTES;
+}
+
+static inline const struct cache_ctl *ctl_of(const unsigned char *base)
+{
+	return (const struct cache_ctl *)(base + CACHE_CHUNK_BYTES);
+}
+
+static inline uint32_t state(const struct cache_ctl *ctl)
+{
+	return __atomic_load_n(&ctl->state, __ATOMIC_ACQUIRE);
+}
+
+/* Every block of [off, off+n) valid (acquire: the manager sets a bit with
+ * release after the block's data). */
+static inline bool valid(const struct cache_ctl *ctl, size_t off, size_t n)
+{
+	unsigned b = (unsigned)(off / CACHE_BLOCK_BYTES);
+	unsigned e = (unsigned)((off + n - 1) / CACHE_BLOCK_BYTES);
+	for (unsigned w = b / 64; w <= e / 64; w++) {
+		unsigned lo = w == b / 64 ? b % 64 : 0, hi = w == e / 64 ? e % 64 : 63;
+		uint64_t mask = (hi - lo == 63 ? ~0ull : ((1ull << (hi - lo + 1)) - 1)) << lo;
+		if ((__atomic_load_n(&ctl->valid[w], __ATOMIC_ACQUIRE) & mask) != mask)
+			return false;
+	}
+	return true;
+}
+
+__attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *base, size_t off,
+					     size_t n, uint32_t *slot)
+{
+	if (__builtin_setjmp(tls_jmp))
+		return in_chunk(tls_addr, base) ? COPY_MISS : COPY_EFAULT;
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	const struct cache_ctl *ctl = ctl_of(base);
+	int r = COPY_MISS;
+	if (state(ctl) == CACHE_CHUNK_LIVE) {
+		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
+		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
+		if (valid(ctl, off, n)) {
+			memcpy(dst, base + off, n);
+			__atomic_thread_fence(__ATOMIC_ACQUIRE);
+			if (state(ctl) == CACHE_CHUNK_LIVE &&
+			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
+			    __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED) == inc) {
+				*slot = s;
+				r = COPY_HIT;
+			}
+		}
+	}
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return r;
+}
+
+/* The dirty table of the control page, and on DAX the lines it spans. */
+static inline dirty_table *dirty_of(const struct cache_ctl *ctl)
+{
+	return (dirty_table *)(uintptr_t)ctl->dirty;
+}
+
+/* dirty_mark inside a guard of its own (the chunk may be gone too). */
+__attribute__((noinline)) static void mark_guarded(const struct cache_ctl *ctl, unsigned first,
+						   unsigned nb)
+{
+	if (__builtin_setjmp(tls_jmp))
+		return;
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	dirty_mark(dirty_of(ctl), 0, first, nb);
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+}
+
+__attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, const void *src,
+					    size_t n, uint32_t *slot)
+{
+	unsigned first = (unsigned)(off / CACHE_BLOCK_BYTES);
+	unsigned nb = (unsigned)((off + n - 1) / CACHE_BLOCK_BYTES) - first + 1;
+	const struct cache_ctl *ctl = ctl_of(base);
+	if (__builtin_setjmp(tls_jmp)) {
+		if (in_chunk(tls_addr, base))
+			return COPY_MISS; /* revoked and truncated: redo through the miss path */
+		/* The application's buffer faulted part-way: bytes may have been
+		 * stored already. Mark them dirty (writing back unchanged bytes
+		 * is harmless) so no reader sees data that never reaches the
+		 * backing file. */
+		mark_guarded(ctl, first, nb);
+		return COPY_EFAULT;
+	}
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	int r = COPY_MISS;
+	if (state(ctl) == CACHE_CHUNK_LIVE) {
+		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
+		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
+		if (valid(ctl, off, n)) {
+			memcpy(base + off, src, n);
+			if (cache_dax)
+				direct_flush(base + off, n);
+			/* after the data (policy.h: a mark that precedes a
+			 * check-out guarantees the cleaner sees the data) */
+			dirty_mark(dirty_of(ctl), 0, first, nb);
+			if (cache_dax)
+				direct_flush(ctl->dirty, dirty_table_bytes(1));
+			__atomic_thread_fence(__ATOMIC_SEQ_CST);
+			if (state(ctl) == CACHE_CHUNK_LIVE &&
+			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
+			    __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED) == inc) {
+				*slot = s;
+				r = COPY_HIT;
+			}
+		}
+	}
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return r;
+}
+
+__attribute__((noinline)) int cache_ctl_check(const unsigned char *base, uint64_t dev,
+					      uint64_t ino, uint64_t chunk)
+{
+	if (__builtin_setjmp(tls_jmp))
+		return -EFAULT;
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	const struct cache_ctl *ctl = ctl_of(base);
+	dirty_table *dt = dirty_table_open((void *)(uintptr_t)ctl->dirty);
+	int r = ctl->magic == CACHE_CTL_MAGIC && ctl->version == CACHE_CTL_VERSION &&
+			ctl->dev == dev && ctl->ino == ino && ctl->file_chunk == chunk && dt &&
+			dirty_table_nchunks(dt) == 1
+		? 0
+		: -EPROTO;
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return r;
+}
+
+int cache_copy_init(void)
+{
+	/* direct_copy_init picks the cache-line flush instruction (DAX pools)
+	 * and installs direct's fault hook; cache mode replaces the hook with
+	 * its own, since it never uses direct's guarded copies. */
+	direct_copy_init();
+	chell_set_fault_hook(fault_fixup);
+	return 0;
+}

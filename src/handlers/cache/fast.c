@@ -1,0 +1,143 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shortcut for read/pread/write/pwrite of one buffer (chell_fast_ops),
+ * as direct/fast.c: a buffer inside one mapped chunk, inside the known
+ * size, no special flag, and a hit. Anything else returns CHELL_FAST_MISS
+ * having changed nothing, and the general path (cache.c) does the call.
+ */
+#include "cache.h"
+
+static inline struct cache_local *local0(struct chell_file *f)
+{
+	const struct cache_ofd *d = (const struct cache_ofd *)f->ofd->priv[0];
+	return atomic_load_explicit((_Atomic uint32_t *)&d->active, memory_order_relaxed)
+		       ? (struct cache_local *)f->local[0]
+		       : NULL;
+}
+
+static inline uint64_t cached_size(struct cache_local *l)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&l->inode->size, memory_order_acquire);
+}
+
+static inline bool one_chunk(uint64_t off, size_t n)
+{
+	return (off & (CACHE_CHUNK_BYTES - 1)) + n <= CACHE_CHUNK_BYTES;
+}
+
+static inline void hit(struct cache_file *cf, uint32_t slot, int w, size_t n)
+{
+	if (slot < cache_access.nchunks)
+		access_mark(&cache_access, slot);
+	struct cache_stats *s = cache_stats_tls();
+	if (w) {
+		s->writes++;
+		s->write_hits++;
+		s->write_bytes += n;
+	} else {
+		s->reads++;
+		s->read_hits++;
+		s->read_bytes += n;
+	}
+	cache_count(cf, w ? CNT_WHIT : CNT_RHIT, 1);
+	cache_count(cf, w ? CNT_WBYTES : CNT_RBYTES, n);
+}
+
+/* Read [off, off+n) from the cache into buf: true on a hit. */
+static inline bool try_read(struct cache_local *l, void *buf, size_t n, uint64_t off)
+{
+	uintptr_t e = cache_entry_of(l->cf, off >> CACHE_CHUNK_SHIFT);
+	uint32_t slot;
+	if (!e || cache_copy_out(buf, (const unsigned char *)(e & ~CACHE_E_WRITABLE),
+				 (size_t)(off & (CACHE_CHUNK_BYTES - 1)), n, &slot) != COPY_HIT)
+		return false;
+	hit(l->cf, slot, 0, n);
+	return true;
+}
+
+static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off_t off)
+{
+	struct cache_local *l = local0(f);
+	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	if (!l || off < 0 || n == 0 || (st & O_ACCMODE) == O_WRONLY || !one_chunk((uint64_t)off, n) ||
+	    (uint64_t)off + n > cached_size(l) || !try_read(l, buf, n, (uint64_t)off))
+		return CHELL_FAST_MISS; /* buf may hold bytes now: the general path overwrites them */
+	return (ssize_t)n;
+}
+
+static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
+{
+	struct cache_local *l = local0(f);
+	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY)
+		return CHELL_FAST_MISS;
+	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
+	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
+	/* Copy first, claim the range after: a claim that fails (the offset
+	 * moved) leaves only bytes in buf, which the general path replaces. */
+	if (!one_chunk(pos, n) || pos + n > cached_size(l) || !try_read(l, buf, n, pos) ||
+	    !atomic_compare_exchange_strong(offp, &pos, pos + n))
+		return CHELL_FAST_MISS;
+	return (ssize_t)n;
+}
+
+/* Writes inside the current size need no extension. */
+static inline unsigned char *writable(struct cache_local *l, int st, uint64_t off, size_t n)
+{
+	if ((st & (O_APPEND | O_SYNC | O_DSYNC)) || (st & O_ACCMODE) == O_RDONLY ||
+	    !one_chunk(off, n) || off + n > cached_size(l))
+		return NULL;
+	uintptr_t e = cache_entry_of(l->cf, off >> CACHE_CHUNK_SHIFT);
+	return (e & CACHE_E_WRITABLE) ? (unsigned char *)(e & ~CACHE_E_WRITABLE) : NULL;
+}
+
+static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t n, off_t off)
+{
+	struct cache_local *l = local0(f);
+	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	uint32_t slot;
+	unsigned char *base;
+	if (!l || off < 0 || n == 0 || !(base = writable(l, st, (uint64_t)off, n)) ||
+	    cache_copy_in(base, (size_t)((uint64_t)off & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot) !=
+		    COPY_HIT)
+		return CHELL_FAST_MISS; /* the general path stores the same bytes again */
+	hit(l->cf, slot, 1, n);
+	return (ssize_t)n;
+}
+
+static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t n)
+{
+	struct cache_local *l = local0(f);
+	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	if (!l || n == 0)
+		return CHELL_FAST_MISS;
+	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
+	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
+	unsigned char *base = writable(l, st, pos, n);
+	if (!base || !atomic_compare_exchange_strong(offp, &pos, pos + n))
+		return CHELL_FAST_MISS;
+	uint32_t slot;
+	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot) == COPY_HIT) {
+		hit(l->cf, slot, 1, n);
+		return (ssize_t)n;
+	}
+	/* The range is claimed: finish it as a pwrite at pos through the
+	 * general path, and give back the part of the claim it did not write. */
+	struct iovec iov = {.iov_base = (void *)buf, .iov_len = n};
+	chell_ctx c = {f, fd, 0, CHELL_OP_PWRITE, NULL};
+	ssize_t r = chell_cache_handler.write(&c, &iov, 1, (off_t)pos, 0);
+	if (r != (ssize_t)n) {
+		uint64_t expect = pos + n;
+		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+	}
+	if (!local0(f)) /* it moved to the kernel path: the kernel's offset is the truth */
+		sys_lseek(fd, (off_t)atomic_load(offp), SEEK_SET);
+	return r;
+}
+
+const struct chell_fast_ops cache_fast_ops = {
+	.read = fast_read,
+	.pread = fast_pread,
+	.write = fast_write,
+	.pwrite = fast_pwrite,
+};

@@ -1,0 +1,466 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Per-process state of cached files: the registration with the manager and
+ * the table (chunk -> mapping of its chunk file), modeled on direct/map.c.
+ *
+ * One struct cache_file per backing file (dev, ino) open in the process,
+ * shared by every descriptor of it. The two-level table finds a chunk's
+ * mapping with two loads and is never reallocated, so hits take no lock.
+ * An entry, once mapped, keeps its address until the file's last
+ * descriptor in the process goes: a new chunk file for the same (file,
+ * chunk) - after an eviction, or to upgrade a read-only mapping - is mapped
+ * over the old one with MAP_FIXED. A racing copy therefore only ever sees a
+ * chunk file of this (file, chunk), and its identity check (copy.c) catches
+ * the switch; an unmapped hole that another mmap could reuse never appears.
+ *
+ * Registration (OPEN_FILE) is lazy, per connection, and uses a descriptor
+ * reopened through /proc/self/fd: the kernel checks the process's access
+ * again on the reopen, so it proves access like the application's own
+ * descriptor would, and the manager never holds the application's open
+ * file description (its OFD and flock locks, its O_APPEND, its offset stay
+ * the application's). A writable descriptor is reopened O_RDWR, since
+ * there is no write-only mapping.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "cache.h"
+
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+
+int cache_dax;
+static int dax_known;
+static struct cache_file *files; /* under cache_lock */
+static _Atomic int reg_fd = -1;   /* a reopened descriptor in flight (fork child closes it) */
+
+struct cache_file *cache_file_get(uint64_t dev, uint64_t ino)
+{
+	cache_lock();
+	struct cache_file *cf;
+	for (cf = files; cf; cf = cf->next)
+		if (cf->dev == dev && cf->ino == ino)
+			break;
+	if (!cf) {
+		cf = calloc(1, sizeof(*cf));
+		if (cf) {
+			cf->dev = dev;
+			cf->ino = ino;
+			cf->next = files;
+			files = cf;
+		}
+	}
+	if (cf)
+		cf->refs++;
+	cache_unlock();
+	return cf;
+}
+
+static void counts_take(struct cache_file *cf, struct chelld_client_counts *out)
+{
+	uint64_t *o = (uint64_t *)out;
+	for (int i = 0; i < 6; i++)
+		o[i] = atomic_exchange_explicit(&cf->counts.v[i], 0, memory_order_relaxed);
+}
+
+/* End this connection's registrations of cf (caller holds cache_lock). */
+static void unregister(struct cache_file *cf)
+{
+	if (cf->conn_gen != cache_conn_gen || cf->conn_gen == 0)
+		cf->nregs = 0; /* made on a connection that is gone */
+	for (; cf->nregs > 0; cf->nregs--) {
+		struct chelld_close m = {0};
+		struct chelld_rhdr r;
+		m.file_id = cf->file_id;
+		counts_take(cf, &m.counts); /* once: the rest are zeros */
+		if (cache_call(&m, sizeof(m), CHELLD_MSG_CLOSE, -1, &r, sizeof(r), NULL) < 0)
+			break;
+	}
+	cf->nregs = 0;
+	cf->file_id = 0;
+	cf->access = 0;
+}
+
+void cache_file_put(struct cache_file *cf)
+{
+	cache_lock();
+	if (--cf->refs > 0) {
+		cache_unlock();
+		return;
+	}
+	for (struct cache_file **pp = &files; *pp; pp = &(*pp)->next)
+		if (*pp == cf) {
+			*pp = cf->next;
+			break;
+		}
+	unregister(cf);
+	cache_unlock();
+	for (int i = 0; i < CACHE_L1_SIZE; i++) {
+		struct cache_entry *l2 = cf->l1[i];
+		if (!l2)
+			continue;
+		for (int j = 0; j < (1 << CACHE_L2_BITS); j++)
+			if (l2[j].v)
+				munmap((void *)(l2[j].v & ~CACHE_E_WRITABLE), CACHE_CHUNK_FILE_BYTES);
+		free(l2);
+	}
+	free(cf);
+}
+
+void cache_map_unreported(struct chelld_client_counts *out)
+{
+	memset(out, 0, sizeof(*out));
+	for (struct cache_file *cf = files; cf; cf = cf->next) {
+		struct chelld_client_counts c;
+		counts_take(cf, &c);
+		uint64_t *o = (uint64_t *)out, *s = (uint64_t *)&c;
+		for (int i = 0; i < 6; i++)
+			o[i] += s[i];
+	}
+}
+
+void cache_map_after_fork(void)
+{
+	/* The registrations were the parent's connection's; so are the counts. */
+	int fd = atomic_exchange(&reg_fd, -1);
+	if (fd >= 0)
+		chell_internal_close(fd);
+	for (struct cache_file *cf = files; cf; cf = cf->next) {
+		struct chelld_client_counts c;
+		counts_take(cf, &c);
+		cf->nregs = 0;
+		cf->file_id = 0;
+		cf->access = 0;
+	}
+}
+
+static bool registered(const struct cache_file *cf, uint32_t gen, uint32_t need)
+{
+	return cf->conn_gen == gen && cf->nregs > 0 && (cf->access & need) == need;
+}
+
+/*
+ * A descriptor of fd's file for the manager: reopened through /proc with
+ * O_RDWR when writing is needed or fd may write, else O_RDONLY. Under the
+ * descriptor-table lock (fork takes it too), so a child forked meanwhile
+ * never inherits it at a low number; it is moved high and internal.
+ */
+static int reopen(int fd, uint32_t need)
+{
+	char p[64];
+	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	int fl = sys_fcntl(fd, F_GETFL, 0);
+	bool try_rw = (need & CHELLD_ACC_WRITE) || (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
+	fdt_lock();
+	int nfd = try_rw ? sys_open(p, O_RDWR | O_CLOEXEC | O_NOCTTY, 0) : -EACCES;
+	if (nfd < 0 && !(need & CHELLD_ACC_WRITE))
+		nfd = sys_open(p, O_RDONLY | O_CLOEXEC | O_NOCTTY, 0);
+	if (nfd >= 0) {
+		nfd = chell_internal_fd(nfd, 1);
+		atomic_store(&reg_fd, nfd);
+	}
+	fdt_unlock();
+	return nfd;
+}
+
+static void reopen_done(int nfd)
+{
+	if (nfd >= 0) {
+		int expect = nfd;
+		atomic_compare_exchange_strong(&reg_fd, &expect, -1);
+		chell_internal_close(nfd);
+	}
+}
+
+/* OPEN_FILE with descriptor rfd (caller holds cache_lock, connected). */
+static int register_locked(struct cache_file *cf, int rfd, uint32_t gen)
+{
+	char link[64], path[CHELLD_PATH_MAX];
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", rfd);
+	ssize_t n = sys_readlink(link, path, sizeof(path) - 1);
+	if (n <= 0 || path[0] != '/')
+		return CACHE_MISS_KERNEL;
+	static struct chelld_open m; /* 4 KB: not on the stack; cache_lock guards it */
+	memset(&m, 0, sizeof(m));
+	memcpy(m.path, path, (size_t)n);
+	struct chelld_open_reply r;
+	int e = cache_call(&m, sizeof(m), CHELLD_MSG_OPEN_FILE, rfd, &r, sizeof(r), NULL);
+	if (e < 0)
+		return e;
+	if (r.r.status || (r.flags & CHELLD_FILE_BYPASS) || r.dev != cf->dev || r.ino != cf->ino) {
+		if (r.r.status == 0) { /* registered, but not to be cached: end it */
+			struct chelld_close cm = {0};
+			struct chelld_rhdr cr;
+			cm.file_id = r.file_id;
+			cache_call(&cm, sizeof(cm), CHELLD_MSG_CLOSE, -1, &cr, sizeof(cr), NULL);
+		}
+		r.detail[sizeof(r.detail) - 1] = 0;
+		chell_info("cache: %s stays on the kernel path: %s%s%s", path,
+			   r.r.status ? strerror(r.r.status) : "the manager does not cache it",
+			   r.detail[0] ? ": " : "", r.detail);
+		CSTAT(bypassed, 1);
+		return CACHE_MISS_KERNEL;
+	}
+	if (cf->conn_gen != gen) {
+		cf->nregs = 0;
+		cf->access = 0;
+	}
+	cf->conn_gen = gen;
+	cf->file_id = r.file_id;
+	cf->access |= r.access;
+	cf->nregs++;
+	return 0;
+}
+
+/* Map chunk file mfd at entry (cf, k). Caller holds cache_lock. */
+static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
+{
+	struct stat st;
+	if (sys_fstat(mfd, &st) < 0)
+		return -EPROTO;
+	struct cache_entry *l2 = cf->l1[k >> CACHE_L2_BITS];
+	if (!l2) {
+		l2 = calloc((size_t)1 << CACHE_L2_BITS, sizeof(*l2));
+		if (!l2)
+			return -ENOMEM;
+		atomic_store_explicit(&cf->l1[k >> CACHE_L2_BITS], l2, memory_order_release);
+	}
+	struct cache_entry *e = &l2[k & ((1u << CACHE_L2_BITS) - 1)];
+	uintptr_t cur = atomic_load(&e->v);
+	if (cur && e->chunk_ino == (uint64_t)st.st_ino && (!writable || (cur & CACHE_E_WRITABLE)))
+		return 0; /* the chunk file we have, with enough access */
+	void *addr = cur ? (void *)(cur & ~CACHE_E_WRITABLE) : NULL;
+	int prot = PROT_READ | (writable ? PROT_WRITE : 0);
+	int fixed = cur ? MAP_FIXED : 0;
+	void *p = MAP_FAILED;
+	if (writable && (!dax_known || cache_dax)) {
+		p = REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, prot,
+				 MAP_SHARED_VALIDATE | MAP_SYNC | fixed, mfd, 0);
+		if (!dax_known) {
+			dax_known = 1;
+			cache_dax = p != MAP_FAILED;
+		}
+	}
+	if (p == MAP_FAILED)
+		p = REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, prot, MAP_SHARED | fixed, mfd, 0);
+	if (p == MAP_FAILED) {
+		if (cur) {
+			/* The old mapping may be gone: keep the range reserved and
+			 * inaccessible, so copies fault (a miss) and no other mapping
+			 * can appear at this address. */
+			REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, PROT_NONE,
+				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+			e->chunk_ino = 0;
+			atomic_store(&e->v, cur & ~CACHE_E_WRITABLE);
+		}
+		return -ENOMEM;
+	}
+	CSTAT(maps, 1);
+	if (cur)
+		CSTAT(remaps, 1);
+	e->chunk_ino = (uint64_t)st.st_ino;
+	if (writable) /* its directory entry is the manager's to make durable: SYNC */
+		atomic_store_explicit(&cf->need_sync, 1, memory_order_release);
+	atomic_store_explicit(&e->v, (uintptr_t)p | (writable ? CACHE_E_WRITABLE : 0),
+			      memory_order_release);
+	int c = cache_ctl_check(p, cf->dev, cf->ino, k);
+	if (c == -EPROTO) {
+		chell_log("cache: the manager handed out a chunk file with a bad control page "
+			  "(file %llu:%llu chunk %llu)", (unsigned long long)cf->dev,
+			  (unsigned long long)cf->ino, (unsigned long long)k);
+		e->chunk_ino = 0; /* never trusted: the copies check it again anyway */
+		return -EPROTO;
+	}
+	return 0; /* -EFAULT: already revoked; the next copy misses again */
+}
+
+/* The exchange of one MAP, with the registration it needs. */
+int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
+	       int want_write)
+{
+	if (k >= CACHE_MAX_CHUNK)
+		return CACHE_MISS_KERNEL;
+	uint32_t need = want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
+	int rfd = -1, r = CACHE_MISS_KERNEL;
+	for (int tries = 0; tries < 4; tries++) {
+		cache_lock();
+		int gen = cache_conn_ensure();
+		if (gen < 0) {
+			cache_unlock();
+			break;
+		}
+		if (!registered(cf, (uint32_t)gen, need)) {
+			if (rfd < 0) {
+				cache_unlock(); /* reopen takes the table lock: never under ours */
+				rfd = reopen(fd, need);
+				if (rfd < 0)
+					break; /* we may not read (or write) it: the kernel decides */
+				continue;
+			}
+			r = register_locked(cf, rfd, (uint32_t)gen);
+			if (r < 0) { /* lost the connection: reconnect once more */
+				cache_unlock();
+				r = CACHE_MISS_KERNEL;
+				continue;
+			}
+			if (r != 0) {
+				cache_unlock();
+				break;
+			}
+		}
+		struct chelld_map m = {0};
+		struct chelld_map_reply rep;
+		int mfd;
+		int w = (cf->access & CHELLD_ACC_WRITE) != 0; /* one writable mapping serves all */
+		m.file_id = cf->file_id;
+		m.want_write = (uint32_t)w;
+		m.chunk = k;
+		m.first_block = first;
+		m.nblocks = n;
+		int e = cache_call(&m, sizeof(m), CHELLD_MSG_MAP, -1, &rep, sizeof(rep), &mfd);
+		if (e < 0) {
+			cache_unlock();
+			r = CACHE_MISS_KERNEL;
+			continue;
+		}
+		if (rep.r.status == EBADF) { /* the manager forgot the id (restarted?) */
+			cf->nregs = 0;
+			cf->access = 0;
+			cache_unlock();
+			if (mfd >= 0)
+				sys_close(mfd);
+			continue;
+		}
+		if (rep.r.status || (rep.flags & CHELLD_FILE_BYPASS) || mfd < 0) {
+			if (rep.r.status)
+				chell_info("cache: map of chunk %llu refused: %s",
+					   (unsigned long long)k, strerror(rep.r.status));
+			if (rep.flags & CHELLD_FILE_BYPASS)
+				CSTAT(bypassed, 1);
+			cache_unlock();
+			if (mfd >= 0)
+				sys_close(mfd);
+			r = CACHE_MISS_KERNEL;
+			break;
+		}
+		e = install(cf, k, mfd, w && (rep.access & CHELLD_ACC_WRITE));
+		sys_close(mfd);
+		cache_unlock();
+		r = e == -EPROTO || e == -ENOMEM ? CACHE_MISS_KERNEL : CACHE_MISS_OK;
+		break;
+	}
+	if (rfd >= 0)
+		reopen_done(rfd);
+	return r;
+}
+
+/* Registered with `need` on the current connection, for the small calls. */
+static int ensure_registered(struct cache_file *cf, int fd, uint32_t need, uint32_t *id)
+{
+	int rfd = -1, r = CACHE_MISS_KERNEL;
+	for (int tries = 0; tries < 3; tries++) {
+		cache_lock();
+		int gen = cache_conn_ensure();
+		if (gen < 0) {
+			cache_unlock();
+			break;
+		}
+		if (registered(cf, (uint32_t)gen, need)) {
+			*id = cf->file_id;
+			r = 0;
+			break; /* returns holding the lock */
+		}
+		if (rfd < 0) {
+			cache_unlock();
+			rfd = reopen(fd, need);
+			if (rfd < 0)
+				break;
+			continue;
+		}
+		r = register_locked(cf, rfd, (uint32_t)gen);
+		if (r == 0) {
+			*id = cf->file_id;
+			break;
+		}
+		cache_unlock();
+		if (r > 0)
+			break;
+		r = CACHE_MISS_KERNEL;
+	}
+	if (rfd >= 0)
+		reopen_done(rfd);
+	return r; /* 0: cache_lock is held */
+}
+
+int cache_register(struct cache_file *cf, int fd, uint32_t need, uint32_t *id)
+{
+	int r = ensure_registered(cf, fd, need, id);
+	if (r == 0)
+		cache_unlock();
+	return r;
+}
+
+int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags)
+{
+	uint32_t id;
+	if (ensure_registered(cf, fd, CHELLD_ACC_READ, &id) != 0)
+		return CACHE_MISS_KERNEL;
+	struct chelld_flush m = {0};
+	struct chelld_flush_reply r;
+	m.file_id = id;
+	m.flags = flags;
+	int e = cache_call(&m, sizeof(m), CHELLD_MSG_FLUSH, -1, &r, sizeof(r), NULL);
+	cache_unlock();
+	if (e < 0 || r.r.status) {
+		chell_info("cache: flush refused: %s", e < 0 ? strerror(-e) : strerror(r.r.status));
+		return CACHE_MISS_KERNEL;
+	}
+	return 0;
+}
+
+int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size)
+{
+	uint32_t id;
+	if (ensure_registered(cf, fd, CHELLD_ACC_READ | CHELLD_ACC_WRITE, &id) != 0)
+		return CACHE_MISS_KERNEL;
+	struct chelld_truncate m = {0};
+	struct chelld_rhdr r;
+	m.file_id = id;
+	m.size = size;
+	int e = cache_call(&m, sizeof(m), CHELLD_MSG_TRUNCATE, -1, &r, sizeof(r), NULL);
+	cache_unlock();
+	if (e < 0 || r.status == EPROTO || r.status == ENOSYS || r.status == EBADMSG)
+		return CACHE_MISS_KERNEL;
+	return -r.status;
+}
+
+/* SYNC when this process grew the file or was handed a new chunk file to
+ * write since its last SYNC: the manager records the size and makes new
+ * chunk files' directory entries durable. Otherwise there is nothing the
+ * manager must do, and fsync costs no system call at all. */
+int cache_sync_file(struct cache_file *cf, int fd)
+{
+	if (!atomic_load_explicit(&cf->need_sync, memory_order_acquire))
+		return 0; /* nothing the manager must record: no system call at all */
+	uint32_t id;
+	if (ensure_registered(cf, fd, CHELLD_ACC_READ, &id) != 0)
+		return CACHE_MISS_KERNEL;
+	atomic_store(&cf->need_sync, 0); /* before the call: a racing extension sets it again */
+	struct chelld_sync m = {0};
+	struct chelld_rhdr r;
+	m.file_id = id;
+	int e = cache_call(&m, sizeof(m), CHELLD_MSG_SYNC, -1, &r, sizeof(r), NULL);
+	cache_unlock();
+	CSTAT(syncs, 1);
+	if (e < 0 || r.status) {
+		atomic_store(&cf->need_sync, 1);
+		return e < 0 ? CACHE_MISS_KERNEL : -r.status;
+	}
+	return 0;
+}
