@@ -88,7 +88,7 @@ static int create_file(struct cache *c, uint32_t slot, struct cfile *f, uint64_t
 	char tmp[32];
 	snprintf(tmp, sizeof tmp, ".new-%u", slot);
 	unlinkat(c->pool.chunks_fd, tmp, 0);
-	int fd = openat(c->pool.chunks_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	int fd = openat(c->pool.chunks_fd, tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
 	int rc = 0;
@@ -256,6 +256,11 @@ int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 			newbits[i / 64] |= 1ull << (i % 64);
 		b = e;
 	}
+	/* Every block from the end of the file on holds zeros: valid at no
+	 * cost, so appends and reads at the end do not miss block by block. */
+	for (unsigned i = 0; i < CACHE_BLOCKS; i++)
+		if (base + (uint64_t)i * CACHE_BLOCK_BYTES >= size)
+			newbits[i / 64] |= 1ull << (i % 64);
 	c->pops->drain(c->pops->ctx);
 	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
 		if (newbits[w])

@@ -125,7 +125,7 @@ int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, si
 			rc = perr(err, errlen, -ENOENT, "%s does not exist (no pool here)", meta_path);
 			goto fail;
 		}
-		if (mkdir(chunks, 0755) < 0 && errno != EEXIST) {
+		if (mkdir(chunks, 0700) < 0 && errno != EEXIST) {
 			rc = perr(err, errlen, -errno, "cannot create %s: %s", chunks, strerror(errno));
 			goto fail;
 		}
@@ -152,6 +152,12 @@ int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, si
 			goto fail;
 		}
 	}
+	/* It names the cached files: for the manager's eyes only. */
+	if (chmod(meta_path, 0600) < 0) {
+		rc = perr(err, errlen, -errno, "cannot restrict %s to its owner: %s", meta_path,
+			  strerror(errno));
+		goto fail;
+	}
 	struct meta_stats ms;
 	meta_stats(p->m, &ms);
 	p->nslots = ms.chunks;
@@ -160,6 +166,13 @@ int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, si
 	p->chunks_fd = open(chunks, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p->chunks_fd < 0) {
 		rc = perr(err, errlen, -errno, "cannot open %s: %s", chunks, strerror(errno));
+		goto fail;
+	}
+	/* Only the manager may open chunk files by name: clients get them as
+	 * descriptors, with the access their own descriptor proves. */
+	if (fchmod(p->chunks_fd, 0700) < 0) {
+		rc = perr(err, errlen, -errno, "cannot restrict %s to its owner: %s", chunks,
+			  strerror(errno));
 		goto fail;
 	}
 	rc = check_chunks(p, err, errlen);

@@ -160,7 +160,7 @@ def test_root_client_gets_the_protected_file(cache):
     assert rc == 0
     assert out[1][1]["status"] == "OK" and out[1][1]["access"] == "rw"
     assert out[2][1] == {"status": "OK", "size": "10", "offset": "0", "length": "10",
-                         "chunk": str(CHUNK)}
+                         "chunk": str(CHUNK), "slot": "0", "acc": "rw", "bypass": "0"}
 
 
 def test_read_only_descriptor_cannot_get_write_access(cache):
@@ -173,7 +173,8 @@ def test_read_only_descriptor_cannot_get_write_access(cache):
     assert out[2][1]["status"] == "EACCES"
     # reads are answered with the backing file's size and the chunk's offset
     assert out[3][1] == {"status": "OK", "size": "5000000", "offset": str(CHUNK),
-                         "length": str(CHUNK), "chunk": str(CHUNK)}
+                         "length": str(CHUNK), "chunk": str(CHUNK), "slot": "0", "acc": "r",
+                         "bypass": "0"}
     assert out[4][1]["offset"] == str(2 * CHUNK) and out[4][1]["length"] == str(5000000 - 2 * CHUNK)
     assert out[5][1]["length"] == "0"  # past the end
     assert out[6][1]["maps"] == "3" and out[6][1]["maps_refused"] == "1"

@@ -1,0 +1,343 @@
+"""chelld's data path, driven by the scripted client speaking the chunk
+protocol of src/cache/layout.h: fills against the backing file, eviction and
+revocation in a pool smaller than the data, write-back, SYNC, TRUNCATE,
+FLUSH (drop, bypass), outside writers, the cleaner's watermarks, FILE_STAT
+and CHECK. The daemon and the client run as root here; test_chelld_access.py
+has the two-user cases.
+"""
+import json
+import os
+import random
+import time
+
+import pytest
+
+from test_chelld import client, start, status, stop
+
+CHUNK = 2 << 20
+
+
+def data(n, seed):
+    return random.Random(seed).randbytes(n)
+
+
+@pytest.fixture
+def small(workdir):
+    """A 4-chunk (8 MB) pool over one backing directory."""
+    pool, back = workdir / "pool", workdir / "back"
+    pool.mkdir()
+    back.mkdir()
+    env = {"pool": pool, "back": back, "dir": workdir, "sock": pool / "chelld.sock"}
+
+    def serve(*extra, size="8M"):
+        p = start(pool, [back], size=size, extra=extra)
+        assert p.returncode == 0, p.stderr.decode()
+        env["pid"] = json.loads(status(pool).stdout)["pid"]
+        return p
+
+    env["serve"] = serve
+    yield env
+    if (pool / "chelld.pid").exists():
+        assert stop(pool).returncode == 0
+    log = (pool / "chelld.log").read_text()
+    assert "ERROR: AddressSanitizer" not in log and "runtime error" not in log, log
+
+
+def ok(out, i=None):
+    """Every reply in out was OK (or the i-th one); local looks (state, peek,
+    poke) are checked by the tests themselves, but must not have failed."""
+    rows = out if i is None else [out[i]]
+    for op, f in rows:
+        assert "local" not in f and "fail" not in f, (op, f)
+        if op not in ("state", "peek", "poke"):
+            assert f.get("status") == "OK", (op, f)
+
+
+def stats(sock):
+    rc, out, _ = client(sock, "hello", "stats")
+    return out[1][1]
+
+
+def test_fill_matches_the_backing_file_including_the_tail_past_eof(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(data(3 * CHUNK // 2 + 1234, 1))  # a chunk and a half, odd tail
+    got = small["dir"] / "got"
+    rc, out, p = client(small["sock"], "hello", f"open:{f}:ro", f"read:last:0:{f.stat().st_size}:{got}",
+                        f"read:last:{CHUNK - 100}:5000:{small['dir'] / 'mid'}",
+                        "map:last:0:r:0:0", "state:last:0", "map:last:1:r", "state:last:1",
+                        "stats")
+    assert rc == 0, p.stderr
+    ok(out[:-1])
+    assert got.read_bytes() == f.read_bytes()
+    assert (small["dir"] / "mid").read_bytes() == f.read_bytes()[CHUNK - 100:CHUNK + 4900]
+    # every block of chunk 0 was read; in chunk 1 the blocks past the end of
+    # the file are valid zeros without I/O, so the whole chunk is valid
+    assert out[5][1]["valid"] == "512" and out[7][1]["valid"] == "512"
+    st = out[-1][1]
+    # what was filled is exactly the file: no block twice, nothing past EOF
+    assert int(st["fill_bytes"]) == f.stat().st_size
+    assert st["used"] == "2" and st["evictions"] == "0"
+
+
+def test_a_miss_fills_what_it_asks_plus_readahead_only(small):
+    small["serve"]("--readahead", "8K")
+    f = small["back"] / "f"
+    f.write_bytes(data(CHUNK, 2))
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", "map:last:0:r:10:2",
+                        "state:last:0", "map:last:0:r:10:2", "stats")
+    ok(out)
+    assert out[3][1]["valid"] == "4"  # blocks 10, 11 and two of read-ahead
+    assert out[5][1]["fill_bytes"] == str(4 * 4096)  # asking again reads nothing
+
+
+def test_eviction_in_a_pool_smaller_than_the_data(small):
+    small["serve"]()
+    files = []
+    for i in range(3):
+        f = small["back"] / f"f{i}"
+        f.write_bytes(data(3 * CHUNK, 10 + i))  # 9 chunks of data, 4 slots
+        files.append(f)
+    ops = ["hello"]
+    for f in files:
+        ops.append(f"open:{f}:ro")
+    for rnd in range(2):
+        for i, f in enumerate(files):
+            ops.append(f"read:{i}:0:{3 * CHUNK}:{small['dir'] / f'got{rnd}{i}'}")
+    ops += ["stats", "check"]
+    rc, out, p = client(small["sock"], *ops)
+    assert rc == 0, p.stderr
+    ok(out)
+    for rnd in range(2):
+        for i, f in enumerate(files):
+            assert (small["dir"] / f"got{rnd}{i}").read_bytes() == f.read_bytes()
+    st = out[-2][1]
+    assert st["used"] == "4" and int(st["evictions"]) >= 14  # 18 chunk loads, 4 slots
+    assert out[-1][1]["chunks"] == "4"
+
+
+def test_a_revoked_mapping_faults_and_never_shows_another_files_data(small):
+    small["serve"]("--size", "2M")  # one slot: every new chunk reuses it
+    a, b = small["back"] / "a", small["back"] / "b"
+    a.write_bytes(b"\xaa" * CHUNK)
+    b.write_bytes(b"\xbb" * CHUNK)
+    rc, out, _ = client(small["sock"], "hello", f"open:{a}:rw", f"open:{b}:ro",
+                        "map:0:0:w:0:512", "peek:0:0:100", "state:0:0",
+                        "map:1:0:r:0:512", "state:1:0",
+                        "peek:0:0:100", "poke:0:0:100:7", "state:0:0",
+                        f"read:0:0:4096:{small['dir'] / 'again'}", "peek:1:0:100",
+                        f"read:1:0:4096:{small['dir'] / 'bb'}", "stats")
+    ok(out[:4])
+    assert out[4][1] == {"value": str(0xAA)}
+    assert out[6][1]["slot"] == out[3][1]["slot"] == "0"  # the same slot, reused
+    assert out[7][1]["cnode"] == out[2][1]["id"]
+    assert out[7][1]["incarnation"] != out[5][1]["incarnation"]
+    # the old mapping of a's chunk: a fault, for loads and stores alike
+    assert out[8][1] == {"fault": "SIGBUS"}
+    assert out[9][1] == {"fault": "SIGBUS"}
+    assert out[10][1] == {"fault": "SIGBUS"}
+    # the protocol turns it into a miss and a's data comes back
+    assert out[11][1]["status"] == "OK" and int(out[11][1]["misses"]) >= 1
+    assert (small["dir"] / "again").read_bytes() == b"\xaa" * 4096
+    assert out[12][1] == {"fault": "SIGBUS"}  # b's chunk was evicted for it
+    assert (small["dir"] / "bb").read_bytes() == b"\xbb" * 4096
+    assert a.read_bytes() == b"\xaa" * CHUNK  # the poke never reached a
+
+
+def test_write_through_the_mapping_then_flush_reaches_the_backing_file(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    orig = data(CHUNK + 50000, 3)
+    f.write_bytes(orig)
+    patch = small["dir"] / "patch"
+    patch.write_bytes(data(9000, 4))
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", f"write:last:{CHUNK - 3000}:{patch}",
+                        "stats", "fstat:0", "flush:last", "stats")
+    ok(out)
+    st = out[3][1]
+    assert st["dirty_chunks"] == "2" and st["dirty_blocks"] == "3"
+    assert out[4][1]["dirty"] == "3"
+    assert out[5][1]["blocks"] == "3" and out[5][1]["bytes"] == str(3 * 4096)
+    want = bytearray(orig)
+    want[CHUNK - 3000:CHUNK + 6000] = patch.read_bytes()
+    assert f.read_bytes() == bytes(want)
+    assert out[6][1]["dirty_blocks"] == "0" and out[6][1]["wb_bytes"] == str(3 * 4096)
+
+
+def test_extending_write_is_clamped_to_the_backing_size_and_truncate(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"x" * 10000)
+    tail = small["dir"] / "tail"
+    tail.write_bytes(b"y" * 8000)
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", f"write:last:9000:{tail}",
+                        "sync:last", "flush:last", "truncate:last:12000",
+                        f"read:last:0:12000:{small['dir'] / 'got'}", "stats")
+    ok(out)
+    assert out[4][1]["bytes"] == str(17000 - 8192)  # two blocks, the second cut at EOF
+    want = b"x" * 9000 + b"y" * 3000
+    assert f.read_bytes() == want and (small["dir"] / "got").read_bytes() == want
+    assert out[-1][1]["truncates"] == "1" and out[-1][1]["syncs"] == "1"
+
+
+def test_truncate_keeps_dirty_data_below_the_size_and_drops_the_rest(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"a" * (3 * CHUNK))
+    p = small["dir"] / "p"
+    p.write_bytes(b"b" * (CHUNK + 8192))
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw",
+                        f"write:last:{CHUNK - 4096}:{p}", "truncate:last:{}".format(CHUNK + 1000),
+                        "stats", f"read:last:0:{CHUNK + 1000}:{small['dir'] / 'got'}",
+                        "flush:last", "stats")
+    ok(out)
+    want = b"a" * (CHUNK - 4096) + b"b" * 5096
+    assert f.read_bytes() == want
+    assert (small["dir"] / "got").read_bytes() == want
+    assert out[4][1]["dirty_blocks"] == "1"  # chunk 0's dirty block stays cached
+    assert out[-1][1]["dirty_blocks"] == "0"
+
+
+def test_truncate_needs_write_access(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"z" * 100)
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", "truncate:last:0", "truncate:9:0")
+    assert out[2][1]["status"] == "EACCES" and out[3][1]["status"] == "EBADF"
+    assert f.stat().st_size == 100
+
+
+def test_flush_drop_and_bypass(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(data(CHUNK, 5))
+    p = small["dir"] / "p"
+    p.write_bytes(b"q" * 4096)
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", "map:last:0:r:0:1",
+                        f"write:last:0:{p}", "flush:last:drop", "peek:last:0:0", "stats",
+                        "flush:last:bypass", "map:last:0:r:0:1", f"open:{f}:ro", "fstat:0",
+                        "flush:all:bypass")
+    ok(out[:5])
+    assert out[4][1]["dropped"] == "1" and out[4][1]["bytes"] == "4096"
+    assert f.read_bytes()[:4096] == b"q" * 4096
+    assert out[5][1] == {"fault": "SIGBUS"}
+    assert out[6][1]["used"] == "0"
+    assert out[7][1]["status"] == "OK"
+    assert out[8][1]["status"] == "OK" and out[8][1]["bypass"] == "1"
+    assert out[9][1]["bypass"] == "1" and out[10][1]["flags"] == "1"
+    assert out[11][1]["status"] == "EINVAL"
+    # the bypass ends with the file's last registration
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", "map:last:0:r:0:1")
+    assert out[1][1]["bypass"] == "0" and out[2][1]["bypass"] == "0"
+
+
+def test_outside_writer_is_detected_at_the_next_registration(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"1" * 8192)
+    got = small["dir"] / "got"
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", f"read:last:0:8192:{got}", "close:last")
+    ok(out)
+    time.sleep(0.01)  # a distinct mtime even on coarse clocks
+    f.write_bytes(b"2" * 8192)  # not through Chell
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", f"read:last:0:8192:{got}", "stats")
+    ok(out)
+    assert got.read_bytes() == b"2" * 8192
+    assert out[-1][1]["outside"] == "1"
+    # no change: no invalidation, the data stays cached
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", "stats")
+    assert out[-1][1]["outside"] == "1" and out[-1][1]["used"] == "1"
+    assert "changed outside the cache" in (small["pool"] / "chelld.log").read_text()
+
+
+def test_cleaner_writes_back_above_the_high_watermark(small):
+    small["serve"]("--dirty-high", "40", "--dirty-low", "10")
+    f = small["back"] / "f"
+    f.write_bytes(b"o" * (4 * CHUNK))
+    p = small["dir"] / "p"
+    p.write_bytes(b"n" * 4096)
+    ops = ["hello", f"open:{f}:rw"] + [f"write:last:{i * CHUNK}:{p}" for i in range(2)]
+    rc, out, _ = client(small["sock"], *ops, "stats")
+    ok(out)
+    # 2 of 4 chunks dirty: above 40 %, so the cleaner must write them back
+    for _ in range(200):
+        st = stats(small["sock"])
+        if st["dirty_chunks"] == "0":
+            break
+        time.sleep(0.05)
+    assert st["dirty_chunks"] == "0" and int(st["cleaner_passes"]) >= 1
+    assert f.read_bytes()[:4096] == b"n" * 4096
+    assert f.read_bytes()[CHUNK:CHUNK + 4096] == b"n" * 4096
+
+
+def test_a_cache_full_of_dirty_data_cleans_on_a_miss(small):
+    # watermarks the cleaner never reaches: every victim is dirty
+    small["serve"]("--dirty-high", "100", "--dirty-low", "99")
+    f = small["back"] / "f"
+    f.write_bytes(b"\0" * (8 * CHUNK))
+    p = small["dir"] / "p"
+    p.write_bytes(b"w" * 4096)
+    ops = ["hello", f"open:{f}:rw"] + [f"write:last:{i * CHUNK}:{p}" for i in range(8)]
+    rc, out, _ = client(small["sock"], *ops, "stats")
+    ok(out)
+    st = out[-1][1]
+    assert int(st["throttle"]) >= 4 and st["evictions"] == "4"
+    body = f.read_bytes()
+    for i in range(4):  # the four evicted chunks were written back
+        assert body[i * CHUNK:i * CHUNK + 4096] == b"w" * 4096
+
+
+def test_close_and_bye_counts_and_file_stat(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"s" * 5000)
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:ro", f"open:{f}:ro",
+                        f"read:last:0:5000:{small['dir'] / 'g'}", "fstat:0", "close:last",
+                        "fstat:0", "close:last", "fstat:0", "close:last", "fstat:1", "stats")
+    assert out[1][1]["id"] == out[2][1]["id"]
+    f0 = out[4][1]
+    assert f0["size"] == "5000" and f0["chunks"] == "1" and f0["clients"] == "1"
+    assert f0["path"] == str(f) and f0["fills"] == "1"
+    assert out[6][1]["clients"] == "1" and out[8][1]["clients"] == "0"
+    assert out[8][1]["read_hits"] == "2"  # the test client reports one per CLOSE
+    assert out[9][1]["status"] == "EBADF"  # closed twice already
+    assert out[10][1]["status"] == "ENOENT"
+    assert out[11][1]["read_hits"] == "2"
+
+
+def test_check_passes_and_stop_writes_back(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"c" * 9000)
+    p = small["dir"] / "p"
+    p.write_bytes(b"d" * 100)
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", f"write:last:0:{p}", "check")
+    ok(out)
+    assert out[3][1]["chunks"] == "1" and out[3][1]["cnodes"] == "1"
+    assert stop(small["pool"]).returncode == 0
+    assert f.read_bytes() == b"d" * 100 + b"c" * 8900
+    assert "stopping: wrote back 4096 bytes" in (small["pool"] / "chelld.log").read_text()
+
+
+@pytest.mark.parametrize("policy", ["lru", "fifo"])
+def test_policies_keep_a_hot_chunk_or_not(small, policy):
+    small["serve"]("--policy", policy)
+    f = small["back"] / "f"
+    with open(f, "wb") as fh:
+        fh.truncate(13 * CHUNK)
+    # chunk 0 is hot: asked for again (a manager-side touch) after every
+    # new chunk; CLOCK keeps it once its hand has gone round, FIFO evicts it
+    # every four new chunks
+    ops = ["hello", f"open:{f}:ro", "map:last:0:r:0:1"]
+    for i in range(1, 13):
+        ops += [f"map:last:{i}:r:0:1", "map:last:0:r:0:1"]
+    ops += ["stats"]
+    rc, out, _ = client(small["sock"], *ops)
+    ok(out)
+    st = out[-1][1]
+    assert st["policy"] == ("0" if policy == "lru" else "1")
+    fills = int(st["fills"])  # one per chunk load: 13 if chunk 0 were never evicted
+    if policy == "lru":
+        assert fills <= 14, fills
+    else:
+        assert fills >= 15, fills
