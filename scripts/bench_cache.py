@@ -82,7 +82,7 @@ def ratio(a, b):
 
 
 def mib(n):
-    return f"{n // MB}M"
+    return "-" if n is None else f"{n // MB}M"
 
 
 def parse_size(text):
@@ -304,16 +304,23 @@ class Chell:
         self.pool = None
         return r.returncode
 
-    def cache_status(self):
+    def cache_status(self, files=True):
+        """The manager's counters: `chell cache status --json` and, with
+        files, the per-file statistics of `chell cache stat --json` (where
+        the clients' hit and miss counts are), as {"status":..., "stat":...}."""
         if self.pool is None:
             return None
-        r = sh([self.chell, "cache", "status", "--pool", self.pool, "--json"], check=False, env=self.env)
-        if r.returncode != 0:
-            return {"error": r.stderr.strip()[-300:]}
-        try:
-            return json.loads(r.stdout)
-        except ValueError:
-            return {"error": "status --json printed no JSON", "stdout": r.stdout[-300:]}
+        out = {}
+        for sub in ("status", "stat") if files else ("status",):
+            r = sh([self.chell, "cache", sub, "--pool", self.pool, "--json"], check=False, env=self.env)
+            if r.returncode != 0:
+                out[sub] = {"error": r.stderr.strip()[-300:]}
+                continue
+            try:
+                out[sub] = json.loads(r.stdout)
+            except ValueError:
+                out[sub] = {"error": "no JSON", "stdout": r.stdout[-300:]}
+        return out
 
     # -- arms
     def argv(self, arm, cmd):
@@ -321,7 +328,7 @@ class Chell:
             extra = ["--set", f"cache.pool={self.pool}"] if self.mode == "cache" else []
             return [str(self.chell), "run", "--mode", self.mode, "--path", str(self.dev.mnt), *extra, "--", *cmd]
         if arm == "direct":
-            return [str(self.chell), "run", "--mode", "direct", "--path", str(self.shm), "--", *cmd]
+            return [str(self.chell), "run", "--mode", "direct", "--path", str(self.shm / "direct"), "--", *cmd]
         return [str(c) for c in cmd]
 
     def run(self, arm, cmd, cgroup=None, timeout=900):
@@ -370,6 +377,9 @@ def flat_numbers(d, prefix=""):
     if isinstance(d, dict):
         for k, v in d.items():
             out.update(flat_numbers(v, f"{prefix}{k}."))
+    elif isinstance(d, list):
+        for i, v in enumerate(d):
+            out.update(flat_numbers(v, f"{prefix}{i}."))
     elif isinstance(d, (int, float)) and not isinstance(d, bool):
         out[prefix[:-1]] = d
     return out
@@ -381,13 +391,27 @@ def status_delta(a, b):
 
 
 def pick(d, *names):
-    """The first counter whose dotted key ends with one of `names` (the cache
-    status JSON is the manager's; match by the counter's own name)."""
+    """A counter of the manager's JSON by its own name: the top-level one if
+    there is one, else the sum over every nested one (per-file lists)."""
+    d = d or {}
     for n in names:
-        for k, v in (d or {}).items():
-            if k == n or k.endswith("." + n):
-                return v
+        keys = [k for k in d if k == n or k.endswith("." + n)]
+        if keys:
+            depth = min(k.count(".") for k in keys)
+            return sum(d[k] for k in keys if k.count(".") == depth)
     return None
+
+
+COUNTERS = ("hits", "misses", "fills", "fill_bytes", "evictions", "revocations", "writeback_ops",
+            "writeback_bytes", "syncs", "throttle_waits", "cleaner_passes", "bypassed", "outside_changes")
+
+
+def counters(delta):
+    """The manager's main counters from a status delta (None if it has none)."""
+    if not delta:
+        return None
+    out = {k: pick(delta, k) for k in COUNTERS}
+    return {k: v for k, v in out.items() if v is not None} or None
 
 
 # ---------------------------------------------------------------- sections
@@ -395,7 +419,8 @@ def pick(d, *names):
 def section_lat(ch, prof, cpu, problems):
     size = prof["lat_file"]
     f_slow = ch.dev.mnt / "lat.bin"
-    f_shm = ch.shm / "lat.bin"
+    (ch.shm / "direct").mkdir(exist_ok=True)
+    f_shm = ch.shm / "direct" / "lat.bin"
     lat = ch.bin / "chell_bench_lat"
     sh([lat, "--prepare", str(size), "--file", f_slow])
     shutil.copyfile(f_slow, f_shm)
@@ -434,7 +459,7 @@ def section_lat(ch, prof, cpu, problems):
     f_shm.unlink()
     return {"file_bytes": size, "raw": raw, "summary": summary,
             "cache_status_before": st0, "cache_status_after": st1,
-            "cache_status_delta": status_delta(st0, st1) if st0 and st1 else None}
+            "cache_counters": counters(status_delta(st0, st1)) if st0 and st1 else None}
 
 
 def fio_cmd(path, size, rw, seconds, cpu, extra=()):
@@ -450,6 +475,51 @@ def fio_side(data, rw):
             "usr_cpu": job.get("usr_cpu"), "sys_cpu": job.get("sys_cpu")}
 
 
+def zipf_run(ch, prof, cpu, path, fsize, limit, pool, theta, dist, rw, arm, tag):
+    """One warm-up and one measured fio run of one arm; returns the record."""
+    ch.stop_cache()
+    drop_caches()
+    with contextlib.ExitStack() as st:
+        cg = MemCgroup(st, f"{arm}-{tag}", limit)
+        st.callback(ch.stop_cache)  # before the cgroup is removed
+        if arm == "cache":
+            ch.start_cache(pool, cg)
+        cg.reset_peak()
+        ch.run(arm if arm == "cache" else "plain",
+               fio_cmd(path, fsize, rw, prof["zipf_warm_s"], cpu, [dist, "--randseed=1"]), cgroup=cg)
+        s0, d0 = ch.cache_status(), ch.dev.stat()
+        data = ch.run_json(arm if arm == "cache" else "plain",
+                           fio_cmd(path, fsize, rw, prof["zipf_run_s"], cpu, [dist, "--randseed=2"]),
+                           cgroup=cg)
+        d1, s1 = ch.dev.stat(), ch.cache_status()
+        mem = cg.usage()
+        ch.stop_cache()
+    side = fio_side(data, rw)
+    dd = dev_delta(d0, d1)
+    ops = side["ios"] or 0
+    rec = {"theta": theta, "rw": rw, "arm": arm, **side, "device": dd, "memcg": mem,
+           "memcg_limit": cg.limit}
+    # Each 4 KB miss of the page cache is one 4 KB device read
+    # (fio advises POSIX_FADV_RANDOM: no readahead), so device
+    # bytes read per byte asked for is the miss ratio. For cache
+    # mode it counts fill bytes (a fill may read ahead).
+    if ops:
+        rec["device_read_per_op"] = dd["read_sectors"] * 512 / (ops * 4096)
+        rec["device_hit_ratio"] = max(0.0, 1 - rec["device_read_per_op"])
+        rec["device_write_per_op"] = dd["write_sectors"] * 512 / (ops * 4096)
+    if arm == "cache" and s0 and s1:
+        delta = status_delta(s0, s1)
+        rec["cache_status_delta"] = delta
+        rec["cache_counters"] = counters(delta)
+        hits = pick(delta, "read_hits" if rw == "randread" else "write_hits")
+        miss = pick(delta, "read_misses" if rw == "randread" else "write_misses")
+        if hits is not None and miss is not None and hits + miss > 0:
+            rec["chell_hit_ratio"] = hits / (hits + miss)
+    if mem["failcnt"] and arm == "pagecache":
+        rec["note"] = "page cache held at the cgroup limit (failcnt > 0), as intended"
+    return rec
+
+
 def section_zipf(ch, prof, cpu, slack, problems):
     fsize, pool = prof["zipf_file"], prof["zipf_pool"]
     path = ch.dev.mnt / "zipf.bin"
@@ -463,46 +533,14 @@ def section_zipf(ch, prof, cpu, slack, problems):
         for rw in ("randread", "randwrite"):
             for arm in (["pagecache", "cache"] if len(raw) % 4 == 0 else ["cache", "pagecache"]):
                 log(f"  zipf: theta {theta}, {rw}, {arm}")
-                ch.stop_cache()
-                drop_caches()
-                with contextlib.ExitStack() as st:
-                    cg = MemCgroup(st, f"{arm}-{len(raw)}", limit)
-                    st.callback(ch.stop_cache)  # before the cgroup is removed
-                    if arm == "cache":
-                        ch.start_cache(pool, cg)
-                    cg.reset_peak()
-                    ch.run(arm if arm == "cache" else "plain",
-                           fio_cmd(path, fsize, rw, prof["zipf_warm_s"], cpu, [dist, "--randseed=1"]), cgroup=cg)
-                    s0, d0 = ch.cache_status(), ch.dev.stat()
-                    data = ch.run_json(arm if arm == "cache" else "plain",
-                                       fio_cmd(path, fsize, rw, prof["zipf_run_s"], cpu, [dist, "--randseed=2"]),
-                                       cgroup=cg)
-                    d1, s1 = ch.dev.stat(), ch.cache_status()
-                    mem = cg.usage()
-                    ch.stop_cache()
-                side = fio_side(data, rw)
-                dd = dev_delta(d0, d1)
-                ops = side["ios"] or 0
-                rec = {"theta": theta, "rw": rw, "arm": arm, **side, "device": dd, "memcg": mem,
-                       "memcg_limit": cg.limit}
-                # Each 4 KB miss of the page cache is one 4 KB device read
-                # (fio advises POSIX_FADV_RANDOM: no readahead), so device
-                # bytes read per byte asked for is the miss ratio. For cache
-                # mode it counts fill bytes (a fill may read ahead).
-                if ops:
-                    rec["device_read_per_op"] = dd["read_sectors"] * 512 / (ops * 4096)
-                    rec["device_hit_ratio"] = max(0.0, 1 - rec["device_read_per_op"])
-                    rec["device_write_per_op"] = dd["write_sectors"] * 512 / (ops * 4096)
-                if arm == "cache" and s0 and s1 and "error" not in s0 and "error" not in s1:
-                    delta = status_delta(s0, s1)
-                    rec["cache_status_delta"] = delta
-                    hits = pick(delta, "read_hits" if rw == "randread" else "write_hits")
-                    miss = pick(delta, "read_misses" if rw == "randread" else "write_misses")
-                    if hits is not None and miss is not None and hits + miss > 0:
-                        rec["chell_hit_ratio"] = hits / (hits + miss)
-                if mem["failcnt"] and arm == "pagecache":
-                    rec["note"] = "page cache held at the cgroup limit (failcnt > 0), as intended"
-                raw.append(rec)
+                try:
+                    raw.append(zipf_run(ch, prof, cpu, path, fsize, limit, pool, theta, dist, rw, arm, len(raw)))
+                except (RuntimeError, subprocess.TimeoutExpired) as e:
+                    # One failed run (a bug, an OOM in the cgroup) must not
+                    # cost the other measurements: record it and go on.
+                    log(f"    FAILED: {str(e)[-400:]}")
+                    problems.append(f"zipf theta {theta} {rw} {arm}: failed: {str(e)[-300:]}")
+                    raw.append({"theta": theta, "rw": rw, "arm": arm, "error": str(e)[-2000:]})
     path.unlink()
     summary = []
     for theta in prof["thetas"]:
@@ -510,14 +548,14 @@ def section_zipf(ch, prof, cpu, slack, problems):
             row = {"theta": theta, "rw": rw}
             for arm in ("pagecache", "cache"):
                 r = next(x for x in raw if (x["theta"], x["rw"], x["arm"]) == (theta, rw, arm))
-                row[f"{arm}_iops"] = r["iops"]
+                row[f"{arm}_iops"] = r.get("iops")
                 # Writes of whole 4 KB blocks read nothing from the device,
                 # so only the manager's counters tell write hits from misses.
                 row[f"{arm}_hit"] = r.get("chell_hit_ratio",
                                           r.get("device_hit_ratio") if rw == "randread" else None)
                 row[f"{arm}_dev_read_per_op"] = r.get("device_read_per_op")
                 row[f"{arm}_dev_write_per_op"] = r.get("device_write_per_op")
-                row[f"{arm}_peak_mem"] = r["memcg"]["max_usage"]
+                row[f"{arm}_peak_mem"] = (r.get("memcg") or {}).get("max_usage")
             row["cache_over_pagecache"] = ratio(row["cache_iops"], row["pagecache_iops"])
             summary.append(row)
     return {"file_bytes": fsize, "pool_bytes": pool, "memcg_limit": limit, "raw": raw, "summary": summary}
@@ -530,6 +568,7 @@ def section_bdb(ch, prof, problems):
     d = ch.dev.mnt / "bdb"
     d.mkdir(exist_ok=True)
     ch.start_cache(256 * MB)
+    st0 = ch.cache_status()
     raw = []
     for threads in prof["bdb_threads"]:
         for rnd, order in enumerate(arm_orders(("pagecache", "cache"), prof["bdb_rounds"])):
@@ -559,7 +598,8 @@ def section_bdb(ch, prof, problems):
         row["cache_over_pagecache"] = ratio(row["cache_ops_s"], row["pagecache_ops_s"])
         summary.append(row)
     return {"keys": prof["bdb_keys"], "seconds": prof["bdb_seconds"], "sync": "txn", "raw": raw, "summary": summary,
-            "cache_status_after": st}
+            "cache_status_before": st0, "cache_status_after": st,
+            "cache_counters": counters(status_delta(st0, st)) if st0 and st else None}
 
 
 def read_fio_log(path):
@@ -570,6 +610,55 @@ def read_fio_log(path):
         if len(f) >= 2:
             pts.append((int(f[0]) / 1000.0, float(f[1])))
     return pts
+
+
+def cliff_arm(ch, prof, cpu, slack, tmp, path, pool, fsize, dev_iops, arm):
+    """Sustained random writes in one arm, IOPS per second; returns the record."""
+    log(f"  cliff: {arm}, {prof['cliff_s']} s of 4 KB random writes")
+    drop_caches()
+    with contextlib.ExitStack() as st:
+        cg = MemCgroup(st, f"cliff-{arm}", pool + slack)
+        st.callback(ch.stop_cache)  # before the cgroup is removed
+        if arm == "cache":
+            ch.start_cache(pool, cg)
+        prefix = tmp / f"cliff-{arm}"
+        samples, stop = [], threading.Event()
+
+        def sampler():
+            t0 = time.monotonic()
+            while not stop.wait(1.0):
+                s = ch.cache_status() if arm == "cache" else None
+                samples.append({"t": round(time.monotonic() - t0, 2), "status": s, "memcg": cg.usage(),
+                                "device": ch.dev.stat()})
+        th = threading.Thread(target=sampler, daemon=True)
+        d0 = ch.dev.stat()
+        th.start()
+        try:
+            data = ch.run_json(arm if arm == "cache" else "plain",
+                               fio_cmd(path, fsize, "randwrite", prof["cliff_s"], cpu,
+                                       ["--norandommap", f"--write_iops_log={prefix}", "--log_avg_msec=1000"]),
+                               cgroup=cg)
+        finally:
+            stop.set()
+            th.join()
+        s_end = ch.cache_status() if arm == "cache" else None
+        t0 = time.monotonic()
+        rc = ch.stop_cache() if arm == "cache" else None
+        if arm == "pagecache":
+            os.sync()
+        drain_s = time.monotonic() - t0
+        dd = dev_delta(d0, ch.dev.stat())
+    logs = sorted(tmp.glob(f"cliff-{arm}_iops*.log"))
+    series = read_fio_log(logs[0]) if logs else []
+    vals = [v for _, v in series[1:]] or [v for _, v in series]
+    a = {"iops": fio_side(data, "randwrite")["iops"], "series": series,
+         "min_iops": min(vals) if vals else None,
+         "p5_iops": sorted(vals)[len(vals) // 20] if vals else None,
+         "median_iops": median(vals), "drain_after_s": round(drain_s, 2), "stop_rc": rc,
+         "device": dd, "samples": samples,
+         "cache_counters": counters(status_delta({}, s_end)) if s_end else None}
+    a["device_over_min"] = ratio(dev_iops, a["min_iops"])
+    return a
 
 
 def section_cliff(ch, prof, cpu, slack, tmp, problems, with_pagecache=True):
@@ -584,49 +673,12 @@ def section_cliff(ch, prof, cpu, slack, tmp, problems, with_pagecache=True):
     res = {"pool_bytes": pool, "file_bytes": fsize, "seconds": prof["cliff_s"], "device_iops": dev_iops,
            "arms": {}}
     for arm in (["cache", "pagecache"] if with_pagecache else ["cache"]):
-        log(f"  cliff: {arm}, {prof['cliff_s']} s of 4 KB random writes")
-        drop_caches()
-        with contextlib.ExitStack() as st:
-            cg = MemCgroup(st, f"cliff-{arm}", pool + slack)
-            st.callback(ch.stop_cache)  # before the cgroup is removed
-            if arm == "cache":
-                ch.start_cache(pool, cg)
-            prefix = tmp / f"cliff-{arm}"
-            samples, stop = [], threading.Event()
-
-            def sampler():
-                t0 = time.monotonic()
-                while not stop.wait(1.0):
-                    s = ch.cache_status() if arm == "cache" else None
-                    samples.append({"t": round(time.monotonic() - t0, 2), "status": s, "memcg": cg.usage(),
-                                    "device": ch.dev.stat()})
-            th = threading.Thread(target=sampler, daemon=True)
-            d0 = ch.dev.stat()
-            th.start()
-            try:
-                data = ch.run_json(arm if arm == "cache" else "plain",
-                                   fio_cmd(path, fsize, "randwrite", prof["cliff_s"], cpu,
-                                           ["--norandommap", f"--write_iops_log={prefix}", "--log_avg_msec=1000"]),
-                                   cgroup=cg)
-            finally:
-                stop.set()
-                th.join()
-            t0 = time.monotonic()
-            rc = ch.stop_cache() if arm == "cache" else None
-            if arm == "pagecache":
-                os.sync()
-            drain_s = time.monotonic() - t0
-            dd = dev_delta(d0, ch.dev.stat())
-        logs = sorted(tmp.glob(f"cliff-{arm}_iops*.log"))
-        series = read_fio_log(logs[0]) if logs else []
-        vals = [v for _, v in series[1:]] or [v for _, v in series]
-        a = {"iops": fio_side(data, "randwrite")["iops"], "series": series,
-             "min_iops": min(vals) if vals else None,
-             "p5_iops": sorted(vals)[len(vals) // 20] if vals else None,
-             "median_iops": median(vals), "drain_after_s": round(drain_s, 2), "stop_rc": rc,
-             "device": dd, "samples": samples}
-        a["device_over_min"] = ratio(dev_iops, a["min_iops"])
-        res["arms"][arm] = a
+        try:
+            res["arms"][arm] = cliff_arm(ch, prof, cpu, slack, tmp, path, pool, fsize, dev_iops, arm)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            log(f"    FAILED: {str(e)[-400:]}")
+            problems.append(f"sustained writes, {arm}: failed: {str(e)[-300:]}")
+            res["arms"][arm] = {"error": str(e)[-2000:]}
     path.unlink()
     return res
 
@@ -666,6 +718,12 @@ def fmt(v, spec=".0f"):
 
 def pct(v):
     return "-" if v is None else f"{100 * v:.1f}%"
+
+
+def counters_line(what, c):
+    if not c:
+        return ""
+    return f"Counters of {what}: " + ", ".join(f"{k} {v}" for k, v in c.items()) + ".\n"
 
 
 def markdown(res):
@@ -715,6 +773,7 @@ def markdown(res):
                      f"{fmt(r['cache_over_direct'], '.2f')} | {fmt(r['cache_over_memcpy'], '.2f')} | "
                      f"{fmt(r['best_cache_over_pagecache'], '.2f')} |")
         L.append("")
+        L.append(counters_line("chelld over the latency section", lat.get("cache_counters")))
     z = res.get("zipf")
     if z and "summary" in z:
         L.append(f"**fio zipf** (4 KB, psync, one job; {mib(z['file_bytes'])} file, cache pool "
@@ -736,6 +795,11 @@ def markdown(res):
                      f"{fmt(r[f'pagecache_dev_{io}_per_op'], '.3f')} / {fmt(r[f'cache_dev_{io}_per_op'], '.3f')} {io} | "
                      f"{mib(r['pagecache_peak_mem'])} / {mib(r['cache_peak_mem'])} |")
         L.append("")
+        for x in z["raw"]:
+            if x["arm"] == "cache" and x.get("cache_counters"):
+                L.append(f"- theta {x['theta']} {x['rw']}: " + ", ".join(f"{k} {v}" for k, v in
+                                                                       x["cache_counters"].items()))
+        L.append("")
     b = res.get("bdb")
     if b and "summary" in b:
         L.append(f"**Berkeley DB btree, every put durable** (`--sync {b.get('sync', 'txn')}`: each put a "
@@ -751,6 +815,7 @@ def markdown(res):
                      f"{fmt(r['cache_put_sync_us'], '.1f')} us | {fmt(r['pagecache_dev_writes_per_put'], '.2f')} / "
                      f"{fmt(r['cache_dev_writes_per_put'], '.2f')} |")
         L.append("")
+        L.append(counters_line("chelld over the Berkeley DB runs", b.get("cache_counters")))
     elif b and "skipped" in b:
         L.append(f"**Berkeley DB**: skipped ({b['skipped']}).")
         L.append("")
@@ -764,10 +829,19 @@ def markdown(res):
                  "drain after the run |")
         L.append("|---|---:|---:|---:|---:|---:|---:|")
         for arm, a in c["arms"].items():
+            if "error" in a:
+                L.append(f"| {arm} | failed: {a['error'][-200:]} | | | | | |".replace("\n", " "))
+                continue
             L.append(f"| {arm} | {fmt(a['iops'])} | {fmt(a['min_iops'])} | {fmt(a['p5_iops'])} | "
                      f"{fmt(a['median_iops'])} | {fmt(a['device_over_min'], '.2f')} | {a['drain_after_s']} s |")
         L.append("")
+        L.append(counters_line("chelld at the end of the sustained writes",
+                               (c["arms"].get("cache") or {}).get("cache_counters")))
     return "\n".join(L)
+
+
+def nan(v):
+    return float("nan") if v is None else v
 
 
 def plot(path, res):
@@ -796,10 +870,10 @@ def plot(path, res):
         for rw, style in (("randread", "-"), ("randwrite", "--")):
             rows = [r for r in z if r["rw"] == rw]
             for arm in ("pagecache", "cache"):
-                ax[1].plot([r["theta"] for r in rows], [r[f"{arm}_iops"] for r in rows], style, marker="o",
+                ax[1].plot([r["theta"] for r in rows], [nan(r[f"{arm}_iops"]) for r in rows], style, marker="o",
                            color=col[arm], label=f"{arm} {rw}")
                 if rw == "randread":
-                    ax[2].plot([r["theta"] for r in rows], [100 * (r[f"{arm}_hit"] or 0) for r in rows], marker="o",
+                    ax[2].plot([r["theta"] for r in rows], [100 * nan(r[f"{arm}_hit"]) for r in rows], marker="o",
                                color=col[arm], label=arm)
         ax[1].set_yscale("log")
         ax[1].set_xlabel("zipf theta")
@@ -824,7 +898,7 @@ def plot(path, res):
     c = res.get("cliff")
     if c and "arms" in c:
         for arm, a in c["arms"].items():
-            if a["series"]:
+            if a.get("series"):
                 ax[4].plot([t for t, _ in a["series"]], [v for _, v in a["series"]], marker=".", color=col[arm],
                            label=arm)
         ax[4].axhline(c["device_iops"], color="black", label="device (O_DIRECT)")
@@ -835,10 +909,11 @@ def plot(path, res):
         ax[4].set_title(f"sustained 4 KB random writes, file = {c['file_bytes'] // c['pool_bytes']}x pool")
         ax[4].legend(fontsize=8)
         ca = c["arms"].get("cache", {})
-        pts = [(s["t"], pick(flat_numbers(s["status"]), "dirty_blocks"), pick(flat_numbers(s["status"]), "slots_used"))
-               for s in ca.get("samples", []) if s.get("status") and "error" not in s["status"]]
+        pts = [(s["t"], pick(flat_numbers(s["status"].get("stat")), "dirty_bytes"),
+                pick(flat_numbers(s["status"].get("stat")), "slots_used"))
+               for s in ca.get("samples", []) if s.get("status")]
         if pts and any(p[1] is not None for p in pts):
-            ax[5].plot([p[0] for p in pts], [(p[1] or 0) * 4096 / MB for p in pts], color=col["cache"],
+            ax[5].plot([p[0] for p in pts], [(p[1] or 0) / MB for p in pts], color=col["cache"],
                        label="dirty MB (cache)")
             if any(p[2] is not None for p in pts):
                 ax[5].plot([p[0] for p in pts], [(p[2] or 0) * 2 for p in pts], "--", color=col["cache"],
