@@ -5,8 +5,9 @@
 #   scripts/fuzz.sh [--seconds N] [--target NAME] [--build-only]
 #
 #   --seconds N   how long to fuzz (default 60)
-#   --target      fuzz target in tests/fuzz (default region_open)
-#   --build-only  build out/fuzz/fuzz_region_open and stop
+#   --target      fuzz target in tests/fuzz: region_open (default) or
+#                 cache_pool (meta.pool images and chunk control pages)
+#   --build-only  build out/fuzz/fuzz_<target> and stop
 #
 # The library is compiled by CMake into build-fuzz/ with
 # -fsanitize=fuzzer-no-link,address,undefined (coverage for libFuzzer, ASan,
@@ -45,19 +46,29 @@ bdir=$repo/build-fuzz
 san="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
 mkdir -p "$out"
 
-echo "fuzz.sh: building chell_pmem with clang in $bdir" >&2
+# The libraries each target needs, in link order, and its include dirs.
+libs=(chell_pmem)
+incs=()
+if [[ $target == cache_pool ]]; then
+	libs=(chell_cache_verify chell_cachemeta chell_cachepolicy chell_pmem)
+	incs=(-I"$repo/src/cli" -I"$repo/src/cache/meta")
+fi
+echo "fuzz.sh: building ${libs[*]} with clang in $bdir" >&2
 if ! { cmake -S "$repo" -B "$bdir" -G Ninja -DCMAKE_C_COMPILER=clang \
 	-DCMAKE_BUILD_TYPE=RelWithDebInfo -DCHELL_TESTS=OFF \
 	-DCMAKE_C_FLAGS="-fsanitize=fuzzer-no-link $san" >"$out/cmake.log" 2>&1 &&
-	ninja -C "$bdir" chell_pmem >"$out/ninja.log" 2>&1; }; then
+	ninja -C "$bdir" "${libs[@]}" >"$out/ninja.log" 2>&1; }; then
 	echo "fuzz.sh: build failed, see $out/cmake.log and $out/ninja.log" >&2
 	tail -20 "$out/ninja.log" >&2 || true
 	exit 2
 fi
 bin=$out/fuzz_$target
+archives=()
+for l in "${libs[@]}"; do archives+=("$bdir/lib/lib$l.a"); done
 # shellcheck disable=SC2086 # $san is a list of flags
 clang -g -O1 -std=gnu11 -D_GNU_SOURCE -fsanitize=fuzzer $san \
-	-I"$repo/include" -I"$repo/src" "$src" "$bdir/lib/libchell_pmem.a" -o "$bin" ||
+	-I"$repo/include" -I"$repo/src" "${incs[@]}" "$src" "${archives[@]}" \
+	-lpthread -o "$bin" ||
 	{ echo "fuzz.sh: linking $bin failed" >&2; exit 2; }
 [[ $build_only == 1 ]] && { echo "$bin"; exit 0; }
 

@@ -1,9 +1,10 @@
-"""scripts/fuzz.sh: the libFuzzer build of fuzz_region_open runs, starting
-from the committed seeds, for a bounded time without a finding.
+"""scripts/fuzz.sh: the libFuzzer builds of fuzz_region_open and
+fuzz_cache_pool run, starting from the committed seeds, for a bounded time
+without a finding.
 
 Short (20 s of fuzzing plus the clang build of the library) because it runs
 in every CI pass; longer campaigns are `scripts/fuzz.sh --seconds N`. The
-seed corpus itself is replayed by ctest (fuzz_region_open_corpus).
+seed corpora themselves are replayed by ctest (fuzz_*_corpus).
 """
 import re
 import subprocess
@@ -18,5 +19,19 @@ def test_fuzz_region_open_runs_clean():
                        capture_output=True, text=True, timeout=SECONDS + 240)
     assert r.returncode == 0, r.stdout + r.stderr[-4000:]
     m = re.search(r"region_open: (\d+) executions in", r.stdout)
+    assert m, r.stdout + r.stderr[-2000:]
+    assert int(m.group(1)) > 0
+
+
+CACHE_POOL_SECONDS = 10
+
+
+def test_fuzz_cache_pool_runs_clean():
+    """meta.pool images and chunk control pages (`chell cache check`'s code)."""
+    r = subprocess.run([str(REPO / "scripts" / "fuzz.sh"), "--target", "cache_pool", "--seconds",
+                        str(CACHE_POOL_SECONDS)],
+                       capture_output=True, text=True, timeout=CACHE_POOL_SECONDS + 240)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    m = re.search(r"cache_pool: (\d+) executions in", r.stdout)
     assert m, r.stdout + r.stderr[-2000:]
     assert int(m.group(1)) > 0
