@@ -268,6 +268,7 @@ class Chell:
         self.chell = self.bin / "chell"
         self.dev = dev
         self.mode = args.mode
+        self.chelld_args = list(args.chelld_arg or [])
         self.fallback = None
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("CHELL_") and k != "LD_PRELOAD"}
         self.pool = None
@@ -290,7 +291,8 @@ class Chell:
         self.pool.mkdir()
         self.pool_size = size
         self.pool_cg = cgroup
-        sh([self.chell, "cache", "start", "--pool", self.pool, "--size", mib(size), "--backing", self.dev.mnt],
+        sh([self.chell, "cache", "start", "--pool", self.pool, "--size", mib(size), "--backing", self.dev.mnt,
+            *self.chelld_args],
            env=self.env, preexec_fn=cgroup.enter if cgroup else None, timeout=120)
 
     def stop_cache(self):
@@ -975,6 +977,8 @@ def main():
     for key in ("read_bps", "write_bps", "read_iops", "write_iops"):
         ap.add_argument(f"--throttle-{key.replace('_', '-')}", default=None, metavar="N",
                         help=f"blkio throttle of the loop device ({key.replace('_', ' ')}; bps accepts k/m/g)")
+    ap.add_argument("--chelld-arg", action="append", metavar="ARG",
+                    help="extra option for `chell cache start`, e.g. --chelld-arg=--readahead=4K (repeatable)")
     ap.add_argument("--no-cliff-pagecache", action="store_true",
                     help="sustained writes: skip the page-cache arm")
     ap.add_argument("--doc", type=Path, help="also replace the generated tables in this file")
@@ -1035,6 +1039,7 @@ def main():
                "config": {"profile": "quick" if args.quick else "full", "requested_mode": args.mode,
                           "cache_arm_mode": ch.mode, "fallback_reason": fallback,
                           "probe": why if ok else None, "cpu": args.cpu, "cgroup_slack": slack,
+                          "chelld_args": ch.chelld_args,
                           "busy_before": busy, **prof},
                "problems": problems}
         lib = args.build / "lib" / "libchell.so"
