@@ -207,10 +207,33 @@ static int cache_adopt(chell_ctx *c)
 	return 0;
 }
 
+/*
+ * Under a checker (shadow mode: a layer above this one), the last close of
+ * an open file description writes the file's dirty blocks back, so the
+ * checker's final comparison of the backing file with its copy also proves
+ * the manager's write-back. (On its own, cache mode keeps dirty data in the
+ * pool across closes: that is the point of a write-back cache.)
+ */
+static void flush_for_checker(chell_ctx *c, struct cache_local *l)
+{
+	if (c->layer == 0 || !c->f->release_pending || !c->f->path)
+		return;
+	int fd = sys_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
+	struct stat st;
+	if (fd < 0)
+		return;
+	fd = chell_internal_fd(fd, 1);
+	if (sys_fstat(fd, &st) == 0 && (uint64_t)st.st_dev == l->cf->dev &&
+	    (uint64_t)st.st_ino == l->cf->ino)
+		cache_flush_file(l->cf, fd, 0);
+	chell_internal_close(fd);
+}
+
 static void cache_detach(chell_ctx *c)
 {
 	struct cache_local *l = L(c);
 	if (l) {
+		flush_for_checker(c, l);
 		cache_file_put(l->cf);
 		free(l);
 		c->f->local[c->layer] = NULL;

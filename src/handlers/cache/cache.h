@@ -140,6 +140,8 @@ int cache_copy_in(unsigned char *base, size_t off, const void *src, size_t n, ui
 /* Check a freshly mapped chunk's control page (magic, version, dirty
  * table); 0 or -EPROTO, -EFAULT if it faults. */
 int cache_ctl_check(const unsigned char *base, uint64_t dev, uint64_t ino, uint64_t chunk);
+/* 1 if the chunk mapped at base is LIVE (0 if revoked, or it faults). */
+int cache_ctl_live(const unsigned char *base);
 int cache_copy_init(void);
 
 /* ---- stats.c ---- */

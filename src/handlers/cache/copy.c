@@ -27,6 +27,13 @@
 static __thread volatile int tls_in;
 static __thread void *tls_jmp[5];
 static __thread uintptr_t tls_addr;
+/* What the code after a fault needs lives here, and is read only by the
+ * noinline verdict functions below: after __builtin_longjmp the compiler
+ * may still use a register computed before the jump (seen at -O2: the
+ * address of a thread-local taken for its value), so nothing in the
+ * guarded function itself runs after a fault. */
+static __thread const unsigned char *tls_base;
+static __thread unsigned tls_first, tls_nb;
 
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
@@ -70,11 +77,18 @@ static inline bool valid(const struct cache_ctl *ctl, size_t off, size_t n)
 	return true;
 }
 
+/* After a fault in cache_copy_out: in the chunk (revoked) or the buffer. */
+__attribute__((noinline)) static int verdict_out(void)
+{
+	return in_chunk(tls_addr, tls_base) ? COPY_MISS : COPY_EFAULT;
+}
+
 __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *base, size_t off,
 					     size_t n, uint32_t *slot)
 {
+	tls_base = base;
 	if (__builtin_setjmp(tls_jmp))
-		return in_chunk(tls_addr, base) ? COPY_MISS : COPY_EFAULT;
+		return verdict_out();
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
 	const struct cache_ctl *ctl = ctl_of(base);
@@ -117,22 +131,30 @@ __attribute__((noinline)) static void mark_guarded(const struct cache_ctl *ctl, 
 	tls_in = 0;
 }
 
+/* After a fault in cache_copy_in. */
+__attribute__((noinline)) static int verdict_in(void)
+{
+	if (in_chunk(tls_addr, tls_base))
+		return COPY_MISS; /* revoked and truncated: redo through the miss path */
+	/* The application's buffer faulted part-way: bytes may have been
+	 * stored already. Mark them dirty (writing back unchanged bytes is
+	 * harmless) so no reader sees data that never reaches the backing
+	 * file. */
+	mark_guarded(ctl_of(tls_base), tls_first, tls_nb);
+	return COPY_EFAULT;
+}
+
 __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, const void *src,
 					    size_t n, uint32_t *slot)
 {
 	unsigned first = (unsigned)(off / CACHE_BLOCK_BYTES);
 	unsigned nb = (unsigned)((off + n - 1) / CACHE_BLOCK_BYTES) - first + 1;
 	const struct cache_ctl *ctl = ctl_of(base);
-	if (__builtin_setjmp(tls_jmp)) {
-		if (in_chunk(tls_addr, base))
-			return COPY_MISS; /* revoked and truncated: redo through the miss path */
-		/* The application's buffer faulted part-way: bytes may have been
-		 * stored already. Mark them dirty (writing back unchanged bytes
-		 * is harmless) so no reader sees data that never reaches the
-		 * backing file. */
-		mark_guarded(ctl, first, nb);
-		return COPY_EFAULT;
-	}
+	tls_base = base;
+	tls_first = first;
+	tls_nb = nb;
+	if (__builtin_setjmp(tls_jmp))
+		return verdict_in();
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
 	int r = COPY_MISS;
@@ -176,6 +198,18 @@ __attribute__((noinline)) int cache_ctl_check(const unsigned char *base, uint64_
 			dirty_table_nchunks(dt) == 1
 		? 0
 		: -EPROTO;
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return r;
+}
+
+__attribute__((noinline)) int cache_ctl_live(const unsigned char *base)
+{
+	if (__builtin_setjmp(tls_jmp))
+		return 0;
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	int r = state(ctl_of(base)) == CACHE_CHUNK_LIVE;
 	__asm__ volatile("" ::: "memory");
 	tls_in = 0;
 	return r;

@@ -233,8 +233,11 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 	}
 	struct cache_entry *e = &l2[k & ((1u << CACHE_L2_BITS) - 1)];
 	uintptr_t cur = atomic_load(&e->v);
-	if (cur && e->chunk_ino == (uint64_t)st.st_ino && (!writable || (cur & CACHE_E_WRITABLE)))
-		return 0; /* the chunk file we have, with enough access */
+	/* The chunk file we have, with enough access? (The inode number alone
+	 * is not proof: tmpfs reuses the numbers of unlinked files.) */
+	if (cur && e->chunk_ino == (uint64_t)st.st_ino && (!writable || (cur & CACHE_E_WRITABLE)) &&
+	    cache_ctl_live((const unsigned char *)(cur & ~CACHE_E_WRITABLE)))
+		return 0;
 	void *addr = cur ? (void *)(cur & ~CACHE_E_WRITABLE) : NULL;
 	int prot = PROT_READ | (writable ? PROT_WRITE : 0);
 	int fixed = cur ? MAP_FIXED : 0;
