@@ -96,8 +96,9 @@ static void flush_first(const char *pool, struct cache_progress *pg)
 	int e = errno;
 	cache_progress_done(pg);
 	if (rc == 0)
-		cache_progress_note(pg, "wrote back %" PRIu64 " MiB of %" PRIu64 " files in %.1f s",
-				    r.bytes_written >> 20, (uint64_t)r.files, cache_now() - t0);
+		cache_progress_note(pg, "wrote back %" PRIu64 " MiB (%u file%s) in %.1f s",
+				    r.bytes_written >> 20, r.files, r.files == 1 ? "" : "s",
+				    cache_now() - t0);
 	else
 		cache_progress_note(pg, "chelld did not write back first (%s); it will as it stops",
 				    answered ? chelld_errname(e) : strerror(e));
