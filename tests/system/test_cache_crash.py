@@ -53,7 +53,7 @@ def dirs(tmp_path):
 def start(pool, back):
     r = run([CHELL, "cache", "start", "--pool", pool, "--size", "8M", "--backing", back], timeout=120)
     assert r.returncode == 0, r.stderr.decode()
-    return int((pool / "chelld.pid").read_text())
+    return int((pool / "chelld.pid").read_text().split()[0])
 
 
 def writer(pool, file, log, seed, stripe, cache=True):

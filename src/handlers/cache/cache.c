@@ -653,7 +653,10 @@ static int cache_fsync(chell_ctx *c, int datasync)
 	if (cache_dax)
 		direct_fence();
 	int r = cache_sync_file(L(c)->cf, c->fd);
-	if (r == CACHE_MISS_KERNEL)
+	/* No manager to record a new size: the kernel's fsync of the backing
+	 * file makes the size (set there by fallocate) durable instead; the
+	 * data itself is in the pool already. */
+	if (r == CACHE_MISS_KERNEL || r == -EIO)
 		r = chell_down_fsync(c, datasync);
 	return r;
 }
@@ -693,12 +696,18 @@ static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off)
 {
 	if (active(c)) {
+		/* no manager (-EIO): the backing file may be older than the cache,
+		 * so the mapping is refused rather than showing stale bytes */
+		int r;
 		if ((flags & MAP_TYPE) == MAP_PRIVATE) {
-			cache_flush_file(L(c)->cf, c->fd, 0);
+			r = cache_flush_file(L(c)->cf, c->fd, 0);
 		} else {
-			cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
-			go_kernel(c);
+			r = cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+			if (r >= 0)
+				go_kernel(c);
 		}
+		if (r < 0)
+			return (void *)(intptr_t)r;
 	}
 	return chell_down_mmap(c, addr, len, prot, flags, off);
 }

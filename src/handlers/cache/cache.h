@@ -42,6 +42,11 @@ void cache_unlock(void);
 /* Connect if needed (caller holds cache_lock). Returns the connection's
  * generation (>0), or -errno when no manager answers (logged once). */
 int cache_conn_ensure(void);
+/* The pool directory holds a cache (DIR/meta.pool exists). */
+bool cache_pool_exists(void);
+/* No connection while the pool exists: wait for a manager (up to 30 s),
+ * then -EIO. The connection generation, or -EIO. Without cache_lock. */
+int cache_conn_wait(void);
 /* One request/reply on the connection (caller holds cache_lock). fd >= 0 is
  * sent along; *fd_out (if not NULL) gets a descriptor sent back. 0 with the
  * reply's status in rep->status, or -errno when the connection failed (it

@@ -345,3 +345,55 @@ void cache_conn_bye(void)
 	}
 	cache_unlock();
 }
+
+/*
+ * The manager is gone (killed, restarting) but the pool exists: the cache
+ * may hold dirty data of any file under the backing directories, so the
+ * kernel path could serve stale bytes, and a write through it would later
+ * be overwritten by the write-back of an older cached block. So a client
+ * waits for a manager (the recovery of a restarted one takes a moment) and
+ * then gives up with EIO; only when there is no pool at all (nothing was
+ * ever cached) is the kernel path exact. Caller does not hold cache_lock.
+ */
+#define MANAGER_WAIT_MS 30000
+
+bool cache_pool_exists(void)
+{
+	char meta[sizeof(cache_sock_path) + 16];
+	size_t n = strlen(cache_sock_path);
+	const char *slash = strrchr(cache_sock_path, '/');
+	if (!slash || n == 0)
+		return false;
+	snprintf(meta, sizeof(meta), "%.*s/%s", (int)(slash - cache_sock_path), cache_sock_path,
+		 CACHE_META_NAME);
+	struct stat st;
+	return sys_fstatat(AT_FDCWD, meta, &st, 0) == 0;
+}
+
+int cache_conn_wait(void)
+{
+	static bool told_wait;
+	uint64_t until = now_ms() + MANAGER_WAIT_MS;
+	if (!told_wait) {
+		told_wait = true;
+		chell_log("cache: the cache manager at %s is gone; waiting up to %d s for it "
+			  "(cached data may be newer than the backing files)",
+			  cache_sock_path, MANAGER_WAIT_MS / 1000);
+	}
+	for (;;) {
+		cache_lock();
+		retry_after_ms = 0;
+		int gen = cache_conn_ensure();
+		cache_unlock();
+		if (gen >= 0)
+			return gen;
+		if (now_ms() >= until) {
+			chell_log("cache: no cache manager at %s after %d s: I/O on cached files "
+				  "fails with EIO until one runs",
+				  cache_sock_path, MANAGER_WAIT_MS / 1000);
+			return -EIO;
+		}
+		struct timespec ts = {0, 50 * 1000 * 1000};
+		CHELL_SC(SYS_nanosleep, &ts, NULL, 0, 0, 0, 0);
+	}
+}

@@ -296,7 +296,13 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 		int gen = cache_conn_ensure();
 		if (gen < 0) {
 			cache_unlock();
-			break;
+			if (!cache_pool_exists())
+				break; /* nothing was ever cached: the kernel path is exact */
+			if (cache_conn_wait() < 0) {
+				r = -EIO;
+				break;
+			}
+			continue;
 		}
 		if (!registered(cf, (uint32_t)gen, need)) {
 			if (rfd < 0) {
@@ -372,7 +378,13 @@ static int ensure_registered(struct cache_file *cf, int fd, uint32_t need, uint3
 		int gen = cache_conn_ensure();
 		if (gen < 0) {
 			cache_unlock();
-			break;
+			if (!cache_pool_exists())
+				break; /* nothing was ever cached: the kernel path is exact */
+			if (cache_conn_wait() < 0) {
+				r = -EIO;
+				break;
+			}
+			continue;
 		}
 		if (registered(cf, (uint32_t)gen, need)) {
 			*id = cf->file_id;
@@ -412,8 +424,9 @@ int cache_register(struct cache_file *cf, int fd, uint32_t need, uint32_t *id)
 int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags)
 {
 	uint32_t id;
-	if (ensure_registered(cf, fd, CHELLD_ACC_READ, &id) != 0)
-		return CACHE_MISS_KERNEL;
+	int e0;
+	if ((e0 = ensure_registered(cf, fd, CHELLD_ACC_READ, &id)))
+		return e0 < 0 ? e0 : CACHE_MISS_KERNEL;
 	struct chelld_flush m = {0};
 	struct chelld_flush_reply r;
 	m.file_id = id;
@@ -430,8 +443,9 @@ int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags)
 int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size)
 {
 	uint32_t id;
-	if (ensure_registered(cf, fd, CHELLD_ACC_READ | CHELLD_ACC_WRITE, &id) != 0)
-		return CACHE_MISS_KERNEL;
+	int e0;
+	if ((e0 = ensure_registered(cf, fd, CHELLD_ACC_READ | CHELLD_ACC_WRITE, &id)))
+		return e0 < 0 ? e0 : CACHE_MISS_KERNEL;
 	struct chelld_truncate m = {0};
 	struct chelld_rhdr r;
 	m.file_id = id;
