@@ -981,6 +981,8 @@ def main():
                     help="extra option for `chell cache start`, e.g. --chelld-arg=--readahead=4K (repeatable)")
     ap.add_argument("--no-cliff-pagecache", action="store_true",
                     help="sustained writes: skip the page-cache arm")
+    ap.add_argument("--wait-quiet", type=int, default=0, metavar="SECONDS",
+                    help="first wait up to SECONDS for the machine to be idle (< 15%% busy)")
     ap.add_argument("--doc", type=Path, help="also replace the generated tables in this file")
     ap.add_argument("--from-json", type=Path, metavar="FILE", help="only redo the report from FILE")
     args = ap.parse_args()
@@ -1032,6 +1034,10 @@ def main():
             log(f"WARNING: {fallback}\n         the cache arm runs --mode posix: harness validation only")
             ch.mode = "posix"
         busy = cpu_busy(2)
+        deadline = time.monotonic() + args.wait_quiet
+        while busy > 0.15 and time.monotonic() < deadline:
+            log(f"  machine busy ({busy:.0%} of CPU time), waiting...")
+            busy = cpu_busy(3)
         if busy > 0.15:
             log(f"WARNING: {busy:.0%} of CPU time was busy with other work before the run: expect noise")
         res = {"schema": 1, "when": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine_info(),
