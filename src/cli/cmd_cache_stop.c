@@ -59,7 +59,10 @@ static void on_tick(void *arg, uint64_t dirty, double secs)
 {
 	struct stop_watch *w = arg;
 	char text[128], rem[48] = "?";
-	if (dirty != UINT64_MAX) {
+	/* Until the monitor's first answer, what there was at the start. */
+	if (dirty == UINT64_MAX)
+		dirty = w->dirty0;
+	{
 		FILE *m = fmemopen(rem, sizeof rem, "w");
 		if (m) {
 			cache_print_size(m, dirty);
@@ -67,8 +70,7 @@ static void on_tick(void *arg, uint64_t dirty, double secs)
 		}
 	}
 	snprintf(text, sizeof text, "writing back before the stop: %s dirty (%.0f s)", rem, secs);
-	cache_progress_show(w->pg, dirty == UINT64_MAX || dirty > w->dirty0 ? 0 : w->dirty0 - dirty,
-			    w->dirty0, text);
+	cache_progress_show(w->pg, dirty > w->dirty0 ? 0 : w->dirty0 - dirty, w->dirty0, text);
 }
 
 /* Write back first if there is much to write; never fails the stop. */
