@@ -11,6 +11,10 @@
  *      the real file - and every invariant checked (meta_check).
  *   3. chunks/<slot>: each file's control page against the metadata; then
  *      every slot the metadata allocates must have its file.
+ *   4. chelld's own verdict on every allocated slot (pool_check_chunk of
+ *      the chelld_pool library, what the daemon runs when it starts): a
+ *      chunk it would refuse is a problem even if step 3 saw none, so the
+ *      check never passes a pool the daemon then refuses.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +28,7 @@
 #include <unistd.h>
 
 #include "cache/meta/meta.h"
+#include "chelld/cache.h"
 #include "cli.h"
 #include "cmd_cache.h"
 #include "cmd_cache_check.h"
@@ -88,7 +93,9 @@ static void check_chunks(struct cv *v, struct meta *m, const char *pool)
 {
 	char *dir = cache_pool_file(pool, CACHE_CHUNKS_DIR);
 	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	/* Per slot: 0 no file, 1 a file, 2 a file with a problem. */
 	uint8_t *present = m ? calloc(v->chunks ? v->chunks : 1, 1) : NULL;
+	DIR *d = NULL;
 	if (dfd < 0) {
 		/* No chunks directory: fine for an empty cache. */
 		if (errno != ENOENT || v->chunks_used)
@@ -96,11 +103,9 @@ static void check_chunks(struct cv *v, struct meta *m, const char *pool)
 				  dir ? dir : CACHE_CHUNKS_DIR, strerror(errno));
 		goto slots;
 	}
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
+	d = fdopendir(dfd);
+	if (!d)
 		goto slots;
-	}
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
@@ -132,15 +137,30 @@ static void check_chunks(struct cv *v, struct meta *m, const char *pool)
 		bool have = sb.st_size >= (off_t)CACHE_CHUNK_FILE_BYTES &&
 			    pread(fd, &ctl, sizeof ctl, (off_t)CACHE_CHUNK_BYTES) == (ssize_t)sizeof ctl;
 		close(fd);
+		unsigned before = v->problems;
 		cv_chunk_file(v, m, name, slot, (uint64_t)sb.st_size, have ? &ctl : NULL);
 		if (present && slot < v->chunks)
-			present[slot] = 1;
+			present[slot] = v->problems > before ? 2 : 1;
 	}
-	closedir(d);
 slots:
-	if (m && present)
-		for (uint32_t s = 0; s < v->chunks; s++)
+	if (m && present) {
+		struct pool p = {.dir = (char *)pool, .m = m, .chunks_fd = dfd, .nslots = v->chunks};
+		for (uint32_t s = 0; s < v->chunks; s++) {
 			cv_slot(v, m, s, present[s]);
+			struct meta_chunk_info ci;
+			static struct cache_ctl ctl;
+			char err[512] = "", name[32];
+			if (present[s] != 1 || dfd < 0 || meta_chunk_info(m, s, &ci) < 0 ||
+			    pool_check_chunk(&p, s, &ci, &ctl, err, sizeof err) >= 0)
+				continue;
+			snprintf(name, sizeof name, CACHE_CHUNKS_DIR "/%u", s);
+			cv_report(v, true, name, "chelld", "%s", err[0] ? err : "refused by chelld's check");
+		}
+	}
+	if (d)
+		closedir(d); /* closes dfd */
+	else if (dfd >= 0)
+		close(dfd);
 	free(present);
 	free(dir);
 }
