@@ -125,16 +125,27 @@ def mount_of(path):
 
 
 def build_info(build):
+    """Build type, and the commit the build was made from: the source tree
+    named in CMakeCache.txt (a git checkout, or an export with the commit in
+    a .git-commit file), with whether src/ or include/ had local changes."""
     out = {}
+    src = REPO
     cache = build / "CMakeCache.txt"
     if cache.exists():
         for line in cache.read_text(errors="replace").splitlines():
             if line.startswith("CMAKE_BUILD_TYPE:"):
                 out["build_type"] = line.split("=", 1)[1]
-    r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+            elif line.startswith("CMAKE_HOME_DIRECTORY:"):
+                src = Path(line.split("=", 1)[1])
+    out["source_dir"] = str(src)
+    if (src / ".git-commit").exists():
+        out["commit"] = (src / ".git-commit").read_text().strip()[:12]
+        out["src_dirty"] = False
+        return out
+    r = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     if r.returncode == 0:
         out["commit"] = r.stdout.strip()
-    r = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "include"],
+    r = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "src", "include"],
                        capture_output=True, text=True)
     if r.returncode == 0:
         out["src_dirty"] = bool(r.stdout.strip())
