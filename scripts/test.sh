@@ -139,6 +139,9 @@ ASAN_DIRECT_TESTS=(tests/system/test_cli.py)
 #    invalid-aligned-alloc-alignment and aborts. Not a Chell bug.
 ASAN_DESELECT=(
 	"tests/system/test_semantics.py::test_exec_with_empty_environment_stays_under_chell"
+	"tests/system/test_cache.py::test_semantics[sem_exec]"
+	"tests/system/test_cache.py::test_program[cat]"
+	"tests/system/test_cache.py::test_program[dd]"
 )
 for m in posix trace shadow direct; do
 	ASAN_DESELECT+=(

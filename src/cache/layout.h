@@ -41,6 +41,20 @@
  *          clients store only into valid blocks, so fills never race with
  *          client stores.
  *
+ * Identity (client side, src/handlers/cache): (slot, incarnation) names
+ * one chunk file for the life of the pool - incarnation grows every time
+ * the slot's file is created, across restarts - so a client that maps a
+ * new chunk file over an old one at the same address tells them apart by
+ * reading the pair before and after a copy. Clients grow backing files
+ * themselves (fallocate, or ftruncate where it is unsupported) before
+ * storing past the end, and shrink them only through TRUNCATE; write-back
+ * never writes past the backing file's size. Dirty blocks of a backing
+ * file that no longer exists (unlinked, and no registration holds it open)
+ * have nowhere to go and must be discarded, not kept: kept chunks that can
+ * never be evicted fill the pool, and every client's MAP then fails with
+ * ENOSPC (clients report that error rather than fall back to the kernel
+ * path, which could serve bytes older than the cache's).
+ *
  * Dirty states live in the control page (two bits per 4 KB block in the
  * format of cache/policy dirty.c, a one-chunk dirty_table) because clients
  * set them on the hit path without a system call; each change is a single

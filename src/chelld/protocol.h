@@ -133,7 +133,8 @@ struct chelld_open_reply {
  * CHELLD_FILE_BYPASS carries one descriptor (SCM_RIGHTS) of the chunk file
  * (cache/layout.h), opened O_RDWR if want_write and the registered
  * descriptor allows writing, else O_RDONLY. nblocks 0: just the mapping.
- * The manager may fill more than asked (read-ahead). EIO: the chunk's
+ * The manager may fill more than asked (read-ahead), but only blocks not
+ * yet valid (clients store into valid blocks without asking). EIO: the chunk's
  * eviction could not write its dirty data back (it is kept, revoked). */
 struct chelld_map {
 	struct chelld_hdr h;

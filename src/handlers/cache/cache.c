@@ -459,10 +459,12 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 			ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1);
 			r = k < 0 ? (r ? r : k) : r + k;
 			direct_inode_refresh(in, c->fd);
-		} else if (r >= 0 && (size_t)r < total) {
-			/* a bad buffer part-way: the file ends after what was written */
-			sys_ftruncate(c->fd, (off_t)(pos + (uint64_t)r));
-			isize_set(in, pos + (uint64_t)r);
+		} else if (r < 0 || (size_t)r < total) {
+			/* an error or a bad buffer part-way: the file ends after what
+			 * was written */
+			uint64_t keep = pos + (uint64_t)(r > 0 ? r : 0);
+			sys_ftruncate(c->fd, (off_t)keep);
+			isize_set(in, keep);
 		}
 	}
 	append_lock(c->fd, F_UNLCK);

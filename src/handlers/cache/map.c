@@ -346,10 +346,23 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 				sys_close(mfd);
 			continue;
 		}
+		if (rep.r.status && rep.r.status != EACCES) {
+			/* The manager cannot give us the chunk now (ENOSPC: nothing
+			 * evictable; EIO: its write-back failed). Other chunks of the
+			 * file may hold data the backing file lacks, so the kernel
+			 * path would serve stale bytes: the call fails instead. */
+			chell_log("cache: map of chunk %llu of %llu:%llu refused: %s",
+				  (unsigned long long)k, (unsigned long long)cf->dev,
+				  (unsigned long long)cf->ino, strerror(rep.r.status));
+			cache_unlock();
+			if (mfd >= 0)
+				sys_close(mfd);
+			r = -rep.r.status;
+			break;
+		}
 		if (rep.r.status || (rep.flags & CHELLD_FILE_BYPASS) || mfd < 0) {
-			if (rep.r.status)
-				chell_info("cache: map of chunk %llu refused: %s",
-					   (unsigned long long)k, strerror(rep.r.status));
+			/* BYPASS: written back and not cached until its last close;
+			 * EACCES: this process may not map it so (the kernel decides) */
 			if (rep.flags & CHELLD_FILE_BYPASS)
 				CSTAT(bypassed, 1);
 			cache_unlock();

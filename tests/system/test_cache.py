@@ -1,0 +1,423 @@
+"""The cache handler (`chell run --mode cache`, the client side of cache mode):
+files under the backing directories are served from chunks of the pool that
+chelld maps into the process. The kernel is the oracle:
+
+- real programs (cat, cp, dd, sort, tar, sqlite3, python3) give the same
+  output and leave the same files as plain runs (read back through the
+  cache, and from the backing directory after a write-back);
+- the sem_* semantics programs give identical transcripts;
+- chell_randops under `--mode shadow --shadow-under-test cache`, with a pool
+  smaller than the files so chunks are evicted and revoked under the
+  clients: every operation agrees with the kernel (CHELL_CACHE_RANDOPS_OPS
+  operations in total, default 60000);
+- written data survives `chell cache stop` and a restart;
+- with no manager, programs run on the kernel path with one clear line.
+
+One chelld per module (pool under /dev/shm, backing directory under /tmp).
+"""
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import CHELL, LIBCHELL, PROGS, run
+from test_randops import SUMMARY, randops_argv, report
+
+POOL_SIZE = "8M"  # 4 chunk slots: smaller than the test files, so evictions happen
+TIMEOUT = 300
+RANDOPS_TOTAL = int(os.environ.get("CHELL_CACHE_RANDOPS_OPS", "60000"))
+
+PLAIN_ENV = {
+    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    "HOME": os.environ.get("HOME", "/root"),
+    "LC_ALL": "C",
+    "TZ": "UTC",
+}
+PLAIN_ENV.update({k: v for k, v in os.environ.items() if k in ("ASAN_OPTIONS", "UBSAN_OPTIONS")})
+
+
+def describe(res):
+    return (f"exit status {res.returncode}\n--- stdout ---\n"
+            + res.stdout.decode(errors="replace")[-3000:]
+            + "\n--- stderr ---\n" + res.stderr.decode(errors="replace")[-3000:])
+
+
+class Manager:
+    """A chelld serving `pool` in front of `backing`."""
+
+    def __init__(self, pool, backing, size=POOL_SIZE):
+        self.pool, self.backing, self.size = Path(pool), Path(backing), size
+
+    def start(self):
+        res = run([CHELL, "cache", "start", "--pool", self.pool, "--size", self.size,
+                   "--backing", self.backing], timeout=60)
+        assert res.returncode == 0, describe(res)
+
+    def stop(self):
+        res = run([CHELL, "cache", "stop", "--pool", self.pool], timeout=120)
+        assert res.returncode == 0, describe(res)
+
+    def client(self, *ops):
+        """tests/progs/chelld_client on the manager's socket."""
+        res = run([PROGS / "chelld_client", self.pool / "chelld.sock", "hello", *ops], timeout=120)
+        assert res.returncode == 0, describe(res)
+        return res.stdout.decode()
+
+    def flush(self):
+        """Write back every file. ENOENT is chelld's answer when some cached
+        file was deleted meanwhile (sqlite's journal): the others are still
+        written, which the callers check by content."""
+        out = self.client("flush:all")
+        assert "flush status=OK" in out or "flush status=ENOENT" in out, out
+
+    def cmd(self, argv, extra=()):
+        return [str(CHELL), "run", "--mode", "cache", "--set", f"cache.pool={self.pool}",
+                "--set", f"cache.backing={self.backing}", *extra, "--"] + [str(a) for a in argv]
+
+
+@pytest.fixture(scope="module")
+def mgr():
+    pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
+    backing = tempfile.mkdtemp(prefix="chell-cache-back-", dir="/tmp")
+    m = Manager(pool, backing)
+    m.start()
+    yield m
+    try:
+        m.stop()
+    finally:
+        shutil.rmtree(pool, ignore_errors=True)
+        shutil.rmtree(backing, ignore_errors=True)
+
+
+@pytest.fixture
+def dirs(mgr, tmp_path):
+    """A fresh directory under the backing directory, a plain twin on the
+    same file system (/tmp), and a stats directory."""
+    cached = Path(tempfile.mkdtemp(prefix="t-", dir=mgr.backing))
+    plain = Path(tempfile.mkdtemp(prefix="chell-cache-plain-", dir="/tmp"))
+    stats = tmp_path / "stats"
+    stats.mkdir()
+    yield {"cached": cached, "plain": plain, "stats": stats}
+    shutil.rmtree(cached, ignore_errors=True)
+    shutil.rmtree(plain, ignore_errors=True)
+
+
+def load_stats(d):
+    return [json.loads(p.read_text()) for p in sorted(Path(d).glob("stats.*.json"))]
+
+
+def total(stats, key):
+    return sum(s.get(key, 0) for s in stats)
+
+
+def tree(d):
+    """{relative path: bytes} of every regular file under d."""
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(Path(d).rglob("*"))
+            if p.is_file() and not p.is_symlink()}
+
+
+# ------------------------------------------------------------------------
+# 1. Real programs
+# ------------------------------------------------------------------------
+
+# Each scenario runs with the directory as cwd; $IN is an input file outside.
+PY_IO = r"""
+import os, random, hashlib
+r = random.Random(7)
+fd = os.open("py.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+model = bytearray()
+for i in range(400):
+    op = r.randrange(6)
+    off = r.randrange(0, 5 << 20)
+    n = r.randrange(1, 200000)
+    if op < 3:
+        data = bytes(r.randrange(256) for _ in range(64)) * (n // 64 + 1)
+        data = data[:n]
+        os.pwrite(fd, data, off)
+        if len(model) < off:
+            model.extend(bytes(off - len(model)))
+        model[off:off + n] = data
+    elif op == 3:
+        got = os.pread(fd, n, off)
+        assert got == bytes(model[off:off + n]), ("pread", i, off, n)
+    elif op == 4:
+        size = r.randrange(0, 6 << 20)
+        os.ftruncate(fd, size)
+        del model[size:]
+        if len(model) < size:
+            model.extend(bytes(size - len(model)))
+    else:
+        os.fsync(fd)
+assert os.fstat(fd).st_size == len(model)
+with open("py.bin", "rb") as f:
+    assert f.read() == bytes(model)
+with open("log.txt", "a") as f:
+    for i in range(1000):
+        f.write(f"line {i}\n")
+print(hashlib.sha256(bytes(model)).hexdigest(), len(model))
+"""
+
+SQL = ("create table t(k integer primary key, v text);"
+       "with recursive c(x) as (select 1 union all select x+1 from c where x < 5000) "
+       "insert into t select x, printf('%08d-%s', x*7919 % 100003, hex(x)) from c;"
+       "update t set v = v || 'x' where k % 3 = 0; delete from t where k % 7 = 0;"
+       "select count(*), sum(k), max(v) from t;")
+
+PROGRAMS = {
+    "cp": "cp \"$IN\" a && cp a b && cmp a b && md5sum a b",
+    "cat": "cat \"$IN\" > c && cat c c > cc && cat cc | md5sum && wc -c cc",
+    "dd": "dd if=\"$IN\" of=d bs=4096 count=600 status=none && "
+          "dd if=\"$IN\" of=d bs=1000 seek=777 skip=3 count=2100 conv=notrunc status=none && "
+          "dd if=d bs=3000 skip=11 count=500 status=none | md5sum && md5sum d",
+    "sort": "od -An -tx4 -w8 \"$IN\" | head -200000 > lines && sort lines > sorted && "
+            "sort -r -u sorted > rsorted && md5sum sorted rsorted && wc -l rsorted",
+    # $FLUSH: write-back by chelld changes the backing file's ctime, which
+    # tar takes for "file changed as we read it" (docs/CACHE.md, limits)
+    "tar": "mkdir src && head -c 3000000 \"$IN\" > src/big && echo hi > src/small && eval \"$FLUSH\" && "
+           "tar --mtime=@0 --owner=0 --group=0 --sort=name -cf x.tar src && "
+           "mkdir out && tar -xf x.tar -C out && cmp src/big out/src/big && md5sum x.tar out/src/big",
+    "sqlite3": f"sqlite3 db.sqlite \"{SQL}\" && sqlite3 db.sqlite 'pragma integrity_check; "
+               "select count(*) from t;'",
+    "python3": f"{shlex.quote(sys.executable)} -c {shlex.quote(PY_IO)}",
+}
+
+
+@pytest.fixture(scope="module")
+def input_file(tmp_path_factory):
+    """5 MB of pseudo-random bytes (more than the pool), outside every routed dir."""
+    p = tmp_path_factory.mktemp("in") / "input.bin"
+    import random
+    p.write_bytes(random.Random(11).randbytes(5 << 20))
+    return p
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_program(mgr, dirs, input_file, name):
+    """Same output and files under --mode cache as without Chell."""
+    if name == "sqlite3" and not shutil.which("sqlite3"):
+        pytest.skip("sqlite3 is not installed")
+    script = PROGRAMS[name]
+    env = dict(PLAIN_ENV, IN=str(input_file), FLUSH="true")
+    plain = run(["sh", "-c", script], cwd=dirs["plain"], env=env, timeout=TIMEOUT)
+    env["FLUSH"] = f"{PROGS / 'chelld_client'} {mgr.pool / 'chelld.sock'} hello flush:all >/dev/null"
+    assert plain.returncode == 0, describe(plain)
+    got = run(mgr.cmd(["sh", "-c", script],
+                      ["--set", f"stats.file={dirs['stats']}/stats.%p.json"]),
+              cwd=dirs["cached"], env=env, timeout=TIMEOUT)
+    assert got.returncode == 0, describe(got)
+    assert got.stdout == plain.stdout, describe(got)
+    assert b"chell" not in got.stderr, describe(got)
+    stats = load_stats(dirs["stats"])
+    assert total(stats, "read_hits") + total(stats, "write_hits") > 0, stats
+    # Every file, read back through the cache by another process ...
+    files = tree(dirs["plain"])
+    check = run(mgr.cmd(["sh", "-c", "find . -type f | LC_ALL=C sort | xargs md5sum"]),
+                cwd=dirs["cached"], env=env, timeout=TIMEOUT)
+    ref = run(["sh", "-c", "find . -type f | LC_ALL=C sort | xargs md5sum"],
+              cwd=dirs["plain"], env=env, timeout=TIMEOUT)
+    assert check.stdout == ref.stdout, describe(check)
+    # ... and in the backing directory once the manager wrote it back.
+    mgr.flush()
+    assert tree(dirs["cached"]).keys() == files.keys()
+    for k, v in files.items():
+        assert tree(dirs["cached"])[k] == v, f"{k} differs in the backing directory"
+
+
+# ------------------------------------------------------------------------
+# 2. POSIX semantics transcripts
+# ------------------------------------------------------------------------
+
+SEM_PROGS = ["sem_dup", "sem_fork", "sem_exec", "sem_access", "sem_append",
+             "sem_signal", "sem_threads", "sem_stdio"]
+
+
+@pytest.mark.parametrize("name", SEM_PROGS)
+def test_semantics(mgr, dirs, name):
+    """Identical transcripts under --mode cache and without Chell."""
+    p = PROGS / name
+    if not p.exists():
+        pytest.fail(f"{p} is not built (tests/progs/CMakeLists.txt)")
+    plain = run([p, dirs["plain"]], env=dict(PLAIN_ENV), timeout=TIMEOUT)
+    got = run(mgr.cmd([p, dirs["cached"]]), env=dict(PLAIN_ENV), timeout=TIMEOUT)
+    assert got.returncode == plain.returncode, describe(got)
+    assert got.stdout == plain.stdout, describe(got)
+
+
+# ------------------------------------------------------------------------
+# 3. Differential random operations, with evictions
+# ------------------------------------------------------------------------
+
+RANDOPS_RUNS = [(1, []), (2, []), (3, []), (4, ["--no-fork"]),
+                (5, ["--max-size", "3000000", "--files", "3"])]
+
+
+def test_randops_shadow_cache(request, mgr, tmp_path):
+    """chell_randops under shadow with cache under test: no divergence, the
+    manager's write-back included (cache mode writes back at each last close
+    under a checker, and shadow then compares the backing file)."""
+    per = max(1000, RANDOPS_TOTAL // len(RANDOPS_RUNS))
+    done = hits = remaps = 0
+    for seed, extra in RANDOPS_RUNS:
+        data = Path(tempfile.mkdtemp(prefix=f"r{seed}-", dir=mgr.backing))
+        shadow, stats = tmp_path / f"shadow{seed}", tmp_path / f"stats{seed}"
+        shadow.mkdir()
+        stats.mkdir()
+        cmd = [str(CHELL), "run", "--mode", "shadow", "--path", str(data),
+               "--shadow-under-test", "cache", "--shadow-dir", str(shadow),
+               "--set", f"cache.pool={mgr.pool}",
+               "--set", f"stats.file={stats}/stats.%p.json", "--"] + \
+            randops_argv(seed, per, data, extra)
+        repro = shlex.join(str(c) for c in cmd)
+        env = dict(os.environ)
+        env.pop("CHELL_SHADOW_DIR", None)
+        res = run(cmd, env=env, timeout=600)
+        out, err = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
+        m = SUMMARY.search(out)
+        problems = []
+        if res.returncode != 0:
+            problems.append(f"exit status {res.returncode}")
+        if not m or (int(m.group(1)), int(m.group(3))) != (seed, per):
+            problems.append("not every operation ran")
+        if "DIVERGENCE" in err:
+            problems.append("shadow reported a divergence")
+        if problems:
+            head = "\n".join(l for l in err.splitlines() if not l.startswith("  #"))[:4000]
+            pytest.fail(f"randops shadow/cache seed {seed}: {'; '.join(problems)}\n{head}\n"
+                        f"reproduce (with the module's chelld running): {repro}", pytrace=False)
+        st = load_stats(stats)
+        hits += total(st, "read_hits") + total(st, "write_hits")
+        remaps += total(st, "remaps")
+        done += int(m.group(3))
+        shutil.rmtree(data, ignore_errors=True)
+        report(request, f"randops shadow/cache: {m.group(0)} [{' '.join(extra)}]")
+    report(request, f"randops shadow/cache: {done} operations, {hits} cache hits, "
+                    f"{remaps} chunks remapped after revocation")
+    assert done >= RANDOPS_TOTAL
+    assert hits > 0, "the cache never served a hit: the runs did not exercise it"
+    assert remaps > 0, "no chunk was ever revoked under a client: the pool is too large"
+
+
+# ------------------------------------------------------------------------
+# 4. Restart, no manager, fsync
+# ------------------------------------------------------------------------
+
+WRITER = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+data = bytes((i * 131 + 7) % 251 for i in range(3 << 20))
+os.write(fd, data)
+os.pwrite(fd, b"HELLO", 1 << 20)
+os.fsync(fd)
+os.close(fd)
+"""
+
+READER = r"""
+import hashlib, sys
+print(hashlib.sha256(open(sys.argv[1], "rb").read()).hexdigest())
+"""
+
+
+def expected_digest():
+    import hashlib
+    data = bytearray((i * 131 + 7) % 251 for i in range(3 << 20))
+    data[1 << 20:(1 << 20) + 5] = b"HELLO"
+    return hashlib.sha256(bytes(data)).hexdigest()
+
+
+def test_data_survives_stop_and_restart(tmp_path):
+    """Written through the cache, the manager stopped and started again: the
+    data reads back the same through the cache, and is in the backing file."""
+    pool = Path(tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm"))
+    backing = Path(tempfile.mkdtemp(prefix="chell-cache-back-", dir="/tmp"))
+    m = Manager(pool, backing)
+    try:
+        m.start()
+        w, r = tmp_path / "w.py", tmp_path / "r.py"
+        w.write_text(WRITER)
+        r.write_text(READER)
+        f = backing / "f"
+        res = run(m.cmd([sys.executable, w, f]), env=dict(PLAIN_ENV))
+        assert res.returncode == 0, describe(res)
+        m.stop()
+        m.start()
+        res = run(m.cmd([sys.executable, r, f]), env=dict(PLAIN_ENV))
+        assert res.returncode == 0, describe(res)
+        assert res.stdout.decode().strip() == expected_digest()
+        m.flush()
+        res = run([sys.executable, r, f], env=dict(PLAIN_ENV))
+        assert res.stdout.decode().strip() == expected_digest()
+    finally:
+        try:
+            m.stop()
+        finally:
+            shutil.rmtree(pool, ignore_errors=True)
+            shutil.rmtree(backing, ignore_errors=True)
+
+
+def preload_env(extra):
+    """The library preloaded directly (no `chell run`, which would start an
+    embedded chelld): the library's own behaviour. Under the ASan build the
+    ASan runtime must come first."""
+    env = dict(PLAIN_ENV, **extra)
+    pre = [str(LIBCHELL)]
+    if "ASAN_OPTIONS" in os.environ:
+        libasan = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True,
+                                 text=True).stdout.strip()
+        pre.insert(0, libasan)
+        env["ASAN_OPTIONS"] = os.environ["ASAN_OPTIONS"] + ":verify_asan_link_order=0"
+    env["LD_PRELOAD"] = ":".join(pre)
+    return env
+
+
+def test_no_manager_kernel_path(tmp_path):
+    """No chelld at cache.pool: the program runs on the kernel path, correct,
+    and the library says so in one line per process."""
+    pool = tmp_path / "nopool"
+    pool.mkdir()
+    d = tmp_path / "data"
+    d.mkdir()
+    w, r = tmp_path / "w.py", tmp_path / "r.py"
+    w.write_text(WRITER)
+    r.write_text(READER)
+    env = preload_env({"CHELL_MODE": "cache", "CHELL_CACHE_POOL": str(pool),
+                       "CHELL_CACHE_BACKING": str(d)})
+    for prog, out in ((w, b""), (r, expected_digest().encode() + b"\n")):
+        res = run([sys.executable, prog, d / "f"], env=env, timeout=60)
+        assert res.returncode == 0, describe(res)
+        assert res.stdout == out, describe(res)
+        lines = [l for l in res.stderr.decode().splitlines() if "no cache manager" in l]
+        assert len(lines) == 1, describe(res)
+    assert not (pool / "chelld.sock").exists()
+
+
+FSYNCER = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"x" * 65536)
+os.fsync(fd)                 # grew the file: one SYNC to the manager
+for i in range(100):
+    os.pwrite(fd, b"y" * 512, i * 512)
+    os.fdatasync(fd)         # inside the size, chunk already mapped: no SYNC
+print(os.pread(fd, 4, 0))
+"""
+
+
+def test_fsync_asks_the_manager_only_after_growth(mgr, dirs, tmp_path):
+    w = tmp_path / "fs.py"
+    w.write_text(FSYNCER)
+    res = run(mgr.cmd([sys.executable, w, dirs["cached"] / "f"],
+                      ["--set", f"stats.file={dirs['stats']}/stats.%p.json",
+                       "--set", "log.level=info"]),
+              env=dict(PLAIN_ENV))
+    assert res.returncode == 0, describe(res)
+    assert res.stdout == b"b'yyyy'\n"
+    st = [s for s in load_stats(dirs["stats"]) if s.get("fsyncs")]
+    assert total(st, "fsyncs") == 101, (st, describe(res))
+    assert total(st, "syncs") == 1, st
+    assert total(st, "write_hits") >= 100, st
