@@ -101,13 +101,16 @@ static void add(struct flush_total *t, const struct chelld_flush_reply *r)
 }
 
 /* Register FILE on the connection: 0 and its file id (a Cnode id: 0 is a
- * valid one), or -1 after a message. */
-static int register_file(struct cache_conn *cn, const char *file, uint32_t *id)
+ * valid one), or an errno value after a message (*down: the daemon did not
+ * answer). */
+static int register_file(struct cache_conn *cn, const char *file, uint32_t *id, bool *down)
 {
 	char *real = realpath(file, NULL);
+	int e;
 	if (!real) {
-		cli_err("cache flush: %s: %s", file, strerror(errno));
-		return -1;
+		e = errno;
+		cli_err("cache flush: %s: %s", file, strerror(e));
+		return e;
 	}
 	/* Write access is not needed to write back, but ask for the most the
 	 * caller has: it is what a client of the file would have. */
@@ -115,9 +118,10 @@ static int register_file(struct cache_conn *cn, const char *file, uint32_t *id)
 	if (fd < 0)
 		fd = open(real, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
-		cli_err("cache flush: %s: %s", file, strerror(errno));
+		e = errno;
+		cli_err("cache flush: %s: %s", file, strerror(e));
 		free(real);
-		return -1;
+		return e;
 	}
 	struct chelld_open q = {0};
 	struct chelld_open_reply r;
@@ -125,12 +129,12 @@ static int register_file(struct cache_conn *cn, const char *file, uint32_t *id)
 		cli_err("cache flush: %s: path too long", file);
 		close(fd);
 		free(real);
-		return -1;
+		return ENAMETOOLONG;
 	}
 	strcpy(q.path, real);
 	bool answered;
 	int rc = cache_call(cn, &q, sizeof q, CHELLD_MSG_OPEN_FILE, &r, sizeof r, fd, &answered);
-	int e = errno;
+	e = errno;
 	close(fd); /* the daemon keeps its own copy */
 	free(real);
 	if (rc < 0) {
@@ -139,7 +143,8 @@ static int register_file(struct cache_conn *cn, const char *file, uint32_t *id)
 				r.detail[0] ? ": " : "", (int)sizeof r.detail, r.detail);
 		else
 			cli_err("cache flush: %s: chelld did not answer: %s", file, strerror(e));
-		return -1;
+		*down = !answered;
+		return e ? e : EIO;
 	}
 	*id = r.file_id;
 	return 0;
@@ -234,11 +239,12 @@ int cache_flush(int argc, char **argv)
 	for (int i = optind; i < argc && !down; i++, w.done++) {
 		const char *file = argv[i];
 		w.name = file;
-		uint32_t id;
-		if (register_file(&cn, file, &id) < 0) {
+		uint32_t id = 0;
+		int re = register_file(&cn, file, &id, &down);
+		if (re) {
 			tot.failed++;
 			if (json)
-				json_result(file, NULL, EACCES, &first);
+				json_result(file, NULL, re, &first);
 			continue;
 		}
 		struct chelld_flush q = {.file_id = id, .flags = flags};

@@ -276,6 +276,10 @@ def test_flush_refusals(pool):
     assert p.returncode == 1 and b"refused by chelld: EPERM" in p.stderr
     p = cache("flush", "--pool", pool["pool"], pool["back"] / "missing")
     assert p.returncode == 1 and b"No such file" in p.stderr
+    p = cache("flush", "--pool", pool["pool"], "--json", pool["back"] / "missing", outside)
+    assert p.returncode == 1
+    r = js(p)
+    assert [x["error"] for x in r["results"]] == ["ENOENT", "EPERM"] and r["failed"] == 2
     # nobody can open neither the 0600 file nor ask to flush everything
     secret = pool["back"] / "a"
     os.chmod(secret, 0o600)
