@@ -135,6 +135,12 @@ int meta_check(struct meta *m, char *err, size_t errlen)
 {
 	if (!m)
 		return -EINVAL;
+	/* Allocation numbers start at 1 (meta_create) and only grow: a next
+	 * number of 0 would hand out 0, which no chunk may have. */
+	if (m->root->seq == 0) {
+		meta_err(err, errlen, "root sequence is 0 (allocation numbers start at 1)");
+		return -EUCLEAN;
+	}
 	/* Chunks per owner in one pass (not one pass per Cnode). */
 	uint32_t *owned = calloc(m->max_cnodes, sizeof(uint32_t));
 	if (!owned)

@@ -62,6 +62,10 @@ int meta_chunk_map(struct meta *m, uint32_t cnode, uint64_t file_chunk)
 	struct mroot *root = m->root;
 	if (root->chunks_used >= m->chunks)
 		return -ENOSPC;
+	/* Sequence numbers are never reused (FIFO order, incarnations):
+	 * after 2^64 - 2 allocations there is no next one. */
+	if (root->seq == UINT64_MAX)
+		return -EOVERFLOW;
 	uint32_t slot = bm_find_clear(m, m->chunk_bitmap_off, m->chunks, m->alloc_hint);
 	if (slot == META_NONE)
 		return -EUCLEAN;
