@@ -89,6 +89,7 @@ struct cache {
 	struct chelld_stats_reply *st; /* the server's counters */
 	uint32_t clean_cursor;  /* where the cleaner resumes */
 	bool cleaning;          /* between the high and the low watermark */
+	uint32_t ticks;
 	bool dir_dirty;         /* chunks/ changed since the last fsync of it */
 	/* Every client's access table, folded into the policy before a victim
 	 * is chosen (server.c keeps the list). */
@@ -119,6 +120,12 @@ int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_
 void cfile_unregister(struct cache *c, struct cfile *f);
 /* Record the backing file's size and times in the Cnode (a transaction). */
 void cfile_record(struct cache *c, struct cfile *f);
+/* Close the manager's descriptor once nobody has the file registered and
+ * it has no chunk left. */
+void cfile_release_fd(struct cache *c, struct cfile *f);
+/* The file was deleted (no name left) and nobody has it registered: its
+ * data has nowhere to go and nobody can read it again. */
+bool cfile_deleted(struct cache *c, struct cfile *f);
 
 /* chunk.c */
 /* The slot holding (cnode, file_chunk), allocating and creating its chunk
@@ -155,6 +162,8 @@ int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes,
 
 /* cleaner.c: one tick of the background cleaner (a timer in the loop). */
 void cleaner_tick(struct cache *c);
+/* Drop the chunks of deleted files (cfile_deleted); returns how many. */
+uint32_t cache_drop_deleted(struct cache *c);
 uint32_t cache_dirty_slots(const struct cache *c);
 
 /* Slots of a file, in file-chunk order: count, with their numbers in out

@@ -316,8 +316,10 @@ int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below)
 	int rc = meta_chunk_unmap(c->m, slot);
 	if (rc < 0)
 		chelld_log("slot %u: cannot free it in the metadata: %s", slot, strerror(-rc));
-	if (f)
-		f->evictions++;
 	memset(s, 0, sizeof *s);
+	if (f) {
+		f->evictions++;
+		cfile_release_fd(c, f);
+	}
 	return 0;
 }

@@ -33,8 +33,25 @@ static bool above(const struct cache *c, uint32_t dirty, unsigned pct)
 	return (uint64_t)dirty * 100 > (uint64_t)pct * c->nslots;
 }
 
+uint32_t cache_drop_deleted(struct cache *c)
+{
+	uint32_t n = 0;
+	for (uint32_t s = 0; s < c->nslots; s++) {
+		struct cfile *f = c->slots[s].map ? c->files[c->slots[s].cnode] : NULL;
+		if (f && cfile_deleted(c, f) && chunk_revoke(c, s, 0) == 0)
+			n++;
+	}
+	return n;
+}
+
 void cleaner_tick(struct cache *c)
 {
+	/* Once a second: chunks of deleted files are garbage. */
+	if (++c->ticks % 20 == 0) {
+		uint32_t n = cache_drop_deleted(c);
+		if (n)
+			chelld_log("dropped %u chunk(s) of deleted files", n);
+	}
 	uint32_t dirty = cache_dirty_slots(c);
 	if (!above(c, dirty, c->cfg->dirty_high) && !c->cleaning)
 		return;

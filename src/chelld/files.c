@@ -174,14 +174,30 @@ int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_
 	return id;
 }
 
+/* The manager's descriptor stays open while the file has chunks: it is how
+ * a deletion is noticed (st_nlink 0), and how the data gets written back
+ * even after a rename. */
+void cfile_release_fd(struct cache *c, struct cfile *f)
+{
+	struct meta_cnode_info ci;
+	if (f->fd < 0 || f->nregs || (meta_cnode_info(c->m, f->cnode, &ci) == 0 && ci.chunks))
+		return;
+	close(f->fd);
+	f->fd = -1;
+}
+
+bool cfile_deleted(struct cache *c, struct cfile *f)
+{
+	struct stat st;
+	(void)c;
+	return f->fd >= 0 && f->nregs == 0 && fstat(f->fd, &st) == 0 && st.st_nlink == 0;
+}
+
 void cfile_unregister(struct cache *c, struct cfile *f)
 {
 	if (f->nregs == 0 || --f->nregs > 0)
 		return;
 	f->bypass = false;
 	cfile_record(c, f);
-	if (f->fd >= 0) {
-		close(f->fd);
-		f->fd = -1;
-	}
+	cfile_release_fd(c, f);
 }

@@ -104,6 +104,12 @@ int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 		rc = -errno;
 		goto checkin;
 	}
+	if (cfile_deleted(c, f)) {
+		/* Unlinked and closed everywhere: nobody can ever read these
+		 * bytes, and keeping them would pin the chunks for good. */
+		chelld_log("file %s was deleted: discarding its %u dirty block(s)", f->path, total);
+		goto checkin;
+	}
 	uint64_t limit = (uint64_t)st.st_size < clamp ? (uint64_t)st.st_size : clamp;
 	wb_plan plan = {0};
 	rc = wb_plan_build(in, n, WB_MAX_EXTENT, &plan);

@@ -341,3 +341,26 @@ def test_policies_keep_a_hot_chunk_or_not(small, policy):
         assert fills <= 14, fills
     else:
         assert fills >= 15, fills
+
+
+def test_chunks_of_a_deleted_file_are_dropped_dirty_or_not(small):
+    small["serve"]()
+    f, g = small["back"] / "f", small["back"] / "g"
+    f.write_bytes(b"f" * 8192)
+    g.write_bytes(b"g" * 8192)
+    p = small["dir"] / "p"
+    p.write_bytes(b"x" * 10)
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", f"write:last:0:{p}",
+                        f"open:{g}:ro", f"read:last:0:8192:{small['dir'] / 'got'}", "stats")
+    ok(out)
+    assert out[-1][1]["used"] == "2" and out[-1][1]["dirty_chunks"] == "1"
+    os.unlink(f)
+    for _ in range(200):  # the cleaner looks once a second
+        st = stats(small["sock"])
+        if st["used"] == "1":
+            break
+        time.sleep(0.05)
+    assert st["used"] == "1" and st["dirty_chunks"] == "0"  # g's chunk stays
+    log = (small["pool"] / "chelld.log").read_text()
+    assert "was deleted: discarding its 1 dirty block(s)" not in log  # dropped without a write
+    assert "dropped 1 chunk(s) of deleted files" in log
