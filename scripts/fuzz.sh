@@ -50,7 +50,7 @@ mkdir -p "$out"
 libs=(chell_pmem)
 incs=()
 if [[ $target == cache_pool ]]; then
-	libs=(chell_cache_verify chell_cachemeta chell_cachepolicy chell_pmem)
+	libs=(chell_cache_verify chelld_pool chell_cachemeta chell_cachepolicy chell_pmem)
 	incs=(-I"$repo/src/cli" -I"$repo/src/cache/meta")
 fi
 echo "fuzz.sh: building ${libs[*]} with clang in $bdir" >&2

@@ -5,6 +5,13 @@
  * runs on them (src/cli/cmd_cache_verify.c: chell_region_open_mem,
  * meta_open, meta_check, then the control page against the metadata).
  *
+ * Then the same bytes are written as a pool directory (meta.pool and
+ * chunks/<slot>) and opened by chelld's own opener, pool_open of the
+ * chelld_pool library (meta_open_path, meta_check, each allocated slot's
+ * chunk file), which must not crash either; and what chelld refuses, the
+ * check must report as a problem (it may report more: it also compares
+ * backing identities and looks for dirty blocks that are not valid).
+ *
  * Input: the last CACHE_CTL_BYTES bytes are the control page of the chunk
  * file of slot (its own slot field, modulo the pool's chunks), everything
  * before is the meta.pool image. Shorter inputs are an image alone.
@@ -25,12 +32,16 @@
  * by ctest (fuzz_cache_pool_corpus).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cache/layout.h"
+#include "chelld/cache.h"
 #include "cache/meta/meta.h"
 #include "chell/pmem.h"
 #include "cmd_cache_verify.h"
@@ -155,6 +166,65 @@ static void read_all(struct meta *m)
 	meta_foreach_dirty(m, count_dirty, &dirty);
 }
 
+/* The pool directory pool_open reads: made once, rewritten per input. */
+static char pool_dir[256];
+static char chunk_path[300];
+
+static void remove_pool(void)
+{
+	char p[300];
+	if (chunk_path[0])
+		unlink(chunk_path);
+	snprintf(p, sizeof p, "%s/" CACHE_META_NAME, pool_dir);
+	unlink(p);
+	snprintf(p, sizeof p, "%s/" CACHE_CHUNKS_DIR, pool_dir);
+	rmdir(p);
+	rmdir(pool_dir);
+}
+
+static void write_file(const char *path, const void *buf, size_t len, uint64_t size, off_t at)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		fail(path, strerror(errno));
+	if ((size && ftruncate(fd, (off_t)size) < 0) ||
+	    (len && pwrite(fd, buf, len, at) != (ssize_t)len))
+		fail(path, strerror(errno));
+	close(fd);
+}
+
+/* chelld's opener on the same bytes, as files. */
+static void chelld_opens(const uint8_t *meta, size_t mlen, const struct cache_ctl *ctl,
+			 uint32_t slot, uint64_t fsize, const struct cv *v)
+{
+	char p[300];
+	if (!pool_dir[0]) {
+		const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+		snprintf(pool_dir, sizeof pool_dir, "%s/fuzz-cache-pool-XXXXXX", base);
+		snprintf(p, sizeof p, "%s/" CACHE_CHUNKS_DIR, mkdtemp(pool_dir) ? pool_dir : "");
+		if (mkdir(p, 0700) < 0)
+			fail(p, strerror(errno));
+		atexit(remove_pool);
+	}
+	snprintf(p, sizeof p, "%s/" CACHE_META_NAME, pool_dir);
+	write_file(p, meta, mlen, 0, 0);
+	if (chunk_path[0])
+		unlink(chunk_path);
+	chunk_path[0] = '\0';
+	if (ctl) {
+		snprintf(chunk_path, sizeof chunk_path, "%s/" CACHE_CHUNKS_DIR "/%u", pool_dir, slot);
+		write_file(chunk_path, ctl, fsize == CACHE_CHUNK_FILE_BYTES ? sizeof *ctl : 0, fsize,
+			   (off_t)CACHE_CHUNK_BYTES);
+	}
+	struct pool pool;
+	char err[512] = "";
+	int rc = pool_open(pool_dir, 0, &pool, err, sizeof err);
+	if (rc == 0)
+		pool_close(&pool);
+	else if (v->problems == 0)
+		fail("chelld's pool_open refuses a pool the check found no problem in", err);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size > MAX_IMAGE + CACHE_CTL_BYTES)
@@ -183,12 +253,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct meta *m = cv_meta_open(&v, img, mlen, &ops, &r);
 	if (m && v.problems)
 		fail("cv_meta_open", "returned metadata and reported a problem");
-	uint32_t slot = have_ctl ? (v.chunks ? ctl.slot % v.chunks : ctl.slot) : 0;
-	if (have_ctl) {
-		/* The file as it would be: full size, and the odd sizes too. */
-		uint64_t fsize = ctl.reserved0 & 1 ? ctl.reserved0 >> 1 : CACHE_CHUNK_FILE_BYTES;
+	uint32_t slot = have_ctl ? (v.chunks ? ctl.slot % v.chunks : ctl.slot % 64) : 0;
+	/* The file as it would be: full size, and (steered by the input) odd
+	 * sizes too, kept small so writing the file stays cheap. */
+	uint64_t fsize = ctl.reserved0 & 1 ? (ctl.reserved0 >> 1) % (CACHE_CHUNK_FILE_BYTES + 1)
+					   : CACHE_CHUNK_FILE_BYTES;
+	if (have_ctl)
 		cv_chunk_file(&v, m, "chunks/0", slot, fsize, &ctl);
-	}
 	if (m) {
 		for (uint32_t s = 0; s < v.chunks && s < 4096; s++)
 			cv_slot(&v, m, s, s == slot && have_ctl);
@@ -210,5 +281,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		chell_region_close(r);
 	}
 	free(img);
+	chelld_opens(data, mlen, have_ctl ? &ctl : NULL, slot, fsize, &v);
 	return 0;
 }
