@@ -13,7 +13,7 @@ chelld maps into the process. The kernel is the oracle:
 - written data survives `chell cache stop` and a restart;
 - with no manager, programs run on the kernel path with one clear line.
 
-One chelld per module (pool under /dev/shm, backing directory under /tmp).
+One chelld per test (pool under /dev/shm, backing directory under /tmp).
 """
 import json
 import os
@@ -84,11 +84,8 @@ class Manager:
 class fresh_manager:
     """A chelld on a new pool and backing directory, stopped and removed on exit.
 
-    One per test (starting one takes a fraction of a second): KNOWN BUG in
-    chelld (to be fixed on the manager side, see cache/layout.h): the dirty
-    chunks of a file deleted before they were written back are kept forever
-    (write-back fails with ENOENT), so a shared small pool fills with them
-    and every later MAP fails with ENOSPC."""
+    One per test (starting one takes a fraction of a second), so a test
+    never depends on what an earlier one left in the small pool."""
 
     def __enter__(self):
         self.pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
