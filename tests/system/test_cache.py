@@ -389,6 +389,49 @@ def test_data_survives_stop_and_restart(tmp_path):
             shutil.rmtree(backing, ignore_errors=True)
 
 
+LIVE = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+a = bytes((i * 7 + 3) % 256 for i in range(3 << 20))
+os.write(fd, a)
+print("written", flush=True)
+sys.stdin.readline()               # the manager is stopped and started meanwhile
+b = bytes((i * 11 + 5) % 256 for i in range(1 << 20))
+os.pwrite(fd, b, 5 << 20)          # a miss on the new manager: reconnect, register again
+assert os.pread(fd, 3 << 20, 0) == a
+assert os.pread(fd, 1 << 20, 5 << 20) == b
+assert os.pread(fd, 2 << 20, 3 << 20) == bytes(2 << 20)
+os.fsync(fd)
+print("ok", os.fstat(fd).st_size, flush=True)
+"""
+
+
+def test_running_client_survives_restart(tmp_path):
+    """A process keeps its file open while the manager restarts: it
+    reconnects on its next miss and every byte stays right."""
+    with fresh_manager() as m:
+        prog = tmp_path / "live.py"
+        prog.write_text(LIVE)
+        f = m.backing / "f"
+        p = subprocess.Popen(m.cmd([sys.executable, prog, f]), stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(PLAIN_ENV))
+        try:
+            assert p.stdout.readline() == b"written\n"
+            m.stop()
+            m.start()
+            out, err = p.communicate(b"go\n", timeout=TIMEOUT)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        assert p.returncode == 0, err.decode(errors="replace")
+        assert out == b"ok 6291456\n", err.decode(errors="replace")
+        m.flush()
+        data = f.read_bytes()
+        assert data[:3 << 20] == bytes((i * 7 + 3) % 256 for i in range(3 << 20))
+        assert data[5 << 20:] == bytes((i * 11 + 5) % 256 for i in range(1 << 20))
+
+
 def preload_env(extra):
     """The library preloaded directly (no `chell run`, which would start an
     embedded chelld): the library's own behaviour. Under the ASan build the
