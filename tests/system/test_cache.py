@@ -432,6 +432,47 @@ def test_running_client_survives_restart(tmp_path):
         assert data[5 << 20:] == bytes((i * 11 + 5) % 256 for i in range(1 << 20))
 
 
+AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs root and setpriv to run a second user")
+def test_two_users(tmp_path):
+    """Data root wrote into the cache (not yet written back) reaches another
+    user exactly when the kernel lets that user open the file: a 0644 file
+    reads the same through the cache, a 0600 one is refused at open, and a
+    write through a read-only grant is refused too."""
+    with fresh_manager() as m:
+        for d in (m.pool, m.backing):
+            os.chmod(d, 0o755)  # nobody must reach the socket and the files
+        pub, secret = m.backing / "pub", m.backing / "secret"
+        script = (f"head -c 3000000 /dev/zero | tr '\\0' p > {pub} && chmod 644 {pub} && "
+                  f"head -c 100000 /dev/zero | tr '\\0' s > {secret} && chmod 600 {secret}")
+        res = run(m.cmd(["sh", "-c", script]), env=dict(PLAIN_ENV))
+        assert res.returncode == 0, describe(res)
+        env = dict(PLAIN_ENV, HOME="/")
+        stats = Path(tempfile.mkdtemp(prefix="chell-cache-stats-", dir="/tmp"))
+        os.chmod(stats, 0o777)
+        try:
+            res = run(AS_NOBODY + m.cmd(["sh", "-c", f"md5sum < {pub}; cat {secret}; "
+                                         f"echo x >> {pub}; echo status $?"],
+                                        ["--set", f"stats.file={stats}/stats.%p.json"]),
+                      env=env, timeout=60)
+            st = load_stats(stats)
+        finally:
+            shutil.rmtree(stats, ignore_errors=True)
+        # served from the cache (the bytes may not be in the backing file yet)
+        assert total(st, "read_hits") + total(st, "read_misses") > 0, (st, describe(res))
+        out, err = res.stdout.decode(), res.stderr.decode()
+        import hashlib
+        assert out.startswith(hashlib.md5(b"p" * 3000000).hexdigest()), describe(res)
+        assert "s" * 100 not in out, describe(res)
+        assert "Permission denied" in err, describe(res)
+        assert out.rstrip().endswith("status 1") or out.rstrip().endswith("status 2"), describe(res)
+        m.flush()
+        assert pub.read_bytes() == b"p" * 3000000  # nobody's append never landed
+
+
 def preload_env(extra):
     """The library preloaded directly (no `chell run`, which would start an
     embedded chelld): the library's own behaviour. Under the ASan build the
