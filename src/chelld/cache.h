@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -62,6 +63,7 @@ struct slot {
 	uint32_t cnode;
 	uint64_t file_chunk;
 	bool stuck;             /* write-back failed: keep it, never evict */
+	bool busy;              /* the cleaner thread writes it back right now */
 };
 
 /* Volatile state of a Cnode (a cached backing file). */
@@ -90,6 +92,11 @@ struct cache {
 	uint32_t clean_cursor;  /* where the cleaner resumes */
 	bool cleaning;          /* between the high and the low watermark */
 	uint32_t ticks;
+	pthread_mutex_t lock;   /* the cache state, between the two threads */
+	pthread_cond_t idle;    /* a busy slot became idle */
+	pthread_cond_t wake;    /* to the cleaner: stop */
+	pthread_t cleaner;
+	bool cleaner_running, cleaner_stop;
 	bool dir_dirty;         /* chunks/ changed since the last fsync of it */
 	/* Every client's access table, folded into the policy before a victim
 	 * is chosen (server.c keeps the list). */
@@ -150,6 +157,26 @@ unsigned chunk_ndirty(const struct slot *s);
 int evict_one(struct cache *c);
 
 /* writeback.c */
+/* A write-back in three steps, so the cleaner thread can do the I/O
+ * without the cache lock: wb_begin (lock held: check-out, plan), wb_io
+ * (no lock needed: the slots are busy, the descriptor a dup), wb_end (lock
+ * held: check-in, or abandon the check-out on error). */
+struct wb_job {
+	struct cfile *f;
+	uint32_t *slots;
+	size_t n;
+	cp_bitmap *bits;
+	wb_chunk *in;
+	wb_plan plan;
+	bool planned, io_done;
+	int fd;
+	int rc;
+	uint64_t limit, written;
+};
+int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+	     struct wb_job *j);
+void wb_io(struct cache *c, struct wb_job *j);
+int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes);
 /* Write back the dirty blocks of the given slots (all of one file) with
  * check-out/check-in; data at or past `clamp` (and past the backing file's
  * size) is not written. Adds bytes written to *bytes. 0 or -errno (the
@@ -160,8 +187,13 @@ int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
  * out parameters (may be NULL). 0 or the first error. */
 int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files);
 
-/* cleaner.c: one tick of the background cleaner (a timer in the loop). */
-void cleaner_tick(struct cache *c);
+/* cleaner.c: the background cleaner thread. It and the server's thread
+ * hold c->lock while they touch the cache; the cleaner drops it for the
+ * I/O of a write-back, with the slots marked busy. */
+int cache_cleaner_start(struct cache *c);
+void cache_cleaner_stop(struct cache *c);
+/* Wait (lock held) until the cleaner is done with a slot. */
+void cache_wait_idle(struct cache *c, uint32_t slot);
 /* Drop the chunks of deleted files (cfile_deleted); returns how many. */
 uint32_t cache_drop_deleted(struct cache *c);
 uint32_t cache_dirty_slots(const struct cache *c);

@@ -280,6 +280,7 @@ int chunk_open_fd(struct cache *c, uint32_t slot, int flags)
 int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below)
 {
 	struct slot *s = &c->slots[slot];
+	cache_wait_idle(c, slot); /* the cleaner may be writing it back */
 	if (!s->map)
 		return -ENOENT;
 	struct cfile *f = cfile_get(c, s->cnode);

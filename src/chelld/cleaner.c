@@ -1,23 +1,30 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The background cleaner: a timer in the server's loop (every
- * CHELLD_CLEAN_MS) counts the chunks with dirty blocks by scanning the
- * control pages; once they reach the high watermark (--dirty-high, percent
- * of the slots) it writes chunks back, oldest slot position first from a
- * rotating cursor, until they are at or below the low watermark
- * (--dirty-low). It runs in the server's thread, between requests, so it
- * needs no lock against the request handlers; each pass is bounded
- * (CLEAN_BATCH chunks) so clients are served between batches, and the next
- * tick continues. When the cleaner falls behind, evictions of dirty
+ * The background cleaner: a thread that every CLEAN_MS counts the chunks
+ * with dirty blocks (scanning the control pages); once they reach the high
+ * watermark (--dirty-high, percent of the slots) it writes chunks back,
+ * from a rotating cursor, until they are at or below the low watermark
+ * (--dirty-low). It takes the cache lock like the request loop does, but
+ * drops it for the I/O of each write-back (pwritev, fdatasync) with the
+ * chunk marked busy: misses and other requests are served meanwhile, and
+ * nothing evicts, truncates or flushes a busy chunk (they wait for it,
+ * cache_wait_idle). When the cleaner falls behind, evictions of dirty
  * victims clean synchronously (evict.c).
  *
  * policy.h has a thread-based cleaner for one big dirty table; the pool's
  * dirty tables are one per chunk file (a control page each), so the
  * manager scans them itself with the same watermark rule.
+ *
+ * Once a second it also drops the chunks of deleted files (files.c).
  */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
 #include "chelld/cache.h"
 
-#define CLEAN_BATCH 16
+#define CLEAN_MS 50
+#define DELETED_EVERY 20 /* ticks */
 
 uint32_t cache_dirty_slots(const struct cache *c)
 {
@@ -28,9 +35,10 @@ uint32_t cache_dirty_slots(const struct cache *c)
 	return n;
 }
 
-static bool above(const struct cache *c, uint32_t dirty, unsigned pct)
+void cache_wait_idle(struct cache *c, uint32_t slot)
 {
-	return (uint64_t)dirty * 100 > (uint64_t)pct * c->nslots;
+	while (c->slots[slot].busy)
+		pthread_cond_wait(&c->idle, &c->lock);
 }
 
 uint32_t cache_drop_deleted(struct cache *c)
@@ -44,37 +52,110 @@ uint32_t cache_drop_deleted(struct cache *c)
 	return n;
 }
 
-void cleaner_tick(struct cache *c)
+static bool above(const struct cache *c, uint32_t dirty, unsigned pct)
 {
-	/* Once a second: chunks of deleted files are garbage. */
-	if (++c->ticks % 20 == 0) {
+	return (uint64_t)dirty * 100 > (uint64_t)pct * c->nslots;
+}
+
+/* The next dirty chunk from the cursor on, or -1. */
+static int next_dirty(struct cache *c)
+{
+	for (uint32_t i = 0, s = c->clean_cursor; i < c->nslots; i++, s = (s + 1) % c->nslots) {
+		const struct slot *sl = &c->slots[s];
+		if (sl->map && !sl->stuck && !sl->busy && dirty_chunk_flagged(sl->dt, 0)) {
+			c->clean_cursor = (s + 1) % c->nslots;
+			return (int)s;
+		}
+	}
+	return -1;
+}
+
+/* Write one chunk back, without the lock during the I/O (lock held). */
+static void clean_one(struct cache *c, uint32_t slot)
+{
+	struct slot *s = &c->slots[slot];
+	struct cfile *f = cfile_get(c, s->cnode);
+	struct wb_job j;
+	if (!f || wb_begin(c, f, &slot, 1, UINT64_MAX, &j) < 0) {
+		s->stuck = true; /* retried by a FLUSH, not every tick */
+		return;
+	}
+	s->busy = true;
+	pthread_mutex_unlock(&c->lock);
+	wb_io(c, &j);
+	pthread_mutex_lock(&c->lock);
+	s->busy = false;
+	pthread_cond_broadcast(&c->idle);
+	if (wb_end(c, &j, NULL) < 0)
+		s->stuck = true;
+}
+
+static void tick(struct cache *c)
+{
+	if (++c->ticks % DELETED_EVERY == 0) {
 		uint32_t n = cache_drop_deleted(c);
 		if (n)
 			chelld_log("dropped %u chunk(s) of deleted files", n);
 	}
 	uint32_t dirty = cache_dirty_slots(c);
-	if (!above(c, dirty, c->cfg->dirty_high) && !c->cleaning)
-		return;
 	if (!c->cleaning) {
+		if (!above(c, dirty, c->cfg->dirty_high))
+			return;
 		c->cleaning = true;
 		c->st->cleaner_passes++;
 	}
-	for (unsigned done = 0; done < CLEAN_BATCH && above(c, dirty, c->cfg->dirty_low);) {
-		uint32_t scanned = 0, s = c->clean_cursor;
-		while (scanned < c->nslots &&
-		       (!c->slots[s].map || c->slots[s].stuck || !dirty_chunk_flagged(c->slots[s].dt, 0))) {
-			s = (s + 1) % c->nslots;
-			scanned++;
-		}
-		if (scanned == c->nslots)
+	while (!c->cleaner_stop && above(c, dirty, c->cfg->dirty_low)) {
+		int s = next_dirty(c);
+		if (s < 0)
 			break;
-		c->clean_cursor = (s + 1) % c->nslots;
-		struct cfile *f = cfile_get(c, c->slots[s].cnode);
-		if (f && wb_slots(c, f, &s, 1, UINT64_MAX, NULL) < 0)
-			c->slots[s].stuck = true; /* retried by a flush, not every tick */
-		done++;
+		clean_one(c, (uint32_t)s);
 		dirty = cache_dirty_slots(c);
 	}
 	if (!above(c, dirty, c->cfg->dirty_low))
 		c->cleaning = false;
+}
+
+static void *cleaner_main(void *arg)
+{
+	struct cache *c = arg;
+	pthread_mutex_lock(&c->lock);
+	while (!c->cleaner_stop) {
+		struct timespec t;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		t.tv_nsec += CLEAN_MS * 1000000L;
+		if (t.tv_nsec >= 1000000000L) {
+			t.tv_sec++;
+			t.tv_nsec -= 1000000000L;
+		}
+		int rc = pthread_cond_timedwait(&c->wake, &c->lock, &t);
+		if (c->cleaner_stop)
+			break;
+		if (rc == ETIMEDOUT)
+			tick(c);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
+int cache_cleaner_start(struct cache *c)
+{
+	c->cleaner_stop = false;
+	int rc = pthread_create(&c->cleaner, NULL, cleaner_main, c);
+	if (rc)
+		return -rc;
+	c->cleaner_running = true;
+	return 0;
+}
+
+/* Called without the lock. */
+void cache_cleaner_stop(struct cache *c)
+{
+	if (!c->cleaner_running)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->cleaner_stop = true;
+	pthread_cond_broadcast(&c->wake);
+	pthread_mutex_unlock(&c->lock);
+	pthread_join(c->cleaner, NULL);
+	c->cleaner_running = false;
 }

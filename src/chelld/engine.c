@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "chelld/cache.h"
@@ -28,6 +29,13 @@ int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 			policy_destroy(c->pol);
 		return -ENOMEM;
 	}
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* the cleaner's timed waits */
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->idle, NULL);
+	pthread_cond_init(&c->wake, &ca);
+	pthread_condattr_destroy(&ca);
 	st->slots = c->nslots;
 	st->policy = cfg->policy;
 	return 0;
@@ -47,5 +55,8 @@ void cache_fini(struct cache *c)
 	free(c->slots);
 	free(c->files);
 	policy_destroy(c->pol);
+	pthread_cond_destroy(&c->idle);
+	pthread_cond_destroy(&c->wake);
+	pthread_mutex_destroy(&c->lock);
 	pool_close(&c->pool);
 }

@@ -22,7 +22,7 @@ static bool skip(void *arg, uint32_t slot)
 {
 	struct skip_arg *a = arg;
 	const struct slot *s = &a->c->slots[slot];
-	if (!s->map || s->stuck)
+	if (!s->map || s->stuck || s->busy)
 		return true;
 	if (!a->allow_dirty && dirty_chunk_flagged(s->dt, 0))
 		return true;

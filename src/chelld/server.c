@@ -27,7 +27,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <sys/mman.h>
-#include <sys/timerfd.h>
 
 #include "chelld/server.h"
 
@@ -35,7 +34,6 @@
 #define MAX_FILES 4096 /* per client */
 #define DRAIN_MAX 10000 /* requests served per client while stopping */
 #define MAX_RX_FDS 8   /* descriptors accepted in one message (extra ones are closed) */
-#define CLEAN_MS 50    /* period of the cleaner's timer */
 
 static uint64_t now_ms_since(const struct timespec *t0)
 {
@@ -592,7 +590,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 {
 	/* Large: the counters and the cache state live for the whole run. */
 	static struct server s;
-	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1, .tfd = -1};
+	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1};
 	clock_gettime(CLOCK_MONOTONIC, &s.start);
 	if (cache_init(&s.cache, cfg, pool, &s.st) < 0) {
 		chelld_log("cannot set up the cache: out of memory");
@@ -610,8 +608,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	signal(SIGPIPE, SIG_IGN);
 	s.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	s.ep = epoll_create1(EPOLL_CLOEXEC);
-	s.tfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-	if (s.sfd < 0 || s.ep < 0 || s.tfd < 0) {
+	if (s.sfd < 0 || s.ep < 0) {
 		chelld_log("cannot set up the event loop: %s", strerror(errno));
 		return -1;
 	}
@@ -619,10 +616,11 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &s.sfd;
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.sfd, &ev);
-	struct itimerspec its = {{0, CLEAN_MS * 1000000L}, {0, CLEAN_MS * 1000000L}};
-	timerfd_settime(s.tfd, 0, &its, NULL);
-	ev.data.ptr = &s.tfd;
-	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.tfd, &ev);
+	int crc = cache_cleaner_start(&s.cache);
+	if (crc < 0) {
+		chelld_log("cannot start the cleaner thread: %s", strerror(-crc));
+		return -1;
+	}
 	chelld_log("serving on %s", cfg->sock_path);
 
 	for (;;) {
@@ -635,14 +633,12 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 			break;
 		}
 		bool quit = false;
+		/* The cleaner thread shares the cache: hold its lock while serving. */
+		pthread_mutex_lock(&s.cache.lock);
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 			if (p == &s.lfd) {
 				accept_one(&s);
-			} else if (p == &s.tfd) {
-				uint64_t ticks;
-				if (read(s.tfd, &ticks, sizeof ticks) == sizeof ticks)
-					cleaner_tick(&s.cache);
 			} else if (p == &s.sfd) {
 				struct signalfd_siginfo si;
 				if (read(s.sfd, &si, sizeof si) == sizeof si) {
@@ -655,12 +651,15 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 				serve_one(&s, p);
 			}
 		}
+		pthread_mutex_unlock(&s.cache.lock);
 		if (quit)
 			break;
 	}
+	cache_cleaner_stop(&s.cache);
+	pthread_mutex_lock(&s.cache.lock);
 	stop(&s);
+	pthread_mutex_unlock(&s.cache.lock);
 	close(s.sfd);
-	close(s.tfd);
 	close(s.ep);
 	cache_fini(&s.cache);
 	return 0;

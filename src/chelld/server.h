@@ -36,7 +36,7 @@ struct client {
 
 struct server {
 	const struct chelld_config *cfg;
-	int ep, lfd, sfd, tfd;
+	int ep, lfd, sfd;
 	struct client *clients;
 	uint32_t nclients;
 	struct timespec start;

@@ -76,54 +76,77 @@ static int write_extent(struct cache *c, int fd, const wb_plan *plan, const wb_e
 	return rc;
 }
 
-int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
-	     uint64_t *bytes)
+int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+	     struct wb_job *j)
 {
+	memset(j, 0, sizeof *j);
+	j->fd = -1;
+	for (size_t i = 0; i < n; i++)
+		cache_wait_idle(c, slots[i]);
 	int fd = cfile_fd(c, f);
 	if (fd < 0)
 		return fd;
-	cp_bitmap *bits = calloc(n, sizeof *bits);
-	wb_chunk *in = calloc(n, sizeof *in);
-	if (!bits || !in) {
-		free(bits);
-		free(in);
+	j->f = f;
+	j->n = n;
+	j->slots = malloc(n * sizeof *j->slots);
+	j->bits = calloc(n, sizeof *j->bits);
+	j->in = calloc(n, sizeof *j->in);
+	j->fd = dup(fd); /* the cleaner writes without the lock: f->fd may close */
+	if (!j->slots || !j->bits || !j->in || j->fd < 0) {
+		free(j->slots);
+		free(j->bits);
+		free(j->in);
+		if (j->fd >= 0)
+			close(j->fd);
+		memset(j, 0, sizeof *j);
+		j->fd = -1;
 		return -ENOMEM;
 	}
+	memcpy(j->slots, slots, n * sizeof *slots);
 	unsigned total = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct slot *s = &c->slots[slots[i]];
-		total += dirty_checkout(s->dt, 0, &bits[i]);
-		in[i] = (wb_chunk){slots[i], s->file_chunk * CACHE_CHUNK_BYTES, &bits[i]};
+		total += dirty_checkout(s->dt, 0, &j->bits[i]);
+		j->in[i] = (wb_chunk){slots[i], s->file_chunk * CACHE_CHUNK_BYTES, &j->bits[i]};
 	}
-	int rc = 0;
-	uint64_t written = 0;
 	struct stat st;
 	if (total == 0)
-		goto checkin;
-	if (fstat(fd, &st) < 0) {
-		rc = -errno;
-		goto checkin;
+		return 0;
+	if (fstat(j->fd, &st) < 0) {
+		j->rc = -errno;
+		return 0;
 	}
 	if (cfile_deleted(c, f)) {
 		/* Unlinked and closed everywhere: nobody can ever read these
 		 * bytes, and keeping them would pin the chunks for good. */
 		chelld_log("file %s was deleted: discarding its %u dirty block(s)", f->path, total);
-		goto checkin;
+		return 0;
 	}
-	uint64_t limit = (uint64_t)st.st_size < clamp ? (uint64_t)st.st_size : clamp;
-	wb_plan plan = {0};
-	rc = wb_plan_build(in, n, WB_MAX_EXTENT, &plan);
-	for (uint32_t e = 0; rc == 0 && e < plan.next; e++)
-		rc = write_extent(c, fd, &plan, &plan.ext[e], limit, &written);
-	wb_plan_free(&plan);
+	j->limit = (uint64_t)st.st_size < clamp ? (uint64_t)st.st_size : clamp;
+	j->rc = wb_plan_build(j->in, n, WB_MAX_EXTENT, &j->plan);
+	j->planned = j->rc == 0;
+	return 0;
+}
+
+void wb_io(struct cache *c, struct wb_job *j)
+{
+	if (!j->planned)
+		return;
+	for (uint32_t e = 0; j->rc == 0 && e < j->plan.next; e++)
+		j->rc = write_extent(c, j->fd, &j->plan, &j->plan.ext[e], j->limit, &j->written);
 	/* Durable in the backing file before the cache forgets it is dirty. */
-	if (rc == 0 && written && fdatasync(fd) < 0)
-		rc = -errno;
-	c->st->writeback_ops++;
-checkin:
-	for (size_t i = 0; i < n; i++) {
-		struct slot *s = &c->slots[slots[i]];
-		if (rc == 0) {
+	if (j->rc == 0 && j->written && fdatasync(j->fd) < 0)
+		j->rc = -errno;
+	j->io_done = true;
+}
+
+int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes)
+{
+	if (!j->f)
+		return -EBADF;
+	for (size_t i = 0; i < j->n; i++) {
+		struct slot *s = &c->slots[j->slots[i]];
+		if (j->rc == 0) {
 			dirty_checkin(s->dt, 0);
 			if (__atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) == CACHE_CHUNK_LIVE)
 				s->stuck = false;
@@ -132,16 +155,36 @@ checkin:
 		}
 		chell_persist(c->pops, s->ctl->dirty, dirty_table_bytes(1));
 	}
-	free(bits);
-	free(in);
-	if (rc == 0 && written) {
-		c->st->writeback_bytes += written;
-		f->writeback_bytes += written;
+	if (j->planned)
+		wb_plan_free(&j->plan);
+	if (j->io_done)
+		c->st->writeback_ops++;
+	int rc = j->rc;
+	if (rc == 0 && j->written) {
+		c->st->writeback_bytes += j->written;
+		j->f->writeback_bytes += j->written;
 		if (bytes)
-			*bytes += written;
-		cfile_record(c, f); /* our own write is not an outside change */
+			*bytes += j->written;
+		cfile_record(c, j->f); /* our own write is not an outside change */
 	}
+	free(j->slots);
+	free(j->bits);
+	free(j->in);
+	close(j->fd);
+	memset(j, 0, sizeof *j);
+	j->fd = -1;
 	return rc;
+}
+
+int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+	     uint64_t *bytes)
+{
+	struct wb_job j;
+	int rc = wb_begin(c, f, slots, n, clamp, &j);
+	if (rc < 0)
+		return rc;
+	wb_io(c, &j);
+	return wb_end(c, &j, bytes);
 }
 
 uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out)
