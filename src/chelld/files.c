@@ -114,9 +114,9 @@ static void outside_change(struct cache *c, struct cfile *f, const struct meta_c
 			   const struct stat *st)
 {
 	chelld_log("file %s changed outside the cache (size %llu -> %lld, mtime %lld -> %lld): "
-		   "writing back %s dirty blocks and dropping its %u chunk(s)",
+		   "writing back its dirty blocks and dropping its %u chunk(s)",
 		   f->path, (unsigned long long)ci->size, (long long)st->st_size,
-		   (long long)ci->mtime_ns, (long long)ts_ns(&st->st_mtim), "its", ci->chunks);
+		   (long long)ci->mtime_ns, (long long)ts_ns(&st->st_mtim), ci->chunks);
 	c->st->outside_changes++;
 	uint32_t *slots = malloc(c->nslots * sizeof *slots);
 	if (!slots)

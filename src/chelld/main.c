@@ -283,6 +283,12 @@ static int configure(struct chelld_config *cfg, const char *pool, const char *si
 			return fail(CHELLD_EXIT_USAGE, "backing directory '%s' is not a directory",
 				    backing[i]);
 		}
+		if (access(r, R_OK | X_OK) < 0) {
+			int e = errno;
+			free(r);
+			return fail(CHELLD_EXIT_USAGE, "backing directory '%s' is not readable: %s",
+				    backing[i], strerror(e));
+		}
 		cfg->backings[cfg->nbackings++] = r;
 	}
 	cfg->sock_path = sock ? strdup(sock) : join(cfg->pool, CHELLD_SOCK_NAME);

@@ -70,7 +70,7 @@ void cache_recover(struct cache *c)
 {
 	static struct cache_ctl ctl;
 	char err[256];
-	uint32_t live = 0, freed = 0, finished = 0, aborted = 0;
+	uint32_t live = 0, freed = 0, finished = 0;
 	for (uint32_t s = 0; s < c->nslots; s++) {
 		struct meta_chunk_info ci;
 		if (meta_chunk_info(c->m, s, &ci) < 0)
@@ -94,11 +94,6 @@ void cache_recover(struct cache *c)
 				finished++;
 			continue;
 		}
-		for (unsigned b = 0; b < CACHE_BLOCKS; b++)
-			if (dirty_state(sl->dt, 0, b) != BLK_CLEAN) {
-				aborted++;
-				break;
-			}
 		policy_insert(c->pol, s);
 		live++;
 	}
@@ -106,7 +101,6 @@ void cache_recover(struct cache *c)
 	uint32_t dirty = cache_dirty_slots(c);
 	chelld_log("recovery: %u chunk(s) kept (%u dirty), %u never handed out freed, %u "
 		   "interrupted eviction(s) finished", live, dirty, freed, finished);
-	(void)aborted;
 	if (dirty == 0)
 		return;
 	uint64_t blocks = 0, bytes = 0;

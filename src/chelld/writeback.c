@@ -204,23 +204,35 @@ uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out)
 	return n;
 }
 
-/* Write back one file's dirty slots (those not stuck in a revocation). */
+/* Write back one file's dirty slots; an eviction whose write-back had
+ * failed (REVOKED, kept) is finished once it succeeds. Returns 0, 1 if the
+ * file had dirty blocks, or -errno. */
 static int wb_one_file(struct cache *c, struct cfile *f, uint32_t *slots, uint64_t *blocks,
-		       uint64_t *bytes)
+		       uint64_t *bytes, bool progress)
 {
 	uint32_t n = cache_file_slots(c, f->cnode, slots), k = 0;
+	uint64_t nd = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct slot *s = &c->slots[slots[i]];
 		unsigned d = chunk_ndirty(s);
 		if (d) {
 			slots[k++] = slots[i];
-			if (blocks)
-				*blocks += d;
+			nd += d;
 		}
 	}
 	if (k == 0)
 		return 0;
-	return wb_slots(c, f, slots, k, UINT64_MAX, bytes);
+	if (blocks)
+		*blocks += nd;
+	if (progress)
+		chelld_log("writing back %llu dirty block(s) of %s", (unsigned long long)nd, f->path);
+	int rc = wb_slots(c, f, slots, k, UINT64_MAX, bytes);
+	for (uint32_t i = 0; rc == 0 && i < k; i++)
+		if (c->slots[slots[i]].map &&
+		    __atomic_load_n(&c->slots[slots[i]].ctl->state, __ATOMIC_ACQUIRE) ==
+			    CACHE_CHUNK_REVOKED)
+			chunk_revoke(c, slots[i], UINT64_MAX);
+	return rc < 0 ? rc : 1;
 }
 
 int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files)
@@ -233,13 +245,13 @@ int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes,
 		struct cfile *g = f ? f : cfile_get(c, id);
 		if (!g)
 			continue;
-		int rc = wb_one_file(c, g, slots, blocks, bytes);
+		int rc = wb_one_file(c, g, slots, blocks, bytes, !f);
 		if (rc < 0) {
 			chelld_log("file %s: write-back failed: %s", g->path, strerror(-rc));
 			if (!first)
 				first = rc;
 		}
-		if (files)
+		if (files && (f || rc))
 			(*files)++;
 		if (f)
 			break;

@@ -12,7 +12,7 @@ import struct
 
 import pytest
 
-from test_chelld import client, start, status, stop, wait_gone
+from test_chelld import AS_NOBODY, CHELLD, client, run, start, status, stop, wait_gone
 
 CHUNK = 2 << 20
 CTL = CHUNK                  # the control page's offset in a chunk file
@@ -194,6 +194,13 @@ def test_not_a_pool_and_unreadable_backing_directory(pool):
     p = pool["serve"]()
     assert p.returncode == 2 and b"meta.pool" in p.stderr
     os.unlink(pool["pool"] / "meta.pool")
+    # root reads any directory: the unreadable one is tried as nobody
+    os.chmod(pool["dir"], 0o755)
+    os.chmod(pool["pool"], 0o777)
+    os.chmod(pool["back"], 0o700)
+    p = run(AS_NOBODY + [CHELLD, "--pool", pool["pool"], "--size", "4M", "--backing",
+                         pool["back"]])
+    assert p.returncode == 2 and b"is not readable" in p.stderr, p.stderr
     os.rmdir(pool["back"])
     p = pool["serve"]()
     assert p.returncode == 2 and b"backing directory" in p.stderr
@@ -206,3 +213,21 @@ def test_a_pool_keeps_the_size_it_was_created_with(pool):
     assert p.returncode == 0
     assert b"note: pool" in p.stderr and b"(4 chunks)" in p.stderr
     assert stats(pool["sock"])["slots"] == "4"
+
+
+def test_kept_dirty_chunk_is_written_back_by_a_flush_once_its_file_is_back(pool):
+    assert pool["serve"]().returncode == 0
+    f, away = pool["back"] / "f", pool["dir"] / "away"
+    f.write_bytes(b"1" * 4096)
+    p = pool["dir"] / "p"
+    p.write_bytes(b"2" * 100)
+    rc, out, _ = client(pool["sock"], "hello", f"open:{f}:rw", f"write:last:0:{p}")
+    pool["kill"]()
+    os.rename(f, away)  # e.g. a backing file system not mounted yet
+    assert pool["serve"]().returncode == 0
+    assert stats(pool["sock"])["dirty_chunks"] == "1"
+    os.rename(away, f)
+    rc, out, _ = client(pool["sock"], "hello", "flush:all", "stats")
+    assert out[1][1]["status"] == "OK" and out[1][1]["bytes"] == "4096"
+    assert out[2][1]["dirty_chunks"] == "0"
+    assert f.read_bytes() == b"2" * 100 + b"1" * 3996
