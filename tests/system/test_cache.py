@@ -243,6 +243,41 @@ def test_program(mgr, dirs, input_file, name):
         assert tree(dirs["cached"])[k] == v, f"{k} differs in the backing directory"
 
 
+COHERENCE = r"""
+import os, mmap, sys
+p = sys.argv[1]
+fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b"A" * 8192)                 # in the cache only
+d = os.open(p, os.O_RDONLY | os.O_DIRECT)  # the kernel's path must see it
+buf = mmap.mmap(-1, 8192)
+print("O_DIRECT read", os.readv(d, [buf]), buf[:4], buf[8188:])
+os.close(d)
+os.pwrite(fd, b"C" * 4096, 4096)
+m = mmap.mmap(fd, 8192)                   # a shared mapping of the file
+print("mapped", m[0:4], m[4096:4100])
+m[0:4] = b"BBBB"                          # a store through it ...
+print("read after the store", os.pread(fd, 4, 0))  # ... read by read()
+os.pwrite(fd, b"D" * 4, 4)
+print("mapping after write", m[0:8])
+m.close()
+print(os.fstat(fd).st_size)
+"""
+
+
+def test_odirect_and_mmap_coherence(mgr, dirs, tmp_path):
+    """O_DIRECT descriptors and the application's own shared mapping see
+    the cache's data, and the mapping's stores are not lost."""
+    prog = tmp_path / "coh.py"
+    prog.write_text(COHERENCE)
+    plain = run([sys.executable, prog, dirs["plain"] / "f"], env=dict(PLAIN_ENV))
+    assert plain.returncode == 0, describe(plain)
+    got = run(mgr.cmd([sys.executable, prog, dirs["cached"] / "f"]), env=dict(PLAIN_ENV))
+    assert got.returncode == 0, describe(got)
+    assert got.stdout == plain.stdout, describe(got)
+    mgr.flush()
+    assert (dirs["cached"] / "f").read_bytes() == (dirs["plain"] / "f").read_bytes()
+
+
 # ------------------------------------------------------------------------
 # 2. POSIX semantics transcripts
 # ------------------------------------------------------------------------

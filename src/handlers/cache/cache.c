@@ -174,9 +174,19 @@ static void cache_opened(chell_ctx *c)
 	int trunc = tls_open_trunc;
 	tls_open_trunc = 0;
 	d->active = 0;
-	if ((status(c) & O_DIRECT) || !under_backing(c->path ? c->path : c->f->path)) {
+	if (!under_backing(c->path ? c->path : c->f->path)) {
 		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the kernel's I/O path */
+	}
+	if (status(c) & O_DIRECT) {
+		/* The application wants the kernel's I/O path, which must then see
+		 * every byte: the file is written back and not cached while this
+		 * process has it open (as for a shared mmap; the registration,
+		 * held by the local state, keeps the manager's bypass on). */
+		if (attach(c, 1) == 0)
+			cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+		size_changed_by_kernel(c->fd);
+		return;
 	}
 	if (attach(c, 1) < 0) {
 		CSTAT(kernel_fallbacks, 1);
