@@ -875,8 +875,9 @@ def plot(path, res):
                       0.2, color=col[arm], label=arm)
         ax[0].set_xticks([0, 1])
         ax[0].set_xticklabels(["4 KB read hit", "4 KB write hit"])
-        ax[0].set_ylabel("ns/op")
-        ax[0].set_title("hit latency")
+        ax[0].set_yscale("log")
+        ax[0].set_ylabel("ns/op (log)")
+        ax[0].set_title("4 KB hit latency")
         ax[0].legend(fontsize=8)
     z = (res.get("zipf") or {}).get("summary")
     if z:
