@@ -371,6 +371,16 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 			r = CACHE_MISS_KERNEL;
 			break;
 		}
+		if (want_write && !(rep.access & CHELLD_ACC_WRITE)) {
+			/* our registration grants writing, the manager's answer not:
+			 * out of step; never spin on a read-only mapping */
+			chell_log("cache: chunk %llu handed out read-only for a write",
+				  (unsigned long long)k);
+			cache_unlock();
+			sys_close(mfd);
+			r = -EIO;
+			break;
+		}
 		e = install(cf, k, mfd, w && (rep.access & CHELLD_ACC_WRITE));
 		sys_close(mfd);
 		cache_unlock();
