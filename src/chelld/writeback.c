@@ -83,14 +83,27 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 	j->fd = -1;
 	for (size_t i = 0; i < n; i++)
 		cache_wait_idle(c, slots[i]);
+	/* While we waited (the lock released), the cleaner may have dropped
+	 * chunks of a deleted file: keep only the slots still the file's. */
+	uint32_t *keep = malloc((n ? n : 1) * sizeof *keep);
+	if (!keep)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (c->slots[slots[i]].map && c->slots[slots[i]].cnode == f->cnode)
+			keep[k++] = slots[i];
+	slots = keep;
+	n = k;
 	int fd = cfile_fd(c, f);
-	if (fd < 0)
+	if (fd < 0) {
+		free(keep);
 		return fd;
+	}
 	j->f = f;
 	j->n = n;
-	j->slots = malloc(n * sizeof *j->slots);
-	j->bits = calloc(n, sizeof *j->bits);
-	j->in = calloc(n, sizeof *j->in);
+	j->slots = malloc((n ? n : 1) * sizeof *j->slots);
+	j->bits = calloc(n ? n : 1, sizeof *j->bits);
+	j->in = calloc(n ? n : 1, sizeof *j->in);
 	j->fd = dup(fd); /* the cleaner writes without the lock: f->fd may close */
 	if (!j->slots || !j->bits || !j->in || j->fd < 0) {
 		free(j->slots);
@@ -100,9 +113,12 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 			close(j->fd);
 		memset(j, 0, sizeof *j);
 		j->fd = -1;
+		free(keep);
 		return -ENOMEM;
 	}
 	memcpy(j->slots, slots, n * sizeof *slots);
+	free(keep);
+	slots = j->slots;
 	unsigned total = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct slot *s = &c->slots[slots[i]];
