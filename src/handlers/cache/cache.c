@@ -134,7 +134,7 @@ static int attach(chell_ctx *c, int count_open)
 	struct stat st;
 	if (sys_fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode))
 		return -1;
-	struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino);
+	struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
 	if (!cf)
 		return -1;
 	struct direct_inode *in = direct_inode_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
@@ -634,7 +634,7 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 	struct stat st;
 	if (fd >= 0 && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
 		fd = chell_internal_fd(fd, 1);
-		struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino);
+		struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
 		if (cf) {
 			r = cache_truncate_file(cf, fd, (uint64_t)len);
 			cache_file_put(cf);
@@ -664,7 +664,7 @@ static int cache_fsync(chell_ctx *c, int datasync)
 	CSTAT(fsyncs, 1);
 	if (cache_dax)
 		direct_fence();
-	int r = cache_sync_file(L(c)->cf, c->fd);
+	int r = cache_sync_file(L(c)->cf, c->fd, isize(L(c)->inode));
 	/* No manager to record a new size: the kernel's fsync of the backing
 	 * file makes the size (set there by fallocate) durable instead; the
 	 * data itself is in the pool already. */

@@ -89,11 +89,13 @@ struct cache_file {
 	uint32_t access;        /* CHELLD_ACC_* of the registration(s) */
 	uint32_t nregs;         /* registrations on conn_gen, one CLOSE each */
 	_Atomic uint32_t need_sync; /* grown, or given a new chunk to write, since the last SYNC */
+	_Atomic uint64_t synced_size; /* the size at this process's last SYNC (or first open) */
 	struct cache_counts counts;
 	struct cache_file *next;
 	struct cache_entry *_Atomic l1[CACHE_L1_SIZE];
 };
-struct cache_file *cache_file_get(uint64_t dev, uint64_t ino);
+/* size: the file's size now (a new entry starts from it as "synced"). */
+struct cache_file *cache_file_get(uint64_t dev, uint64_t ino, uint64_t size);
 void cache_file_put(struct cache_file *cf);
 
 static inline uintptr_t cache_entry_of(struct cache_file *cf, uint64_t k)
@@ -124,8 +126,9 @@ int cache_register(struct cache_file *cf, int fd, uint32_t need, uint32_t *id);
 int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags);
 /* TRUNCATE through the manager: 0, -errno from it, or CACHE_MISS_KERNEL. */
 int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size);
-/* SYNC if this process grew the file or got a new chunk to write since the last one. */
-int cache_sync_file(struct cache_file *cf, int fd);
+/* SYNC if this process got a new chunk to write since its last one, or the
+ * size (shared by the tree: `size`) differs from the one it last synced. */
+int cache_sync_file(struct cache_file *cf, int fd, uint64_t size);
 void cache_map_after_fork(void);
 /* Counts of the files still open (for BYE). Caller holds cache_lock. */
 void cache_map_unreported(struct chelld_client_counts *out);

@@ -40,7 +40,7 @@ static int dax_known;
 static struct cache_file *files; /* under cache_lock */
 static _Atomic int reg_fd = -1;   /* a reopened descriptor in flight (fork child closes it) */
 
-struct cache_file *cache_file_get(uint64_t dev, uint64_t ino)
+struct cache_file *cache_file_get(uint64_t dev, uint64_t ino, uint64_t size)
 {
 	cache_lock();
 	struct cache_file *cf;
@@ -52,6 +52,7 @@ struct cache_file *cache_file_get(uint64_t dev, uint64_t ino)
 		if (cf) {
 			cf->dev = dev;
 			cf->ino = ino;
+			cf->synced_size = size;
 			cf->next = files;
 			files = cf;
 		}
@@ -480,18 +481,22 @@ int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size)
 	return -r.status;
 }
 
-/* SYNC when this process grew the file or was handed a new chunk file to
- * write since its last SYNC: the manager records the size and makes new
- * chunk files' directory entries durable. Otherwise there is nothing the
- * manager must do, and fsync costs no system call at all. */
-int cache_sync_file(struct cache_file *cf, int fd)
+/* SYNC when the file's size differs from the one this process last had
+ * recorded (any process of the tree may have grown it: the size is shared)
+ * or this process was handed a new chunk file to write since: the manager
+ * records the size and makes new chunk files' directory entries durable.
+ * Otherwise there is nothing the manager must do, and fsync costs no
+ * system call at all. */
+int cache_sync_file(struct cache_file *cf, int fd, uint64_t size)
 {
-	if (!atomic_load_explicit(&cf->need_sync, memory_order_acquire))
-		return 0; /* nothing the manager must record: no system call at all */
+	if (!atomic_load_explicit(&cf->need_sync, memory_order_acquire) &&
+	    atomic_load_explicit(&cf->synced_size, memory_order_relaxed) == size)
+		return 0;
 	uint32_t id;
 	if (ensure_registered(cf, fd, CHELLD_ACC_READ, &id) != 0)
 		return CACHE_MISS_KERNEL;
 	atomic_store(&cf->need_sync, 0); /* before the call: a racing extension sets it again */
+	atomic_store(&cf->synced_size, size);
 	struct chelld_sync m = {0};
 	struct chelld_rhdr r;
 	m.file_id = id;
