@@ -144,6 +144,40 @@ static long pid_from_file(const char *pid_path)
 	return pid;
 }
 
+/* The process is gone or a zombie (its threads may still be releasing its
+ * files, the pool lock among them). */
+static bool dying(long pid)
+{
+	char path[64], buf[512];
+	snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return true;
+	size_t n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	const char *p = strrchr(buf, ')');
+	return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
+/* Take the pool's lock. A chelld that was just killed holds it until its
+ * last thread has exited, a moment after its main thread is a zombie:
+ * wait for that (up to 2 s) rather than refuse a restart. */
+static int lock_pool(int lfd, const char *pid_path)
+{
+	for (int i = 0; i < 200; i++) {
+		if (flock(lfd, LOCK_EX | LOCK_NB) == 0)
+			return 0;
+		int e = errno;
+		long other = pid_from_file(pid_path);
+		if (e != EWOULDBLOCK || other <= 0 || !dying(other))
+			break;
+		struct timespec ts = {0, 10 * 1000000L};
+		nanosleep(&ts, NULL);
+	}
+	return flock(lfd, LOCK_EX | LOCK_NB);
+}
+
 static int bind_socket(const char *path)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -422,7 +456,7 @@ int main(int argc, char **argv)
 			  strerror(errno));
 		goto out;
 	}
-	if (flock(lfd, LOCK_EX | LOCK_NB) < 0) {
+	if (lock_pool(lfd, cfg.pid_path) < 0) {
 		long other = pid_from_file(cfg.pid_path);
 		if (errno == EWOULDBLOCK && other > 0)
 			rc = fail(CHELLD_EXIT_FAIL, "pool %s is already served by chelld (pid %ld)",
