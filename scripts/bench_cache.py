@@ -380,6 +380,12 @@ class Chell:
                 probe.unlink()
 
 
+def provider_ok(chell_arm, provider):
+    """A Chell arm's calls must bind to libchell.so; the others' must not
+    (libc.so.6, or a sanitizer's interceptor in an ASan build)."""
+    return provider.startswith("libchell") == chell_arm
+
+
 def arm_orders(arms, rounds):
     return [list(arms) if r % 2 == 0 else list(reversed(arms)) for r in range(rounds)]
 
@@ -448,9 +454,8 @@ def section_lat(ch, prof, cpu, problems):
                    "--cpu", str(cpu), "--batch-ms", str(prof["lat_batch_ms"]), "--batches",
                    str(prof["lat_batches"])] + (["--mmap"] if arm == "memcpy" else [])
             data = ch.run_json("plain" if arm in ("pagecache", "memcpy") else arm, cmd)
-            want = "libchell" if arm in ("cache", "direct") else "libc"
             for s in ("pread", "pwrite"):
-                if arm != "memcpy" and not data["provider"][s].startswith(want):
+                if arm != "memcpy" and not provider_ok(arm in ("cache", "direct"), data["provider"][s]):
                     problems.append(f"lat {arm}: {s} bound to {data['provider'][s]}")
             raw.append({"arm": arm, "round": rnd, "data": data})
     st1 = ch.cache_status()
@@ -592,9 +597,8 @@ def section_bdb(ch, prof, problems):
                                    [prog, "--dir", d, "--sync", "txn", "--threads", str(threads), "--seconds",
                                     str(prof["bdb_seconds"]), "--keys", str(prof["bdb_keys"])])
                 dd = dev_delta(d0, ch.dev.stat())
-                want = "libchell" if arm == "cache" else "libc"
                 for s in ("pwrite", "fdatasync"):
-                    if not data["provider"][s].startswith(want):
+                    if not provider_ok(arm == "cache", data["provider"][s]):
                         problems.append(f"bdb {arm}: {s} bound to {data['provider'][s]}")
                 raw.append({"arm": arm, "threads": threads, "round": rnd, "data": data, "device": dd})
     st = ch.cache_status()
