@@ -290,7 +290,7 @@ def test_flush_refusals(pool):
     assert p.returncode == 1 and b"EPERM" in p.stderr, p.stderr
 
 
-def test_stop_writes_back_large_dirty_data_first(pool):
+def test_stop_below_the_threshold_leaves_write_back_to_chelld(pool):
     a = pool["back"] / "a"
     c = Client(pool["sock"])
     fid = c.open_file(a)
