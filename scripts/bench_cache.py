@@ -574,6 +574,7 @@ def section_zipf(ch, prof, cpu, slack, problems):
                 row[f"{arm}_dev_read_per_op"] = r.get("device_read_per_op")
                 row[f"{arm}_dev_write_per_op"] = r.get("device_write_per_op")
                 row[f"{arm}_peak_mem"] = (r.get("memcg") or {}).get("max_usage")
+                row[f"{arm}_shmem"] = (r.get("memcg") or {}).get("shmem")
             row["cache_over_pagecache"] = ratio(row["cache_iops"], row["pagecache_iops"])
             summary.append(row)
     return {"file_bytes": fsize, "pool_bytes": pool, "memcg_limit": limit, "raw": raw, "summary": summary}
@@ -802,15 +803,16 @@ def markdown(res):
                  "asked for):")
         L.append("")
         L.append("| theta | workload | page cache IOPS | cache IOPS | cache/page cache | page cache hit | "
-                 "cache hit | device I/O per op, pc / cache | peak memory pc / cache |")
-        L.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+                 "cache hit | device I/O per op, pc / cache | peak memory pc / cache | pool data (tmpfs) at the end |")
+        L.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in z["summary"]:
             io = "read" if r["rw"] == "randread" else "write"
             L.append(f"| {r['theta']} | {r['rw']} | {fmt(r['pagecache_iops'])} | {fmt(r['cache_iops'])} | "
                      f"{fmt(r['cache_over_pagecache'], '.2f')} | "
                      f"{pct(r['pagecache_hit'])} | {pct(r['cache_hit'])} | "
                      f"{fmt(r[f'pagecache_dev_{io}_per_op'], '.3f')} / {fmt(r[f'cache_dev_{io}_per_op'], '.3f')} {io} | "
-                     f"{mib(r['pagecache_peak_mem'])} / {mib(r['cache_peak_mem'])} |")
+                     f"{mib(r['pagecache_peak_mem'])} / {mib(r['cache_peak_mem'])} | "
+                     f"{mib(r.get('cache_shmem'))} |")
         L.append("")
         for x in z["raw"]:
             if x["arm"] == "cache" and x.get("cache_counters"):
