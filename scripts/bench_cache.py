@@ -1098,4 +1098,10 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt as e:
+        # The ExitStack in main() has already torn down chelld, the cgroups,
+        # the mount and the loop device on the way out.
+        log(f"interrupted ({e or 'Ctrl-C'}); the slow device and cgroups were removed")
+        sys.exit(130)
