@@ -241,6 +241,8 @@ class MemCgroup:
         stack.callback(self.remove)
         (self.path / "memory.limit_in_bytes").write_text(f"{limit}\n")
         self.limit = int((self.path / "memory.limit_in_bytes").read_text())
+        if abs(self.limit - limit) > 4096:  # the kernel rounds to pages
+            raise RuntimeError(f"{self.path}: memory.limit_in_bytes is {self.limit}, not {limit}")
 
     def enter(self):
         """preexec_fn: the child joins the cgroup before it execs."""
