@@ -118,6 +118,9 @@ struct cfile *cfile_get(struct cache *c, uint32_t cnode);
 /* The manager's descriptor of the backing file, opened by path and checked
  * against the Cnode's identity: >= 0, or -errno. */
 int cfile_fd(struct cache *c, struct cfile *f);
+/* The same, falling back to a reopen of a client's registered descriptor
+ * (the file may have been renamed since). */
+int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd);
 /* Register a client's descriptor: find or create the Cnode, detect an
  * outside writer if nobody has it registered. Returns the Cnode id or
  * -errno with a reason in detail. */

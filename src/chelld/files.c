@@ -74,6 +74,27 @@ int cfile_fd(struct cache *c, struct cfile *f)
 	return fd;
 }
 
+int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd)
+{
+	int fd = cfile_fd(c, f);
+	if (fd >= 0 || client_fd < 0)
+		return fd;
+	/* Renamed since it was registered: reopen the client's file through
+	 * /proc (the same inode, with the manager's own access). */
+	char p[64];
+	snprintf(p, sizeof p, "/proc/self/fd/%d", client_fd);
+	int nfd = open(p, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (nfd < 0)
+		return fd;
+	if (fstat(nfd, &st) < 0 || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino) {
+		close(nfd);
+		return fd;
+	}
+	f->fd = nfd;
+	return nfd;
+}
+
 void cfile_record(struct cache *c, struct cfile *f)
 {
 	struct stat st;

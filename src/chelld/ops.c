@@ -65,7 +65,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, EACCES);
 	if (m->size > (uint64_t)INT64_MAX)
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, EFBIG);
-	int fd = cfile_fd(k, f);
+	int fd = cfile_fd_via(k, f, g->fd);
 	if (fd < 0)
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, -fd);
 	uint32_t *slots = malloc(((size_t)k->nslots + 1) * sizeof *slots);
@@ -133,6 +133,10 @@ bool do_flush(struct server *s, struct client *c, const struct chelld_flush *m)
 		int rc = wb_file(k, f, &r.blocks_written, &r.bytes_written, &r.files);
 		if (rc < 0)
 			st = -rc;
+		/* and what clients wrote on the kernel path meanwhile */
+		int fd = f ? cfile_fd(k, f) : -1;
+		if (st == 0 && fd >= 0 && fsync(fd) < 0)
+			st = errno;
 	}
 	if (st == 0 && (m->flags & (CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS)))
 		r.chunks_dropped = drop(k, f, &st);

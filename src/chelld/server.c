@@ -362,6 +362,9 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	}
 	if (m->first_block >= CACHE_BLOCKS || m->nblocks > CACHE_BLOCKS - m->first_block)
 		return EINVAL;
+	int bfd = cfile_fd_via(c, f, g->fd);
+	if (bfd < 0)
+		return -bfd;
 	int slot = chunk_get(c, f, m->chunk);
 	if (slot < 0)
 		return -slot;

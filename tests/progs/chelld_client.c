@@ -29,6 +29,7 @@
  *   sync:ID | truncate:ID:SIZE | close:ID | flush:ID|all[:drop|bypass]
  *   fstat:INDEX | check        FILE_STAT, CHECK
  *   stats | bye | sleep:MS
+ *   wait:PATH                  wait until PATH exists (a test's go-ahead)
  *   raw:KIND                   a malformed message: short, badmagic,
  *                              oversize, unknown, badlen, wrongsize,
  *                              badversion, fd-on-stats, garbage
@@ -668,6 +669,10 @@ int main(int argc, char **argv)
 				if (!show_status("bye", &r))
 					printf("\n");
 			}
+		} else if (strcmp(name, "wait") == 0) {
+			struct timespec ts = {0, 5 * 1000000L};
+			while (rest && access(rest, F_OK) < 0)
+				nanosleep(&ts, NULL);
 		} else if (strcmp(name, "sleep") == 0) {
 			long ms = rest ? strtol(rest, NULL, 10) : 0;
 			struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};

@@ -399,3 +399,28 @@ def test_concurrent_writers_evictions_and_the_cleaner_lose_nothing(small):
           f"throttled {st['throttle']} write-backs {st['wb_ops']}")
     for f, body in want.items():
         assert f.read_bytes() == body, f
+
+
+def test_a_file_renamed_after_its_registration_is_still_served(small):
+    small["serve"]()
+    f, g = small["back"] / "f", small["back"] / "g"
+    f.write_bytes(b"r" * 10000)
+    got = small["dir"] / "got"
+    p = small["dir"] / "p"
+    p.write_bytes(b"W" * 10)
+    go = small["dir"] / "go"
+    proc = subprocess.Popen([str(CLIENT), str(small["sock"]), "hello", f"open:{f}:rw", "stats",
+                             f"wait:{go}", f"read:last:0:10000:{got}", f"write:last:0:{p}",
+                             "flush:last"], stdout=subprocess.PIPE)
+    # once the client is registered (it answered STATS), rename, then let it go on
+    for _ in range(1000):
+        st = stats(small["sock"])
+        if st["opens"] == "1":
+            break
+        time.sleep(0.01)
+    os.rename(f, g)
+    go.write_text("")
+    out = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode == 0 and out.count("status=OK") == 6, out
+    assert got.read_bytes() == b"r" * 10000
+    assert g.read_bytes() == b"W" * 10 + b"r" * 9990
