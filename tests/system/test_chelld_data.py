@@ -424,3 +424,22 @@ def test_a_file_renamed_after_its_registration_is_still_served(small):
     assert proc.returncode == 0 and out.count("status=OK") == 6, out
     assert got.read_bytes() == b"r" * 10000
     assert g.read_bytes() == b"W" * 10 + b"r" * 9990
+
+
+def test_out_of_range_requests_are_refused_and_the_daemon_serves_on(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(b"v" * 100)
+    big = 1 << 62
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", "map:last:0:r:600:1",
+                        "map:last:0:r:500:13", f"map:last:{big}:r:0:1", f"map:last:{1 << 40}:r:0:512",
+                        f"truncate:last:{1 << 63}", "flush:last:x", "fstat:1000000000",
+                        "close:4000000000", "sync:77", "check", "stats")
+    st = [o[1]["status"] for o in out]
+    assert st[:2] == ["OK", "OK"]
+    assert st[2:5] == ["EINVAL", "EINVAL", "ERANGE"]
+    assert st[5] == "OK"  # far past the end: zeros, no I/O
+    assert st[6] == "E27" and st[7] == "OK"  # EFBIG; an unknown flush kind is a plain flush
+    assert st[8:11] == ["ENOENT", "EBADF", "EBADF"]
+    assert st[11:] == ["OK", "OK"]
+    assert out[-1][1]["fill_bytes"] == "0"
