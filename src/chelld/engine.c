@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* The cache engine's volatile state over an open pool (cache.h). */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -8,6 +11,42 @@
 #include <unistd.h>
 
 #include "chelld/cache.h"
+
+/* On a pool that is not DAX (tmpfs, or a disk file system without DAX),
+ * cache-line flushes make nothing more durable: tmpfs survives a process
+ * kill as it is, and nothing survives a power cut there anyway. The chunk
+ * data path then skips them (the metadata region keeps its own ops). */
+static void no_flush(void *ctx, const void *addr, size_t len)
+{
+	(void)ctx;
+	(void)addr;
+	(void)len;
+}
+
+static void fence_only(void *ctx)
+{
+	(void)ctx;
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+static void *plain_copy(void *ctx, void *dst, const void *src, size_t n)
+{
+	(void)ctx;
+	return memcpy(dst, src, n);
+}
+
+static const struct chell_persist_ops volatile_ops = {no_flush, fence_only, plain_copy, NULL};
+
+static bool pool_is_dax(const char *dir)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof path, "%s/%s", dir, CACHE_META_NAME);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int dax = fd >= 0 ? chell_pmem_fd_is_dax(fd) : 0;
+	if (fd >= 0)
+		close(fd);
+	return dax == 1;
+}
 
 int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 	       struct chelld_stats_reply *st)
@@ -18,7 +57,11 @@ int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 	c->m = p->m;
 	c->nslots = p->nslots;
 	c->st = st;
-	c->pops = chell_persist_default();
+	c->pops = pool_is_dax(p->dir) ? chell_persist_default() : &volatile_ops;
+	chelld_log("pool on %s: chunk data and control pages are %s",
+		   c->pops == &volatile_ops ? "a file system without DAX" : "DAX",
+		   c->pops == &volatile_ops ? "not flushed by cache-line (no effect there)"
+					    : "flushed by cache-line before they count");
 	c->slots = calloc(c->nslots, sizeof *c->slots);
 	c->files = calloc(p->max_cnodes, sizeof *c->files);
 	c->pol = policy_create(cfg->policy == 1 ? POLICY_FIFO : POLICY_LRU, c->nslots);
