@@ -64,6 +64,7 @@ struct slot {
 	uint64_t file_chunk;
 	bool stuck;             /* write-back failed: keep it, never evict */
 	bool busy;              /* the cleaner thread writes it back right now */
+	bool broken;            /* its file was truncated behind our back (guard.c) */
 };
 
 /* Volatile state of a Cnode (a cached backing file). */
@@ -108,6 +109,13 @@ struct cache {
 int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 	       struct chelld_stats_reply *st);
 void cache_fini(struct cache *c);
+
+/* guard.c: survive chunk files truncated by a client (SIGBUS). */
+void cache_guard_install(struct cache *c);
+static inline bool slot_broken(const struct slot *s)
+{
+	return __atomic_load_n(&s->broken, __ATOMIC_ACQUIRE);
+}
 
 /* recover.c: finish what a crash interrupted, write back dirty data. */
 void cache_recover(struct cache *c);

@@ -155,9 +155,17 @@ int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
 	int slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
 	if (slot >= 0) {
 		struct slot *s = &c->slots[slot];
-		if (!s->map || __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) != CACHE_CHUNK_LIVE)
+		/* (this load is where a truncated chunk file shows: guard.c) */
+		bool live = s->map &&
+			    __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) == CACHE_CHUNK_LIVE;
+		if (s->map && slot_broken(s)) {
+			chunk_revoke(c, (uint32_t)slot, 0);
+			slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+		} else if (!live) {
 			return -EIO; /* a revocation whose write-back failed */
-		return slot;
+		} else {
+			return slot;
+		}
 	}
 	if (slot != -ENOENT)
 		return slot;
@@ -288,6 +296,13 @@ int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below)
 	__atomic_thread_fence(__ATOMIC_SEQ_CST);
 	chell_persist(c->pops, s->ctl, 64);
 	c->st->revocations++;
+	if (slot_broken(s)) {
+		/* Its contents went with the truncation: nothing to write. */
+		chelld_log("slot %u (%s chunk %llu): its chunk file was truncated by a client; "
+			   "dropped without write-back", slot, f ? f->path : "?",
+			   (unsigned long long)s->file_chunk);
+		keep_below = 0;
+	}
 	if (keep_below > 0 && f) {
 		uint64_t bytes = 0;
 		int rc = wb_slots(c, f, &slot, 1, keep_below, &bytes);

@@ -46,7 +46,8 @@ uint32_t cache_drop_deleted(struct cache *c)
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < c->nslots; s++) {
 		struct cfile *f = c->slots[s].map ? c->files[c->slots[s].cnode] : NULL;
-		if (f && cfile_deleted(c, f) && chunk_revoke(c, s, 0) == 0)
+		if (f && (cfile_deleted(c, f) || slot_broken(&c->slots[s])) &&
+		    chunk_revoke(c, s, 0) == 0)
 			n++;
 	}
 	return n;
@@ -95,7 +96,8 @@ static void tick(struct cache *c)
 	if (++c->ticks % DELETED_EVERY == 0) {
 		uint32_t n = cache_drop_deleted(c);
 		if (n)
-			chelld_log("dropped %u chunk(s) of deleted files", n);
+			chelld_log("dropped %u chunk(s) of deleted files or truncated behind "
+				   "the manager's back", n);
 	}
 	uint32_t dirty = cache_dirty_slots(c);
 	if (!c->cleaning) {

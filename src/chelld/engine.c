@@ -81,6 +81,7 @@ int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 	pthread_condattr_destroy(&ca);
 	st->slots = c->nslots;
 	st->policy = cfg->policy;
+	cache_guard_install(c);
 	return 0;
 }
 

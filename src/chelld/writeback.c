@@ -90,7 +90,8 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 		return -ENOMEM;
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (c->slots[slots[i]].map && c->slots[slots[i]].cnode == f->cnode)
+		if (c->slots[slots[i]].map && c->slots[slots[i]].cnode == f->cnode &&
+		    !slot_broken(&c->slots[slots[i]]))
 			keep[k++] = slots[i];
 	slots = keep;
 	n = k;

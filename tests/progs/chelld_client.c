@@ -26,6 +26,8 @@
  *                              protocol): value=N or fault=SIGBUS|SIGSEGV
  *   poke:ID:CHUNK:OFF:VALUE    store one byte the same way
  *   state:ID:CHUNK             the control page seen through the mapping
+ *   ctrunc:ID:CHUNK:SIZE       ftruncate the chunk file itself (a hostile
+ *                              client with write access)
  *   sync:ID | truncate:ID:SIZE | close:ID | flush:ID|all[:drop|bypass]
  *   fstat:INDEX | check        FILE_STAT, CHECK
  *   stats | bye | sleep:MS
@@ -81,6 +83,7 @@ struct cmap {
 	uint8_t *p;     /* CACHE_CHUNK_FILE_BYTES, NULL = none */
 	bool rw;
 	uint32_t slot;
+	int fd;         /* the chunk file, kept for ctrunc */
 };
 
 static struct cmap maps[MAXMAPS];
@@ -154,20 +157,25 @@ static int do_map(int s, uint32_t id, uint64_t chunk, bool w, unsigned first, un
 	bool rw = r->access & CHELLD_ACC_WRITE;
 	void *p = mmap(NULL, CACHE_CHUNK_FILE_BYTES, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED,
 		       fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return errno;
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return e;
+	}
 	struct cmap *c = find_map(id, chunk);
 	for (int i = 0; !c && i < MAXMAPS; i++)
 		if (!maps[i].p)
 			c = &maps[i];
 	if (!c) {
 		munmap(p, CACHE_CHUNK_FILE_BYTES);
+		close(fd);
 		return ENOMEM;
 	}
-	if (c->p)
+	if (c->p) {
 		munmap(c->p, CACHE_CHUNK_FILE_BYTES);
-	*c = (struct cmap){id, chunk, p, rw, r->slot};
+		close(c->fd);
+	}
+	*c = (struct cmap){id, chunk, p, rw, r->slot, fd};
 	return 0;
 }
 
@@ -274,6 +282,7 @@ static int op_io(int s, bool write, char *args)
 		}
 		redo++; /* revoked under us: discard (read) or redo (write) */
 		munmap(m->p, CACHE_CHUNK_FILE_BYTES);
+		close(m->fd);
 		m->p = NULL;
 	}
 	if (st == EREMOTEIO) {
@@ -351,6 +360,24 @@ static int op_state(char *args)
 	printf("state state=%u slot=%u cnode=%u file_chunk=%llu incarnation=%llu valid=%u dirty=%u\n",
 	       ctl.state, ctl.slot, ctl.cnode, (unsigned long long)ctl.file_chunk,
 	       (unsigned long long)ctl.incarnation, valid, dirty);
+	return 0;
+}
+
+/* ctrunc:ID:CHUNK:SIZE */
+static int op_ctrunc(char *args)
+{
+	char *ids = strtok(args, ":"), *chunks = strtok(NULL, ":"), *sizes = strtok(NULL, ":");
+	struct cmap *m = ids && chunks ? find_map((uint32_t)strtoul(ids, NULL, 0),
+						  strtoull(chunks, NULL, 0))
+				       : NULL;
+	if (!m || !sizes) {
+		printf("ctrunc local=ENOENT\n");
+		return 0;
+	}
+	if (ftruncate(m->fd, (off_t)strtoull(sizes, NULL, 0)) < 0)
+		printf("ctrunc local=%s\n", chelld_errname(errno));
+	else
+		printf("ctrunc done=1\n");
 	return 0;
 }
 
@@ -618,6 +645,8 @@ int main(int argc, char **argv)
 			rc = op_io(s, name[0] == 'w', subst_last(rest, last));
 		} else if (strcmp(name, "peek") == 0 || strcmp(name, "poke") == 0) {
 			rc = op_raw_access(name[1] == 'o', subst_last(rest, last));
+		} else if (strcmp(name, "ctrunc") == 0) {
+			rc = op_ctrunc(subst_last(rest, last));
 		} else if (strcmp(name, "state") == 0) {
 			rc = op_state(subst_last(rest, last));
 		} else if (strcmp(name, "sync") == 0 || strcmp(name, "truncate") == 0 ||

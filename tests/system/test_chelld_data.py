@@ -443,3 +443,25 @@ def test_out_of_range_requests_are_refused_and_the_daemon_serves_on(small):
     assert st[8:11] == ["ENOENT", "EBADF", "EBADF"]
     assert st[11:] == ["OK", "OK"]
     assert out[-1][1]["fill_bytes"] == "0"
+
+
+def test_a_client_truncating_a_chunk_file_cannot_crash_the_manager(small):
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(data(3 * CHUNK, 9))
+    got = small["dir"] / "got"
+    p = small["dir"] / "p"
+    p.write_bytes(b"D" * 4096)
+    # a hostile writer: dirty a block, then cut the chunk files under everyone
+    rc, out, _ = client(small["sock"], "hello", f"open:{f}:rw", f"write:last:{CHUNK}:{p}",
+                        "map:last:0:w:0:512", "ctrunc:last:0:0", "ctrunc:last:1:0")
+    assert out[3][1]["status"] == "OK" and out[4][1] == {"done": "1"} and out[5][1] == {"done": "1"}
+    # another client still gets the file's data, from the backing file
+    rc, out, p2 = client(small["sock"], "hello", f"open:{f}:ro",
+                         f"read:last:0:{3 * CHUNK}:{got}", "stats", "check")
+    assert rc == 0, p2.stderr
+    assert [o[1]["status"] for o in out] == ["OK"] * 5
+    assert got.read_bytes() == f.read_bytes()
+    assert f.read_bytes()[CHUNK:CHUNK + 4096] != b"D" * 4096  # that write went with the chunk
+    assert "truncated by a client; dropped without write-back" in \
+        (small["pool"] / "chelld.log").read_text()
