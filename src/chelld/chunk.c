@@ -173,10 +173,17 @@ int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
 		slot = meta_chunk_map(c->m, f->cnode, file_chunk);
 		if (slot != -ENOSPC)
 			break;
-		/* A failed write-back keeps its victim (stuck) and we try the
-		 * next one; -EBUSY: nothing left to evict. */
-		if (evict_one(c) == -EBUSY || tries > c->nslots)
+		if (tries > c->nslots)
 			return -ENOSPC;
+		/* A failed write-back keeps its victim (stuck) and we try the
+		 * next one; -EBUSY: nothing evictable (though the cleaner may
+		 * have freed a slot while we waited for it: one more try). */
+		if (evict_one(c) == -EBUSY) {
+			slot = meta_chunk_map(c->m, f->cnode, file_chunk);
+			if (slot == -ENOSPC)
+				return -ENOSPC;
+			break;
+		}
 	}
 	if (slot < 0)
 		return slot;

@@ -41,6 +41,13 @@ int evict_one(struct cache *c)
 		c->st->throttle_waits++;
 		rc = policy_victim(c->pol, &victim, skip, &a);
 	}
+	/* Everything left is being written back by the cleaner: wait for
+	 * one such chunk rather than fail the miss. */
+	for (uint32_t s = 0; rc == -EBUSY && s < c->nslots; s++)
+		if (c->slots[s].busy) {
+			cache_wait_idle(c, s);
+			rc = policy_victim(c->pol, &victim, skip, &a);
+		}
 	if (rc < 0)
 		return -EBUSY;
 	rc = chunk_revoke(c, victim, UINT64_MAX);

@@ -465,3 +465,23 @@ def test_a_client_truncating_a_chunk_file_cannot_crash_the_manager(small):
     assert f.read_bytes()[CHUNK:CHUNK + 4096] != b"D" * 4096  # that write went with the chunk
     assert "truncated by a client; dropped without write-back" in \
         (small["pool"] / "chelld.log").read_text()
+
+
+def test_a_one_slot_pool_with_the_cleaner_always_busy_never_fails_a_miss(small):
+    small["serve"]("--size", "2M", "--dirty-high", "1", "--dirty-low", "0")
+    f = small["back"] / "f"
+    f.write_bytes(b"\0" * (2 * CHUNK))
+    body = bytearray(2 * CHUNK)
+    ops = ["hello", f"open:{f}:rw"]
+    for i in range(40):
+        p = small["dir"] / f"p{i}"
+        blob = data(8192, 500 + i)
+        p.write_bytes(blob)
+        off = (i % 2) * CHUNK + (i * 12288) % (CHUNK - 8192)
+        body[off:off + 8192] = blob
+        ops.append(f"write:last:{off}:{p}")
+    rc, out, p = client(small["sock"], *ops, "flush:last", "stats")
+    assert rc == 0, p.stderr
+    ok(out)
+    assert int(out[-1][1]["evictions"]) >= 39
+    assert f.read_bytes() == bytes(body)
