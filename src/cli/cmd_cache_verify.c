@@ -69,23 +69,30 @@ struct meta *cv_meta_open(struct cv *v, void *img, size_t len, const struct chel
 	return m;
 }
 
-/* Blocks with a dirty state that are not valid: a client stores only into
- * valid blocks, and the manager only clears valid bits of clean blocks. */
-static void check_dirty(struct cv *v, const char *file, const struct cache_ctl *ctl)
+/* The dirty table every control page holds, whatever its state (the
+ * manager formats it before the state says anything): NULL after a
+ * problem. dirty_table_open reads the header only and never writes. */
+static const dirty_table *dirty_of(struct cv *v, const char *file, const struct cache_ctl *ctl)
 {
-	/* dirty_table_open reads the header only and never writes. A page
-	 * of any state must hold a dirty table (the manager formats it
-	 * before the state says anything). */
 	dirty_table *t = dirty_table_open((void *)(uintptr_t)ctl->dirty);
 	if (!t) {
 		cv_report(v, true, file, "dirty", "no dirty table (bad magic)");
-		return;
+		return NULL;
 	}
 	if (dirty_table_nchunks(t) != 1) {
 		cv_report(v, true, file, "dirty", "dirty table of %u chunks, a control page has one",
 			  dirty_table_nchunks(t));
-		return;
+		return NULL;
 	}
+	return t;
+}
+
+/* Blocks with a dirty state that are not valid, in a chunk chelld uses:
+ * a client stores only into valid blocks and the manager never clears a
+ * valid bit, so write-back would write what was never filled. */
+static void check_dirty_valid(struct cv *v, const char *file, const struct cache_ctl *ctl,
+			      const dirty_table *t)
+{
 	unsigned bad = 0, first = 0;
 	for (unsigned b = 0; b < CACHE_BLOCKS; b++)
 		if (dirty_state(t, 0, b) != 0 && !(ctl->valid[b / 64] >> (b % 64) & 1))
@@ -157,9 +164,13 @@ void cv_chunk_file(struct cv *v, struct meta *m, const char *file, uint32_t slot
 	if (ctl->slot != slot)
 		cv_report(v, true, file, "slot", "%u, but the file is the chunk of slot %u", ctl->slot,
 			  slot);
-	check_dirty(v, file, ctl);
-	if (mrc < 0 || !state_ok)
-		return; /* no metadata to compare with */
+	const dirty_table *dt = dirty_of(v, file, ctl);
+	if (mrc < 0 || !state_ok) {
+		/* No metadata to compare with: the page alone. */
+		if (dt && state_ok)
+			check_dirty_valid(v, file, ctl, dt);
+		return;
+	}
 	if (ctl->state == CACHE_CHUNK_INIT) {
 		cv_report(v, false, file, "state",
 			  "INIT: never handed out (a fill a crash interrupted); chelld treats "
@@ -176,6 +187,9 @@ void cv_chunk_file(struct cv *v, struct meta *m, const char *file, uint32_t slot
 			  ci.seq);
 		return;
 	}
+	/* The chunk chelld attaches and serves. */
+	if (dt)
+		check_dirty_valid(v, file, ctl, dt);
 	struct meta_cnode_info cn;
 	if (meta_cnode_info(m, ci.cnode, &cn) == 0) {
 		if (ctl->dev != cn.dev)
