@@ -71,6 +71,7 @@ struct slot {
 struct cfile {
 	uint32_t cnode;
 	int fd;                 /* the manager's own descriptor, -1 until needed */
+	bool readonly;          /* ... could only be opened for reading (EROFS) */
 	uint64_t dev, ino;
 	char path[META_PATH_MAX];
 	uint32_t nregs;         /* live registrations, all connections */

@@ -70,6 +70,8 @@ int cfile_fd(struct cache *c, struct cfile *f)
 		close(fd);
 		return -ESTALE; /* the path now names another file */
 	}
+	int fl = fcntl(fd, F_GETFL);
+	f->readonly = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY;
 	f->fd = fd;
 	return fd;
 }
@@ -92,6 +94,7 @@ int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd)
 		return fd;
 	}
 	f->fd = nfd;
+	f->readonly = false;
 	return nfd;
 }
 

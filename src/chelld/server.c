@@ -365,6 +365,9 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	int bfd = cfile_fd_via(c, f, g->fd);
 	if (bfd < 0)
 		return -bfd;
+	/* Data written to the cache must be writable back. */
+	if (m->want_write && f->readonly)
+		return EROFS;
 	int slot = chunk_get(c, f, m->chunk);
 	if (slot < 0)
 		return -slot;
