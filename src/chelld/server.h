@@ -12,6 +12,8 @@
 
 #include "chelld/cache.h"
 
+#define MAX_FILES 4096 /* registrations per client */
+
 /* A file a connection registered (OPEN_FILE), by Cnode: registering the
  * same file again adds to `count` and the access the descriptors prove. */
 struct reg {
@@ -52,6 +54,12 @@ bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32
 struct reg *client_reg(struct client *c, uint32_t file_id);
 /* Drop one count of a registration (all of them with `all`). */
 void client_unregister(struct server *s, struct client *c, struct reg *r, bool all);
+
+/* datapath.c */
+bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m);
+/* Takes ownership of fd (kept on success, closed otherwise). */
+bool do_open(struct server *s, struct client *c, const struct chelld_open *m, int fd);
+bool do_map(struct server *s, struct client *c, const struct chelld_map *m);
 
 /* ops.c */
 bool do_sync(struct server *s, struct client *c, const struct chelld_sync *m);

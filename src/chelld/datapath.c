@@ -1,0 +1,248 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The requests of the data path: HELLO (with the connection's access
+ * table), OPEN_FILE (the access checks of auth.c, then the file's Cnode
+ * and a registration on the connection) and MAP (a chunk of the file,
+ * filled, handed over as a descriptor with the access the client proved).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "chelld/server.h"
+
+/* The access table of a connection: a memfd of one byte per slot, mapped
+ * here and sent to the client. Returns the memfd or -errno. */
+static int make_access_table(struct server *s, struct client *c)
+{
+	uint32_t n = s->cache.nslots;
+	int fd = memfd_create("chelld-access", MFD_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	void *p = MAP_FAILED;
+	if (ftruncate(fd, (off_t)access_table_bytes(n)) == 0)
+		p = mmap(NULL, access_table_bytes(n), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return -e;
+	}
+	if (c->access.flags)
+		munmap(c->access.flags, c->access.nchunks);
+	access_table_attach(&c->access, p, n, true);
+	return fd;
+}
+
+bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
+{
+	struct chelld_hello_reply r = {0};
+	r.version = CHELLD_VERSION;
+	r.chunk_size = CHELLD_CHUNK_SIZE;
+	r.cache_size = (uint64_t)s->cache.nslots * CACHE_CHUNK_BYTES;
+	r.slots = s->cache.nslots;
+	r.append_threshold = s->cfg->append_threshold;
+	int st = 0, fd = -1;
+	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION) {
+		st = EPROTONOSUPPORT;
+	} else {
+		fd = make_access_table(s, c);
+		if (fd < 0)
+			st = -fd;
+		else
+			c->hello = true;
+	}
+	bool ok = chelld_reply(c, &r, sizeof r, CHELLD_MSG_HELLO, m->h.seq, st, fd);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* Add (or count again) a registration; 0 or an errno. Takes fd. */
+static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, uint32_t access)
+{
+	struct cfile *f = cfile_get(&s->cache, cnode);
+	struct reg *r = client_reg(c, cnode);
+	if (!f) {
+		close(fd);
+		return ENOMEM;
+	}
+	if (r) {
+		/* Keep the descriptor that proves the most. */
+		if ((access | r->access) != r->access && (access & r->access) == r->access) {
+			close(r->fd);
+			r->fd = fd;
+		} else {
+			close(fd);
+		}
+		r->access |= access;
+		r->count++;
+		f->nregs++;
+		return 0;
+	}
+	if (c->nregs == c->cap) {
+		uint32_t cap = c->cap ? c->cap * 2 : 16;
+		struct reg *n = realloc(c->regs, cap * sizeof *n);
+		if (!n) {
+			close(fd);
+			return ENOMEM;
+		}
+		c->regs = n;
+		c->cap = cap;
+	}
+	c->regs[c->nregs++] = (struct reg){cnode, access, 1, fd};
+	f->nregs++;
+	f->nconns++;
+	return 0;
+}
+
+/* Takes ownership of fd (kept on success, closed otherwise). */
+bool do_open(struct server *s, struct client *c, const struct chelld_open *m, int fd)
+{
+	struct chelld_open_reply r = {0};
+	struct chelld_file f;
+	int st;
+	if (fd < 0) {
+		st = EBADF;
+		snprintf(r.detail, sizeof r.detail, "no descriptor attached");
+	} else if (memchr(m->path, '\0', sizeof m->path) == NULL) {
+		st = EINVAL;
+		snprintf(r.detail, sizeof r.detail, "the path is not NUL-terminated");
+	} else if (c->nregs >= MAX_FILES) {
+		st = EMFILE;
+		snprintf(r.detail, sizeof r.detail, "too many files for one client");
+	} else {
+		st = chelld_auth_file(s->cfg, fd, m->path, &f, r.detail, sizeof r.detail);
+	}
+	int id = -1;
+	if (st == 0) {
+		char resolved[PATH_MAX];
+		if (!realpath(m->path, resolved)) {
+			st = EACCES;
+			snprintf(r.detail, sizeof r.detail, "the path does not resolve");
+		} else {
+			id = cfile_register(&s->cache, fd, resolved, (uint64_t)f.dev, (uint64_t)f.ino,
+					    r.detail, sizeof r.detail);
+			if (id < 0)
+				st = -id;
+		}
+	}
+	if (st == 0) {
+		st = add_reg(s, c, (uint32_t)id, fd, f.access);
+		fd = -1; /* taken */
+		if (st)
+			snprintf(r.detail, sizeof r.detail, "out of memory");
+	}
+	if (st == 0) {
+		struct stat sb;
+		const struct reg *g = client_reg(c, (uint32_t)id);
+		const struct cfile *cf = cfile_get(&s->cache, (uint32_t)id);
+		r.file_id = (uint32_t)id;
+		r.access = g->access;
+		r.dev = (uint64_t)f.dev;
+		r.ino = (uint64_t)f.ino;
+		r.size = fstat(g->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+		r.flags = cf && cf->bypass ? CHELLD_FILE_BYPASS : 0;
+		s->st.opens++;
+		chelld_log("client %llu (pid %d uid %d): open %s -> id %u access %s%s",
+			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->path,
+			   r.file_id, r.access & CHELLD_ACC_READ ? "r" : "",
+			   r.access & CHELLD_ACC_WRITE ? "w" : "");
+	} else {
+		if (fd >= 0)
+			close(fd);
+		s->st.opens_refused++;
+		chelld_log("client %llu (pid %d uid %d): open %.200s refused: %s (%s)",
+			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid,
+			   memchr(m->path, '\0', sizeof m->path) ? m->path : "(unterminated)",
+			   chelld_errname(st), r.detail);
+	}
+	return chelld_reply(c, &r, sizeof r, CHELLD_MSG_OPEN_FILE, m->h.seq, st, -1);
+}
+
+/* The cache part of MAP: the slot, filled, and a descriptor of its file. */
+static int map_chunk(struct server *s, const struct reg *g, const struct chelld_map *m,
+		     struct chelld_map_reply *r, int *fd_out)
+{
+	struct cache *c = &s->cache;
+	struct cfile *f = cfile_get(c, g->cnode);
+	if (!f)
+		return EBADF;
+	if (f->bypass) {
+		r->flags |= CHELLD_FILE_BYPASS;
+		return 0;
+	}
+	if (m->first_block >= CACHE_BLOCKS || m->nblocks > CACHE_BLOCKS - m->first_block)
+		return EINVAL;
+	int bfd = cfile_fd_via(c, f, g->fd);
+	if (bfd < 0)
+		return -bfd;
+	/* Data written to the cache must be writable back. */
+	if (m->want_write && f->readonly)
+		return EROFS;
+	int slot = chunk_get(c, f, m->chunk);
+	if (slot < 0)
+		return -slot;
+	int rc = chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+	if (rc < 0)
+		return -rc;
+	policy_touch(c->pol, (uint32_t)slot);
+	bool rw = m->want_write && (g->access & CHELLD_ACC_WRITE);
+	int fd = chunk_open_fd(c, (uint32_t)slot, rw ? O_RDWR : O_RDONLY);
+	if (fd < 0)
+		return -fd;
+	r->slot = (uint32_t)slot;
+	r->access = rw ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
+	*fd_out = fd;
+	return 0;
+}
+
+bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
+{
+	struct chelld_map_reply r = {0};
+	int st = 0, fd = -1;
+	struct stat sb;
+	const struct reg *g = client_reg(c, m->file_id);
+	r.chunk_size = CHELLD_CHUNK_SIZE;
+	if (!g) {
+		st = EBADF;
+	} else {
+		/* A mapping of cache pages is readable even when it is writable
+		 * (there is no write-only mmap), so a write mapping needs both. */
+		uint32_t need = m->want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
+		if ((g->access & need) != need)
+			st = EACCES;
+		else if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)
+			st = ERANGE;
+		else if (fstat(g->fd, &sb) < 0)
+			st = errno;
+		else
+			st = map_chunk(s, g, m, &r, &fd);
+		if (st == 0) {
+			/* The size after the fill, on the client's own descriptor. */
+			if (fstat(g->fd, &sb) == 0)
+				r.file_size = (uint64_t)sb.st_size;
+			r.backing_offset = m->chunk * CHELLD_CHUNK_SIZE;
+			uint64_t left = r.file_size > r.backing_offset ? r.file_size - r.backing_offset : 0;
+			r.length = left < CHELLD_CHUNK_SIZE ? left : CHELLD_CHUNK_SIZE;
+		}
+	}
+	if (st == 0)
+		s->st.maps++;
+	else
+		s->st.maps_refused++;
+	if (st)
+		chelld_log("client %llu (pid %d uid %d): map id %u chunk %llu %s refused: %s",
+			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->file_id,
+			   (unsigned long long)m->chunk, m->want_write ? "rw" : "r", chelld_errname(st));
+	bool ok = chelld_reply(c, &r, sizeof r, CHELLD_MSG_MAP, m->h.seq, st, fd);
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
