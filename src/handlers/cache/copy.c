@@ -4,8 +4,8 @@
  *
  * A chunk file can be truncated by the manager at any moment (eviction):
  * then every access to its mapping, control page included, raises SIGBUS.
- * As in direct/copy.c, a thread-local flag and a __builtin_setjmp buffer
- * turn such a fault into a return: the whole attempt (state check, valid
+ * As in direct/copy.c, a thread-local flag and a jump buffer turn such a
+ * fault into a return: the whole attempt (state check, valid
  * bits, memcpy, re-check) runs inside one guard, so a fault anywhere in it
  * is simply a miss, and the miss path asks the manager again. A fault on
  * the application's buffer is told apart by its address (outside the
@@ -18,6 +18,7 @@
  * is discarded.
  */
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <string.h>
 #include <ucontext.h>
@@ -25,13 +26,15 @@
 #include "cache.h"
 
 static __thread volatile int tls_in;
-static __thread void *tls_jmp[5];
+static __thread sigjmp_buf tls_jmp;
 static __thread uintptr_t tls_addr;
-/* What the code after a fault needs lives here, and is read only by the
- * noinline verdict functions below: after __builtin_longjmp the compiler
- * may still use a register computed before the jump (seen at -O2: the
- * address of a thread-local taken for its value), so nothing in the
- * guarded function itself runs after a fault. */
+/* The jump buffer is a real sigsetjmp(buf, 0) (no system call: the mask
+ * is not saved; the handler restores it itself). __builtin_setjmp was
+ * tried first and is not safe here: GCC may place its receiver anywhere it
+ * likes (seen at -O2: at the function's entry, re-running the prologue
+ * after the jump) and keep values in registers across it. Even so, what
+ * the code after a fault needs lives in thread-locals and is read by the
+ * noinline verdict functions below, not by the guarded function. */
 static __thread const unsigned char *tls_base;
 static __thread unsigned tls_first, tls_nb;
 
@@ -44,7 +47,7 @@ static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
 	pthread_sigmask(SIG_SETMASK, &uc->uc_sigmask, NULL);
-	__builtin_longjmp(tls_jmp, 1);
+	siglongjmp(tls_jmp, 1);
 }
 
 static inline bool in_chunk(uintptr_t a, const unsigned char *base)
@@ -87,7 +90,7 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 					     size_t n, uint32_t *slot)
 {
 	tls_base = base;
-	if (__builtin_setjmp(tls_jmp))
+	if (sigsetjmp(tls_jmp, 0))
 		return verdict_out();
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
@@ -122,7 +125,7 @@ static inline dirty_table *dirty_of(const struct cache_ctl *ctl)
 __attribute__((noinline)) static void mark_guarded(const struct cache_ctl *ctl, unsigned first,
 						   unsigned nb)
 {
-	if (__builtin_setjmp(tls_jmp))
+	if (sigsetjmp(tls_jmp, 0))
 		return;
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
@@ -153,7 +156,7 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 	tls_base = base;
 	tls_first = first;
 	tls_nb = nb;
-	if (__builtin_setjmp(tls_jmp))
+	if (sigsetjmp(tls_jmp, 0))
 		return verdict_in();
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
@@ -187,7 +190,7 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 __attribute__((noinline)) int cache_ctl_check(const unsigned char *base, uint64_t dev,
 					      uint64_t ino, uint64_t chunk)
 {
-	if (__builtin_setjmp(tls_jmp))
+	if (sigsetjmp(tls_jmp, 0))
 		return -EFAULT;
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
@@ -205,7 +208,7 @@ __attribute__((noinline)) int cache_ctl_check(const unsigned char *base, uint64_
 
 __attribute__((noinline)) int cache_ctl_live(const unsigned char *base)
 {
-	if (__builtin_setjmp(tls_jmp))
+	if (sigsetjmp(tls_jmp, 0))
 		return 0;
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
