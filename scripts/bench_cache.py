@@ -670,7 +670,11 @@ def cliff_arm(ch, prof, cpu, slack, tmp, path, pool, fsize, dev_iops, arm):
         dd = dev_delta(d0, ch.dev.stat())
     logs = sorted(tmp.glob(f"cliff-{arm}_iops*.log"))
     series = read_fio_log(logs[0]) if logs else []
-    vals = [v for _, v in series[1:]] or [v for _, v in series]
+    # Per-second IOPS for the whole seconds 2 .. runtime-1 (the first has the
+    # start-up, the last may be cut short). fio logs nothing for an interval
+    # without a completed I/O, so a missing second is a second of 0 IOPS.
+    bins = {round(t): v for t, v in series}
+    vals = [bins.get(sec, 0.0) for sec in range(2, int(prof["cliff_s"]))]
     a = {"iops": fio_side(data, "randwrite")["iops"], "series": series,
          "min_iops": min(vals) if vals else None,
          "p5_iops": sorted(vals)[len(vals) // 20] if vals else None,
