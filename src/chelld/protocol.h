@@ -56,6 +56,7 @@ enum chelld_type {
 	CHELLD_MSG_CLOSE = 10,    /* the client is done with a file id */
 	CHELLD_MSG_FILE_STAT = 11, /* per-file statistics, by index */
 	CHELLD_MSG_CHECK = 12,    /* verify the pool while serving */
+	CHELLD_MSG_OVERWRITE = 13, /* whole blocks stored while invalid: validate them */
 	CHELLD_MSG_ERROR = 0x7fff, /* reply only: the request could not be parsed */
 };
 #define CHELLD_REPLY 0x8000u
@@ -93,8 +94,9 @@ struct chelld_hello_reply {
 	struct chelld_rhdr r;
 	uint32_t version; /* the daemon's */
 	uint32_t chunk_size;
-	uint64_t cache_size;
-	uint32_t slots;   /* cache chunk slots (cache_size / chunk_size) */
+	uint64_t cache_size; /* the capacity in bytes */
+	uint32_t slots;   /* cache chunk slots (a pool holds more slots than
+			   * cache_size / chunk_size: capacity is in 4 KB blocks) */
 	uint32_t flags;   /* reserved, 0 */
 	uint64_t append_threshold; /* extending writes >= this fallocate the backing file */
 };
@@ -110,7 +112,12 @@ struct chelld_open {
  * data): the client uses the kernel path on its own descriptor. */
 #define CHELLD_FILE_BYPASS 1u
 
-/* OPEN_FILE registers the client's descriptor for the file; file_id is the
+/* (libchell sends a descriptor it reopened through /proc/self/fd from the
+ * application's - O_RDWR when that one may write - so the manager never
+ * holds the application's own open file description: its OFD and flock
+ * locks, O_APPEND and offset stay the application's; the kernel checks the
+ * reopen like any open.)
+ * OPEN_FILE registers the client's descriptor for the file; file_id is the
  * file's Cnode id (0 is a valid id), the same for every client, valid on
  * this connection until CLOSE (a forked child reconnects and registers
  * again). Registering a file again on a connection counts (one CLOSE each)
@@ -136,10 +143,17 @@ struct chelld_open_reply {
  * The manager may fill more than asked (read-ahead), but only blocks not
  * yet valid (clients store into valid blocks without asking). EIO: the chunk's
  * eviction could not write its dirty data back (it is kept, revoked). */
+/* want_write bits. OVERWRITE (implies a write mapping): the client will
+ * store whole blocks [first_block, first_block + nblocks) itself, so the
+ * manager reads none of them (no fill, no read-ahead); the client then
+ * sends OVERWRITE (below). A manager that predates it fills them as for a
+ * write: correct, only slower. */
+#define CHELLD_MAP_WRITE 1u
+#define CHELLD_MAP_OVERWRITE 2u
 struct chelld_map {
 	struct chelld_hdr h;
 	uint32_t file_id;
-	uint32_t want_write;
+	uint32_t want_write; /* CHELLD_MAP_* (any nonzero: a write mapping) */
 	uint64_t chunk;
 	uint32_t first_block;
 	uint32_t nblocks;
@@ -153,6 +167,25 @@ struct chelld_map_reply {
 	uint64_t length;         /* bytes of the chunk inside the file */
 	uint32_t access;         /* CHELLD_ACC_* the descriptor sent grants */
 	uint32_t flags;          /* CHELLD_FILE_* */
+};
+
+/* OVERWRITE: the client stored whole blocks [first_block, first_block +
+ * nblocks) of chunk `chunk` into the chunk file (slot, incarnation) (read
+ * from its control page before the stores) while every one of them was
+ * invalid, flushed them on DAX, and asks the manager to make them valid
+ * and dirty (cache/layout.h, "Overwrites"). Reply: bare chelld_rhdr, 0
+ * when done (the write is complete); EAGAIN when that chunk file is no
+ * longer the file's chunk or not LIVE, or any of the blocks became valid
+ * meanwhile (a fill raced with the stores): the client redoes the write as
+ * a normal one (a hit on valid blocks, or a MAP). Needs write access. */
+struct chelld_overwrite {
+	struct chelld_hdr h;
+	uint32_t file_id;
+	uint32_t slot;
+	uint64_t chunk;
+	uint64_t incarnation;
+	uint32_t first_block;
+	uint32_t nblocks;
 };
 
 /* SYNC (fsync/fdatasync after the client flushed its stores and dirty
@@ -249,8 +282,8 @@ struct chelld_stats_reply {
 	uint32_t pid;
 	uint32_t clients;  /* connected now */
 	uint32_t backings; /* number of backing directories */
-	uint32_t pad;
-	uint64_t cache_size;
+	uint32_t overwrites; /* OVERWRITE requests done, modulo 2^32 (was pad: 0) */
+	uint64_t cache_size; /* the capacity in bytes (the pool's chunk files may use) */
 	uint64_t uptime_ms;
 	uint64_t clients_total; /* accepted since start */
 	uint64_t requests;      /* every message received */
@@ -268,7 +301,8 @@ struct chelld_stats_reply {
 	uint64_t cleaner_passes, throttle_waits;
 	struct chelld_client_counts counts; /* reported by clients so far */
 	uint32_t policy;       /* 0 LRU (CLOCK), 1 FIFO */
-	uint32_t pad2;
+	uint32_t used_pages;   /* of the capacity, in 4 KB pages: valid blocks and
+				* control pages of the chunk files (was pad2: 0) */
 };
 
 struct chelld_path {
