@@ -6,7 +6,8 @@
  * valid, INIT or REVOKED, a chunk file truncated under the mapping (SIGBUS)
  * - is a miss; a bad application buffer is EFAULT (and a store that
  * faulted part-way still marks its blocks dirty); a store marks exactly its
- * blocks dirty, after the data.
+ * blocks dirty, after the data; an overwrite stores only into blocks that
+ * are all invalid, and marks nothing.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -109,6 +110,29 @@ static void test_store_marks_dirty_after_data(void **state)
 	assert_true(dirty_chunk_flagged(dt, 0));
 }
 
+static void test_overwrite_only_invalid_blocks(void **state)
+{
+	uint32_t slot = 0;
+	uint64_t inc = 0;
+	static char blk[2 * 4096];
+	memset(blk, 'o', sizeof(blk));
+	/* blocks 8 and 9 were never filled: stored, not marked (the manager
+	 * validates them on OVERWRITE) */
+	assert_int_equal(cache_copy_overwrite(base, 8 * 4096, blk, sizeof(blk), &slot, &inc), COPY_HIT);
+	assert_int_equal(slot, 3);
+	assert_int_equal(inc, 7);
+	assert_memory_equal(base + 8 * 4096, blk, sizeof(blk));
+	dirty_table *dt = dirty_table_open(ctl->dirty);
+	assert_int_equal(dirty_state(dt, 0, 8), BLK_CLEAN);
+	assert_int_equal(ctl->valid[0] & (3ull << 8), 0);
+	/* block 3 is valid: an overwrite there must take the normal way */
+	assert_int_equal(cache_copy_overwrite(base, 3 * 4096, blk, sizeof(blk), &slot, &inc), COPY_MISS);
+	assert_int_equal(base[3 * 4096], 'v');
+	__atomic_store_n(&ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_RELEASE);
+	assert_int_equal(cache_copy_overwrite(base, 10 * 4096, blk, 4096, &slot, &inc), COPY_MISS);
+	__atomic_store_n(&ctl->state, CACHE_CHUNK_LIVE, __ATOMIC_RELEASE);
+}
+
 static void test_bad_buffers(void **state)
 {
 	uint32_t slot = 0;
@@ -151,6 +175,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hit_and_misses),
 		cmocka_unit_test(test_store_marks_dirty_after_data),
+		cmocka_unit_test(test_overwrite_only_invalid_blocks),
 		cmocka_unit_test(test_bad_buffers),
 		cmocka_unit_test(test_truncated_chunk_is_a_miss),
 	};

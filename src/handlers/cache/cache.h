@@ -117,6 +117,13 @@ enum { CACHE_MISS_OK = 0, CACHE_MISS_KERNEL = 1 };
  * descriptor must use the kernel path), or -errno. */
 int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
 	       int want_write);
+/* want_write bit: the blocks will be stored whole (no fill needed). */
+#define CACHE_WANT_OVERWRITE 2
+int cache_overwrite(struct cache_file *cf, uint64_t k, uint32_t slot, uint64_t incarnation,
+		    unsigned first, unsigned n);
+/* false once the manager of this connection answered OVERWRITE with
+ * "unknown message" (an older chelld): writes then fill as before. */
+bool cache_overwrite_ok(void);
 /* Make sure the file is registered on the current connection with at
  * least `need` access (CHELLD_ACC_*): 0, CACHE_MISS_KERNEL, or -errno.
  * Caller holds cache_lock; *id gets the file id. */
@@ -145,6 +152,13 @@ int cache_copy_out(void *dst, const unsigned char *base, size_t off, size_t n, u
 /* Store src into [off, off+n) of a writable chunk: the write half of the
  * protocol (valid blocks, store, dirty mark, fence, still LIVE). */
 int cache_copy_in(unsigned char *base, size_t off, const void *src, size_t n, uint32_t *slot);
+/* Store src into whole blocks [off, off+n) (block-aligned) of a writable
+ * chunk that are all still invalid, without marking them (the manager
+ * validates them on OVERWRITE): COPY_HIT with the chunk file's slot and
+ * incarnation, COPY_MISS when it is not LIVE or some block is valid,
+ * COPY_EFAULT on a bad buffer. */
+int cache_copy_overwrite(unsigned char *base, size_t off, const void *src, size_t n,
+			 uint32_t *slot, uint64_t *incarnation);
 /* Check a freshly mapped chunk's control page (magic, version, dirty
  * table); 0 or -EPROTO, -EFAULT if it faults. */
 int cache_ctl_check(const unsigned char *base, uint64_t dev, uint64_t ino, uint64_t chunk);
@@ -156,7 +170,7 @@ int cache_copy_init(void);
 struct cache_stats {
 	uint64_t reads, writes, read_bytes, write_bytes;
 	uint64_t read_hits, write_hits, read_misses, write_misses;
-	uint64_t kernel_fallbacks, maps, remaps, syncs, fsyncs, extends, bypassed;
+	uint64_t kernel_fallbacks, maps, remaps, syncs, fsyncs, extends, bypassed, overwrites;
 };
 extern __thread struct cache_stats *cache_tls_stats;
 struct cache_stats *cache_stats_slow(void);

@@ -187,6 +187,39 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 	return r;
 }
 
+/* Every block of [off, off+n) invalid. */
+static inline bool all_invalid(const struct cache_ctl *ctl, size_t off, size_t n)
+{
+	for (size_t b = off / CACHE_BLOCK_BYTES; b < (off + n) / CACHE_BLOCK_BYTES; b++)
+		if (__atomic_load_n(&ctl->valid[b / 64], __ATOMIC_ACQUIRE) & (1ull << (b % 64)))
+			return false;
+	return true;
+}
+
+__attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t off,
+						   const void *src, size_t n, uint32_t *slot,
+						   uint64_t *incarnation)
+{
+	tls_base = base;
+	if (sigsetjmp(tls_jmp, 0))
+		return verdict_out(); /* nothing to mark: the blocks stay invalid */
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	const struct cache_ctl *ctl = ctl_of(base);
+	int r = COPY_MISS;
+	if (state(ctl) == CACHE_CHUNK_LIVE && all_invalid(ctl, off, n)) {
+		*slot = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
+		*incarnation = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
+		memcpy(base + off, src, n);
+		if (cache_dax)
+			direct_flush(base + off, n);
+		r = COPY_HIT;
+	}
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return r;
+}
+
 __attribute__((noinline)) int cache_ctl_check(const unsigned char *base, uint64_t dev,
 					      uint64_t ino, uint64_t chunk)
 {

@@ -329,7 +329,10 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 		int mfd;
 		int w = (cf->access & CHELLD_ACC_WRITE) != 0; /* one writable mapping serves all */
 		m.file_id = cf->file_id;
-		m.want_write = (uint32_t)w;
+		/* OVERWRITE: the blocks are about to be stored whole; a manager
+		 * that predates it fills them as for a write (correct, slower) */
+		m.want_write = (uint32_t)w | (w && (want_write & CACHE_WANT_OVERWRITE)
+						  ? CHELLD_MAP_OVERWRITE : 0);
 		m.chunk = k;
 		m.first_block = first;
 		m.nblocks = n;
@@ -508,4 +511,40 @@ int cache_sync_file(struct cache_file *cf, int fd, uint64_t size)
 		return e < 0 ? CACHE_MISS_KERNEL : -r.status;
 	}
 	return 0;
+}
+
+/* OVERWRITE: blocks [first, first+n) of chunk k were stored whole into the
+ * chunk file (slot, incarnation) while invalid; the manager validates them
+ * and marks them dirty. 0 done; anything else (EAGAIN: a fill raced, the
+ * chunk file changed; an old manager; no connection): redo normally. */
+static uint32_t no_overwrite_gen; /* connection whose manager predates OVERWRITE */
+
+bool cache_overwrite_ok(void)
+{
+	return __atomic_load_n(&no_overwrite_gen, __ATOMIC_RELAXED) != cache_conn_gen ||
+	       cache_conn_gen == 0;
+}
+
+int cache_overwrite(struct cache_file *cf, uint64_t k, uint32_t slot, uint64_t incarnation,
+		    unsigned first, unsigned n)
+{
+	cache_lock();
+	if (cache_conn_ensure() != (int)cf->conn_gen || cf->nregs == 0 ||
+	    !(cf->access & CHELLD_ACC_WRITE)) {
+		cache_unlock();
+		return -EAGAIN; /* registered on another connection: redo normally */
+	}
+	struct chelld_overwrite m = {0};
+	struct chelld_rhdr r;
+	m.file_id = cf->file_id;
+	m.slot = slot;
+	m.chunk = k;
+	m.incarnation = incarnation;
+	m.first_block = first;
+	m.nblocks = n;
+	int e = cache_call(&m, sizeof(m), CHELLD_MSG_OVERWRITE, -1, &r, sizeof(r), NULL);
+	if (e == 0 && (r.status == ENOSYS || r.status == EBADMSG))
+		__atomic_store_n(&no_overwrite_gen, cache_conn_gen, __ATOMIC_RELAXED);
+	cache_unlock();
+	return e < 0 ? e : -r.status;
 }

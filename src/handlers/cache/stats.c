@@ -74,7 +74,7 @@ void cache_stats_dump(void)
 			 "\"read_hits\": %llu, \"write_hits\": %llu, \"read_misses\": %llu, "
 			 "\"write_misses\": %llu, \"kernel_fallbacks\": %llu, \"mmaps\": %llu, "
 			 "\"remaps\": %llu, \"syncs\": %llu, \"fsyncs\": %llu, \"extends\": %llu, "
-			 "\"bypassed\": %llu}\n",
+			 "\"bypassed\": %llu, \"overwrites\": %llu}\n",
 			 (int)sys_getpid(), chell_mode_stack ? chell_mode_stack->mode : "?",
 			 (unsigned long long)t.reads, (unsigned long long)t.writes,
 			 (unsigned long long)t.read_bytes, (unsigned long long)t.write_bytes,
@@ -83,7 +83,7 @@ void cache_stats_dump(void)
 			 (unsigned long long)t.kernel_fallbacks, (unsigned long long)t.maps,
 			 (unsigned long long)t.remaps, (unsigned long long)t.syncs,
 			 (unsigned long long)t.fsyncs, (unsigned long long)t.extends,
-			 (unsigned long long)t.bypassed);
+			 (unsigned long long)t.bypassed, (unsigned long long)t.overwrites);
 	int fd = sys_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		chell_log("cannot write stats.file '%s': %s", path, strerror(-fd));

@@ -3,6 +3,13 @@
  * Moving bytes between the application's iovecs and the cache, one chunk
  * piece at a time: the hit protocol (copy.c) on the mapped chunk, and on a
  * miss a MAP of exactly the blocks the piece needs (map.c), then again.
+ *
+ * Whole blocks a write covers that are not in the cache yet need no fill
+ * from the backing file: they are mapped with OVERWRITE, stored while still
+ * invalid, and validated (and marked dirty) by the manager on OVERWRITE.
+ * Any hitch - a block became valid (a reader's fill raced with us), the
+ * chunk file changed, an older manager - and the piece is simply written
+ * again the normal way, which is always correct.
  */
 #include "cache.h"
 
@@ -10,10 +17,102 @@
  * means something is wrong with the manager: report EIO rather than spin. */
 #define MAX_MISSES 1000
 
+enum { PIECE_OK = 0, PIECE_KERNEL = 1 };
+
 static inline void hit_mark(uint32_t slot)
 {
 	if (slot < cache_access.nchunks)
 		access_mark(&cache_access, slot);
+}
+
+/* [in, in+len) of chunk k <-> u through the hit protocol, missing until it
+ * hits: PIECE_OK, PIECE_KERNEL (the descriptor must use the kernel path),
+ * or -errno. */
+static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, unsigned char *u,
+		 size_t len, int to_file)
+{
+	struct cache_stats *s = cache_stats_tls();
+	for (int misses = 0;; misses++) {
+		uintptr_t e = cache_entry_of(cf, k);
+		unsigned char *base = (unsigned char *)(e & ~CACHE_E_WRITABLE);
+		uint32_t slot = 0;
+		int r = COPY_MISS;
+		if (e && (!to_file || (e & CACHE_E_WRITABLE)))
+			r = to_file ? cache_copy_in(base, in, u, len, &slot)
+				    : cache_copy_out(u, base, in, len, &slot);
+		if (r == COPY_HIT) {
+			hit_mark(slot);
+			if (misses == 0) {
+				if (to_file)
+					s->write_hits++;
+				else
+					s->read_hits++;
+				cache_count(cf, to_file ? CNT_WHIT : CNT_RHIT, 1);
+			}
+			return PIECE_OK;
+		}
+		if (r == COPY_EFAULT)
+			return -EFAULT;
+		if (misses == 0) {
+			if (to_file)
+				s->write_misses++;
+			else
+				s->read_misses++;
+			cache_count(cf, to_file ? CNT_WMISS : CNT_RMISS, 1);
+		}
+		if (misses == MAX_MISSES) {
+			chell_log("cache: chunk %llu of %s was revoked %d times in a row; giving up with EIO",
+				  (unsigned long long)k, c->f->path ? c->f->path : "?", MAX_MISSES);
+			return -EIO;
+		}
+		unsigned first = (unsigned)(in / CACHE_BLOCK_BYTES);
+		unsigned nb = (unsigned)((in + len - 1) / CACHE_BLOCK_BYTES) - first + 1;
+		int m = cache_miss(cf, c->fd, k, first, nb, to_file);
+		if (m == CACHE_MISS_KERNEL)
+			return PIECE_KERNEL;
+		if (m < 0)
+			return m;
+	}
+}
+
+/* Whole blocks [in, in+len) of chunk k, none in the cache yet: stored
+ * without a fill. true when done; false to write them the normal way. */
+static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in,
+		      const unsigned char *u, size_t len, int *efault)
+{
+	unsigned first = (unsigned)(in / CACHE_BLOCK_BYTES), n = (unsigned)(len / CACHE_BLOCK_BYTES);
+	uint32_t slot;
+	uint64_t inc;
+	for (int tries = 0; tries < 2; tries++) {
+		uintptr_t e = cache_entry_of(cf, k);
+		int r = COPY_MISS;
+		if (e & CACHE_E_WRITABLE)
+			r = cache_copy_overwrite((unsigned char *)(e & ~CACHE_E_WRITABLE), in, u, len,
+						 &slot, &inc);
+		if (r == COPY_EFAULT) {
+			*efault = 1;
+			return false;
+		}
+		if (r == COPY_HIT) {
+			if (cache_overwrite(cf, k, slot, inc, first, n) != 0)
+				return false;
+			hit_mark(slot);
+			struct cache_stats *s = cache_stats_tls();
+			s->overwrites++;
+			s->write_misses++; /* it took the manager, if not a fill */
+			cache_count(cf, CNT_WMISS, 1);
+			return true;
+		}
+		/* A LIVE chunk with some of the blocks valid: the normal way
+		 * (mostly hits). Not mapped, not writable, revoked: a mapping
+		 * without a fill, then one more look. */
+		if (tries > 0 || (e & CACHE_E_WRITABLE && r == COPY_MISS &&
+				  cache_ctl_live((const unsigned char *)(e & ~CACHE_E_WRITABLE))))
+			return false;
+		if (cache_miss(cf, c->fd, k, first, n, 1 | CACHE_WANT_OVERWRITE) != 0)
+			return false;
+	}
+	return false;
 }
 
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
@@ -21,7 +120,6 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 {
 	struct cache_local *l = (struct cache_local *)c->f->local[c->layer];
 	struct cache_file *cf = l->cf;
-	struct cache_stats *s = cache_stats_tls();
 	size_t done = 0;
 	*kernel = 0;
 	for (int i = 0; i < cnt && done < n; i++) {
@@ -29,56 +127,36 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 		while (vdone < vlen) {
 			uint64_t p = pos + done, k = p >> CACHE_CHUNK_SHIFT;
 			size_t in = (size_t)(p & (CACHE_CHUNK_BYTES - 1));
-			size_t piece = CACHE_CHUNK_BYTES - in;
-			if (piece > vlen - vdone)
-				piece = vlen - vdone;
+			size_t len = CACHE_CHUNK_BYTES - in;
+			if (len > vlen - vdone)
+				len = vlen - vdone;
 			unsigned char *u = (unsigned char *)iov[i].iov_base + vdone;
-			for (int misses = 0;; misses++) {
-				uintptr_t e = cache_entry_of(cf, k);
-				unsigned char *base = (unsigned char *)(e & ~CACHE_E_WRITABLE);
-				uint32_t slot = 0;
-				int r = COPY_MISS;
-				if (e && (!to_file || (e & CACHE_E_WRITABLE)))
-					r = to_file ? cache_copy_in(base, in, u, piece, &slot)
-						    : cache_copy_out(u, base, in, piece, &slot);
-				if (r == COPY_HIT) {
-					hit_mark(slot);
-					if (misses == 0) {
-						if (to_file)
-							s->write_hits++;
-						else
-							s->read_hits++;
-						cache_count(cf, to_file ? CNT_WHIT : CNT_RHIT, 1);
-					}
-					break;
-				}
-				if (r == COPY_EFAULT)
-					return done ? (ssize_t)done : -EFAULT;
-				if (misses == 0) {
-					if (to_file)
-						s->write_misses++;
-					else
-						s->read_misses++;
-					cache_count(cf, to_file ? CNT_WMISS : CNT_RMISS, 1);
-				}
-				if (misses == MAX_MISSES) {
-					chell_log("cache: chunk %llu of %s was revoked %d times in a row; "
-						  "giving up with EIO", (unsigned long long)k,
-						  c->f->path ? c->f->path : "?", MAX_MISSES);
-					return done ? (ssize_t)done : -EIO;
-				}
-				unsigned first = (unsigned)(in / CACHE_BLOCK_BYTES);
-				unsigned nb = (unsigned)((in + piece - 1) / CACHE_BLOCK_BYTES) - first + 1;
-				int m = cache_miss(cf, c->fd, k, first, nb, to_file);
-				if (m == CACHE_MISS_KERNEL) {
-					*kernel = 1;
-					return (ssize_t)done;
-				}
-				if (m < 0)
-					return done ? (ssize_t)done : m;
+			int r = PIECE_OK;
+			/* the whole blocks in the middle of a write piece */
+			size_t head = (CACHE_BLOCK_BYTES - in % CACHE_BLOCK_BYTES) % CACHE_BLOCK_BYTES;
+			head = head < len ? head : len;
+			size_t mid = (len - head) / CACHE_BLOCK_BYTES * CACHE_BLOCK_BYTES;
+			int efault = 0;
+			if (to_file && mid && k < CACHE_MAX_CHUNK && cache_overwrite_ok() &&
+			    overwrite(c, cf, k, in + head, u + head, mid, &efault)) {
+				if (head)
+					r = piece(c, cf, k, in, u, head, 1);
+				if (r == PIECE_OK && len - head - mid)
+					r = piece(c, cf, k, in + head + mid, u + head + mid,
+						  len - head - mid, 1);
+			} else if (efault) {
+				r = -EFAULT;
+			} else {
+				r = piece(c, cf, k, in, u, len, to_file);
 			}
-			done += piece;
-			vdone += piece;
+			if (r == PIECE_KERNEL) {
+				*kernel = 1;
+				return (ssize_t)done;
+			}
+			if (r < 0)
+				return done ? (ssize_t)done : r;
+			done += len;
+			vdone += len;
 		}
 	}
 	cache_count(cf, to_file ? CNT_WBYTES : CNT_RBYTES, done);
