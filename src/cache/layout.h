@@ -37,9 +37,56 @@
  *          idempotent, so a redo is always safe).
  *   The manager: store REVOKED -> seq_cst fence -> dirty_checkout -> write
  *          back -> truncate + unlink. A block is made valid only by the
- *          manager (fill from the backing file, or zeros past its end), and
- *          clients store only into valid blocks, so fills never race with
- *          client stores.
+ *          manager (fill from the backing file, zeros past its end, or an
+ *          OVERWRITE below), and clients store into valid blocks only - with
+ *          the one exception of an overwrite - so a fill never races with a
+ *          store that will count.
+ *
+ * Overwrites (chelld/protocol.h MAP with CHELLD_MAP_OVERWRITE, then the
+ * OVERWRITE message): a write covering whole 4 KB blocks that are all
+ * invalid needs no fill. The client reads (slot, incarnation) from the
+ * control page, checks the state is LIVE and every block of the range is
+ * invalid, stores the data (flushed on DAX), and only then asks the
+ * manager to validate them. Under its lock the manager checks that the
+ * slot still is the file's chunk, with that incarnation, LIVE, and that
+ * none of the blocks is valid; then it sets the valid bits and marks the
+ * blocks dirty (valid first: dirty blocks are always valid ones; nothing
+ * evicts or cleans between the two, it holds the lock). Otherwise it
+ * answers EAGAIN and the client redoes the whole write the normal way (a
+ * MAP that fills, then a hit): writes are idempotent. The races:
+ *   - a reader (another thread or process) sees the blocks invalid until
+ *     the manager validates them, so it never sees bytes that are neither
+ *     the old nor the new ones (e.g. the zeros of a fresh chunk file);
+ *   - a fill of the same blocks for a reader, before the OVERWRITE: the
+ *     fill's pread replaces the stored bytes (the reader gets the backing
+ *     file's, i.e. the old, bytes), the blocks become valid, the OVERWRITE
+ *     is refused and the redo stores the new bytes as a normal hit: neither
+ *     the read nor the write is lost. A fill racing the stores themselves
+ *     may leave a mix of old and new bytes in a valid block for a moment:
+ *     a read concurrent with a write, then the redo writes the whole;
+ *   - two overwrites of the same block (threads of one process, or two
+ *     processes): the first OVERWRITE wins, the second is refused and
+ *     redone as a normal hit, so the later of the two writes stands;
+ *   - an eviction or TRUNCATE between the stores and the OVERWRITE: the
+ *     stores went to a chunk file that is gone (or fault: a miss); the
+ *     (slot, incarnation) check refuses, the redo goes to the new file;
+ *   - the client dies before OVERWRITE: the blocks stay invalid and hold
+ *     garbage nobody can read; the next fill of them overwrites it. (Zeros
+ *     past the end of a file are only assumed of blocks that were never
+ *     below it while the chunk file lived: clients grow the file before an
+ *     overwrite, and only TRUNCATE - which revokes - shrinks it.)
+ *   - the manager dies between validating and replying: the client's call
+ *     fails and it redoes the write on the restarted manager (the blocks
+ *     are valid then: a normal hit). Recovery sees only valid dirty blocks.
+ *   An acknowledged overwrite is valid and dirty in the chunk file, like a
+ *   normal write after its dirty mark: written back before it is dropped.
+ *
+ * Capacity: chunk files are sparse, so what a pool holds is counted in
+ * 4 KB pages - the valid blocks and one control page per chunk file - not
+ * in slots; the manager evicts whole chunks (policy victims) when a fill,
+ * an overwrite or a new chunk file would exceed the pool's size. There are
+ * more slots than size / CACHE_CHUNK_BYTES (chelld/cache.h: a slot per
+ * 256 KB of the size) so a scattered hot set keeps its blocks.
  *
  * Identity (client side, src/handlers/cache): (slot, incarnation) names
  * one chunk file for the life of the pool - incarnation grows every time

@@ -29,9 +29,19 @@ struct pool {
 	int chunks_fd;      /* O_DIRECTORY of DIR/chunks */
 	uint32_t nslots;
 	uint32_t max_cnodes;
+	uint64_t capacity;  /* bytes of tmpfs the pool may use (see pool_open) */
 	bool created;       /* a new pool */
-	bool resized;       /* the stored size differs from the one asked */
+	bool resized;       /* the stored slot count does not fit the size asked */
 };
+
+/* Geometry: a slot per POOL_SLOT_BYTES of the pool (capped), so a pool
+ * holds many more chunks than size / 2 MB and a scattered hot set keeps
+ * its blocks: chunk files are sparse, and the capacity is counted in
+ * filled 4 KB blocks (chunk.c: cache_make_room), not in slots. Pools made
+ * before this (size / 2 MB slots) open as they are. */
+#define POOL_SLOT_BYTES (256u << 10)
+#define POOL_MAX_SLOTS (1u << 20)
+uint32_t pool_slots_for(uint64_t size);
 
 /* What the chunk file of a mapped slot says (pool_check_chunk). */
 enum pool_chunk_verdict {
@@ -43,7 +53,10 @@ enum pool_chunk_verdict {
 /* Open (or, with want_size > 0 and no meta.pool, create) the pool in dir:
  * meta.pool (recovered: unfinished transactions undone, then meta_check),
  * chunks/, and every mapped slot's control page checked. want_size 0 opens
- * only. Returns 0, or -errno with a sentence naming the problem in err. */
+ * only. The capacity is the size asked (at most what the slots can hold;
+ * want_size 0: slots x 2 MB): a pool keeps its slot count, but what it may
+ * fill is set at each start. Returns 0, or -errno with a sentence naming
+ * the problem in err. */
 int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, size_t errlen);
 void pool_close(struct pool *p);
 /* Read and judge slot's chunk file against the meta (ci). ctl gets the
@@ -65,6 +78,7 @@ struct slot {
 	bool stuck;             /* write-back failed: keep it, never evict */
 	bool busy;              /* the cleaner thread writes it back right now */
 	bool broken;            /* its file was truncated behind our back (guard.c) */
+	uint32_t charged;       /* 4 KB pages counted in cache.used: control page + valid blocks */
 };
 
 /* Volatile state of a Cnode (a cached backing file). */
@@ -77,6 +91,11 @@ struct cfile {
 	uint32_t nregs;         /* live registrations, all connections */
 	uint32_t nconns;        /* connections holding a registration */
 	bool bypass;            /* not cached until the last registration closes */
+	/* Adaptive read-ahead (chunk.c), in file blocks: where the last miss
+	 * started and where its fill ended, and its read-ahead window (0:
+	 * random access). */
+	uint64_t ra_prev, ra_next;
+	uint32_t ra_window;
 	uint64_t fills, fill_bytes, evictions, writeback_bytes;
 	struct chelld_client_counts counts;
 };
@@ -87,6 +106,13 @@ struct cache {
 	struct meta *m;
 	uint32_t nslots;
 	struct slot *slots;
+	/* Capacity in 4 KB pages of the pool's tmpfs: chunk data blocks that
+	 * are valid (filled, zeros past the end of a file, or overwritten)
+	 * plus one control page per chunk file; meta.pool is taken off at
+	 * start. Fills, overwrites and new chunk files evict first when
+	 * used + need would exceed cap (cache_make_room). */
+	uint64_t cap, used;
+	int64_t pinned;         /* slot evictions must not take now, or -1 */
 	struct cfile **files;   /* by Cnode id */
 	policy *pol;
 	const struct chell_persist_ops *pops;
@@ -150,8 +176,19 @@ bool cfile_deleted(struct cache *c, struct cfile *f);
 /* The slot holding (cnode, file_chunk), allocating and creating its chunk
  * file if needed (evicting when full). Returns the slot or -errno. */
 int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk);
-/* Make blocks [first, first+n) valid (plus read-ahead); 0 or -errno. */
+/* Make blocks [first, first+n) valid (plus adaptive read-ahead); 0 or -errno. */
 int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n);
+/* A client stored whole blocks [first, first+n) of the slot's chunk file
+ * `incarnation` while they were invalid (cache/layout.h, "Overwrites"):
+ * mark them dirty and valid. 0; -EAGAIN if the chunk file is not that one
+ * any more, is not LIVE, or any of the blocks became valid meanwhile (the
+ * client redoes the write as a normal one); -ENOSPC. */
+int chunk_overwrite(struct cache *c, uint32_t slot, uint64_t incarnation, unsigned first,
+		    unsigned n);
+/* Evict (policy victims, never `keep`) until `need` more pages fit in
+ * the capacity. 0, or -ENOSPC when nothing else can go and the pool
+ * would go over by more than the chunk being filled. */
+int cache_make_room(struct cache *c, uint64_t need, int64_t keep);
 /* A new descriptor of the slot's chunk file with the given open flags. */
 int chunk_open_fd(struct cache *c, uint32_t slot, int flags);
 /* Revoke and free a slot: REVOKED, fence, write back dirty blocks below
@@ -165,7 +202,8 @@ unsigned chunk_nvalid(const struct slot *s);
 unsigned chunk_ndirty(const struct slot *s);
 
 /* evict.c */
-/* Free one slot by policy; 0, or -EBUSY when nothing can be evicted. */
+/* Free one slot by policy (never c->pinned); 0, or -EBUSY when nothing
+ * can be evicted. */
 int evict_one(struct cache *c);
 
 /* writeback.c */
@@ -204,6 +242,8 @@ int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes,
  * I/O of a write-back, with the slots marked busy. */
 int cache_cleaner_start(struct cache *c);
 void cache_cleaner_stop(struct cache *c);
+/* Wake the cleaner now (lock held): evictions found no clean victim. */
+void cache_cleaner_kick(struct cache *c);
 /* Wait (lock held) until the cleaner is done with a slot. */
 void cache_wait_idle(struct cache *c, uint32_t slot);
 /* Drop the chunks of deleted files (cfile_deleted); returns how many. */

@@ -78,6 +78,8 @@ int chunk_attach(struct cache *c, uint32_t slot, uint32_t cnode, uint64_t file_c
 		s->map = NULL;
 		return -EUCLEAN;
 	}
+	s->charged = 1 + chunk_nvalid(s);
+	c->used += s->charged;
 	return 0;
 }
 
@@ -169,6 +171,9 @@ int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
 	}
 	if (slot != -ENOENT)
 		return slot;
+	int room = cache_make_room(c, 1, -1); /* the new file's control page */
+	if (room < 0)
+		return room;
 	for (uint32_t tries = 0;; tries++) {
 		slot = meta_chunk_map(c->m, f->cnode, file_chunk);
 		if (slot != -ENOSPC)
@@ -198,6 +203,8 @@ int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
 		return rc;
 	}
 	policy_insert(c->pol, (uint32_t)slot);
+	c->slots[slot].charged = 1;
+	c->used += 1;
 	return slot;
 }
 
@@ -219,6 +226,39 @@ static int fill_range(int fd, uint8_t *dst, uint64_t off, size_t len)
 	return 0;
 }
 
+/* Read-ahead as the page cache's on-demand read-ahead does it, per file: a
+ * miss that starts inside the previous miss's fill or where it ended (its
+ * blocks plus read-ahead: a sequential reader misses there), at the start
+ * of the file, or at or past its end (an append) is sequential, and its
+ * window starts at four times the request and doubles on each such miss,
+ * up to --readahead (or the request's own size, when larger). Any other
+ * miss is random and fills exactly the blocks it asks: random 4 KB reads
+ * read 4 KB from the device. */
+static unsigned ra_window(struct cache *c, struct cfile *f, uint64_t pos, unsigned n,
+			  uint64_t eof_block)
+{
+	uint64_t max = c->cfg->readahead / CACHE_BLOCK_BYTES;
+	uint64_t w = 0;
+	bool seq = pos >= f->ra_prev && pos <= f->ra_next;
+	if (max && seq && f->ra_window)
+		w = 2ull * f->ra_window;
+	else if (max && (seq || pos == 0 || pos >= eof_block))
+		w = 4ull * n;
+	if (max && max < n)
+		max = n;
+	if (w > max)
+		w = max;
+	f->ra_prev = pos;
+	return (unsigned)w;
+}
+
+/* Blocks at or past the end of the file hold zeros and become valid
+ * without I/O; past the blocks asked (and their read-ahead), this many
+ * more, so appends and reads at the end miss once per window, not per
+ * block. They count against the capacity like filled ones (a client may
+ * store into them), so the window is bounded. */
+#define ZERO_AHEAD 64u /* blocks: 256 KB */
+
 int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 {
 	struct slot *s = &c->slots[slot];
@@ -227,11 +267,9 @@ int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 		return -EUCLEAN;
 	if (first >= CACHE_BLOCKS)
 		return -EINVAL;
+	if (n == 0)
+		return 0; /* just the mapping */
 	unsigned end = n > CACHE_BLOCKS - first ? CACHE_BLOCKS : first + n;
-	if (n)
-		end += (unsigned)(c->cfg->readahead / CACHE_BLOCK_BYTES);
-	if (end > CACHE_BLOCKS)
-		end = CACHE_BLOCKS;
 	int fd = cfile_fd(c, f);
 	struct stat st;
 	if (fd < 0)
@@ -239,6 +277,32 @@ int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 	if (fstat(fd, &st) < 0)
 		return -errno;
 	uint64_t base = s->file_chunk * CACHE_CHUNK_BYTES, size = (uint64_t)st.st_size;
+	uint64_t fblock = s->file_chunk * CACHE_BLOCKS;
+	uint64_t eof_block = (size + CACHE_BLOCK_BYTES - 1) / CACHE_BLOCK_BYTES;
+	/* Blocks asked that are all valid already (a client that had no
+	 * mapping yet, or lost it): nothing to fill, and no read-ahead. */
+	bool all_valid = true;
+	for (unsigned i = first; i < end && all_valid; i++)
+		all_valid = block_valid(s->ctl, i);
+	if (all_valid)
+		return 0;
+	unsigned ra = ra_window(c, f, fblock + first, end - first, eof_block);
+	end = end + ra > CACHE_BLOCKS ? CACHE_BLOCKS : end + ra;
+	f->ra_window = ra;
+	f->ra_next = fblock + end;
+	unsigned zend = end + ZERO_AHEAD > CACHE_BLOCKS ? CACHE_BLOCKS : end + ZERO_AHEAD;
+	/* Room first: the blocks this fill makes valid, read or zero. */
+	unsigned need = 0;
+	for (unsigned i = first; i < zend; i++)
+		if (!block_valid(s->ctl, i) && (i < end || fblock + i >= eof_block))
+			need++;
+	if (need) {
+		int rc = cache_make_room(c, need, slot);
+		if (rc < 0)
+			return rc;
+		if (!s->map || slot_broken(s))
+			return -EAGAIN;
+	}
 	uint64_t newbits[CACHE_BLOCKS / 64] = {0};
 	unsigned b = first;
 	while (b < end) {
@@ -271,17 +335,92 @@ int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 			newbits[i / 64] |= 1ull << (i % 64);
 		b = e;
 	}
-	/* Every block from the end of the file on holds zeros: valid at no
-	 * cost, so appends and reads at the end do not miss block by block. */
-	for (unsigned i = 0; i < CACHE_BLOCKS; i++)
-		if (base + (uint64_t)i * CACHE_BLOCK_BYTES >= size)
+	for (unsigned i = end; i < zend; i++)
+		if (fblock + i >= eof_block && !block_valid(s->ctl, i))
 			newbits[i / 64] |= 1ull << (i % 64);
 	c->pops->drain(c->pops->ctx);
+	unsigned added = 0;
 	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
-		if (newbits[w])
-			__atomic_fetch_or(&s->ctl->valid[w], newbits[w], __ATOMIC_RELEASE);
+		if (newbits[w]) {
+			uint64_t old = __atomic_fetch_or(&s->ctl->valid[w], newbits[w], __ATOMIC_RELEASE);
+			added += (unsigned)__builtin_popcountll(newbits[w] & ~old);
+		}
+	s->charged += added;
+	c->used += added;
 	chell_persist(c->pops, s->ctl->valid, sizeof s->ctl->valid);
 	return 0;
+}
+
+int chunk_overwrite(struct cache *c, uint32_t slot, uint64_t incarnation, unsigned first,
+		    unsigned n)
+{
+	struct slot *s = &c->slots[slot];
+	if (first >= CACHE_BLOCKS || n == 0 || n > CACHE_BLOCKS - first)
+		return -EINVAL;
+	for (int pass = 0; pass < 2; pass++) {
+		/* (Again after making room: an eviction may wait for the cleaner,
+		 * with the lock released.) */
+		if (!s->map || slot_broken(s) ||
+		    __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) != CACHE_CHUNK_LIVE ||
+		    s->ctl->incarnation != incarnation)
+			return -EAGAIN; /* the client stored into a chunk file that is gone */
+		for (unsigned b = first; b < first + n; b++)
+			if (block_valid(s->ctl, b))
+				return -EAGAIN; /* a fill raced with the client's stores */
+		if (pass == 0) {
+			int rc = cache_make_room(c, n, slot);
+			if (rc < 0)
+				return rc;
+		}
+	}
+	/* Valid, then dirty: dirty blocks are always valid ones (`chell cache
+	 * check`), and nothing evicts or cleans between the two (the lock). */
+	uint64_t bits[CACHE_BLOCKS / 64] = {0};
+	for (unsigned b = first; b < first + n; b++)
+		bits[b / 64] |= 1ull << (b % 64);
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
+		if (bits[w])
+			__atomic_fetch_or(&s->ctl->valid[w], bits[w], __ATOMIC_RELEASE);
+	chell_persist(c->pops, s->ctl->valid, sizeof s->ctl->valid);
+	dirty_mark(s->dt, 0, first, n);
+	chell_persist(c->pops, s->ctl->dirty, dirty_table_bytes(1));
+	s->charged += n;
+	c->used += n;
+	return 0;
+}
+
+int cache_make_room(struct cache *c, uint64_t need, int64_t keep)
+{
+	int64_t was = c->pinned;
+	c->pinned = keep;
+	int rc = 0;
+	for (uint32_t tries = 0; c->used + need > c->cap;) {
+		int e = evict_one(c);
+		if (e == 0)
+			continue;
+		if (e == -EBUSY) {
+			/* Nothing evictable now. Chunks the cleaner is writing
+			 * back become evictable when it is done: wait for them. */
+			bool busy = false;
+			for (uint32_t i = 0; i < c->nslots && !busy; i++)
+				busy = c->slots[i].map && c->slots[i].busy;
+			if (busy) {
+				pthread_cond_wait(&c->idle, &c->lock);
+				continue;
+			}
+		}
+		if (e == -EBUSY || ++tries > c->nslots) {
+			/* Only the chunk being filled is left: let it go over
+			 * (a pool smaller than one chunk); else nothing can go
+			 * (write-backs failed: stuck chunks). */
+			uint64_t mine = keep >= 0 ? c->slots[keep].charged : 0;
+			if (c->used > mine)
+				rc = -ENOSPC;
+			break;
+		}
+	}
+	c->pinned = was;
+	return rc;
 }
 
 int chunk_open_fd(struct cache *c, uint32_t slot, int flags)
@@ -339,6 +478,7 @@ int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below)
 	int rc = meta_chunk_unmap(c->m, slot);
 	if (rc < 0)
 		chelld_log("slot %u: cannot free it in the metadata: %s", slot, strerror(-rc));
+	c->used -= s->charged;
 	memset(s, 0, sizeof *s);
 	if (f) {
 		f->evictions++;

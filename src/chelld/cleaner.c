@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The background cleaner: a thread that every CLEAN_MS counts the chunks
- * with dirty blocks (scanning the control pages); once they reach the high
- * watermark (--dirty-high, percent of the slots) it writes chunks back,
- * from a rotating cursor, until they are at or below the low watermark
- * (--dirty-low). It takes the cache lock like the request loop does, but
- * drops it for the I/O of each write-back (pwritev, fdatasync) with the
- * chunk marked busy: misses and other requests are served meanwhile, and
+ * The background cleaner: a thread that every CLEAN_MS (or when an
+ * eviction found no clean victim) scans the control pages. It writes back
+ * when the pages held by dirty chunks exceed --dirty-high percent of the
+ * capacity (down to --dirty-low), and also when free capacity plus clean
+ * chunks - what evictions take without a write-back - falls below
+ * RESERVE_LOW percent (up to RESERVE_HIGH; both at most 100 minus the
+ * dirty watermarks), so misses find clean victims ahead of need. Each write-back is a batch: up to BATCH_CHUNKS dirty
+ * chunks of one file, from a rotating cursor, planned as one sorted set of
+ * extents with one fdatasync. It takes the cache lock like the request
+ * loop does, but drops it for the I/O (pwritev, fdatasync) with the chunks
+ * marked busy: misses and other requests are served meanwhile, and
  * nothing evicts, truncates or flushes a busy chunk (they wait for it,
  * cache_wait_idle). When the cleaner falls behind, evictions of dirty
  * victims clean synchronously (evict.c).
@@ -23,8 +27,13 @@
 
 #include "chelld/cache.h"
 
-#define CLEAN_MS 50
-#define DELETED_EVERY 20 /* ticks */
+#define CLEAN_MS 20
+#define DELETED_EVERY 50 /* timed ticks: about a second */
+/* The reserve, percent of the capacity free or clean: at most what the
+ * dirty watermarks leave (--dirty-high 100 turns it off). */
+#define RESERVE_LOW 20
+#define RESERVE_HIGH 30
+#define BATCH_CHUNKS 64  /* chunks of one file per write-back (one fdatasync) */
 
 uint32_t cache_dirty_slots(const struct cache *c)
 {
@@ -53,68 +62,115 @@ uint32_t cache_drop_deleted(struct cache *c)
 	return n;
 }
 
-static bool above(const struct cache *c, uint32_t dirty, unsigned pct)
+/* Pages (cache.h: capacity) held by chunks with dirty blocks, and what an
+ * eviction can take without a write-back: free capacity plus the pages
+ * of chunks with no dirty block. */
+static void scan(const struct cache *c, uint64_t *dirty, uint64_t *reclaimable)
 {
-	return (uint64_t)dirty * 100 > (uint64_t)pct * c->nslots;
-}
-
-/* The next dirty chunk from the cursor on, or -1. */
-static int next_dirty(struct cache *c)
-{
-	for (uint32_t i = 0, s = c->clean_cursor; i < c->nslots; i++, s = (s + 1) % c->nslots) {
-		const struct slot *sl = &c->slots[s];
-		if (sl->map && !sl->stuck && !sl->busy && dirty_chunk_flagged(sl->dt, 0)) {
-			c->clean_cursor = (s + 1) % c->nslots;
-			return (int)s;
-		}
+	uint64_t d = 0, clean = 0;
+	for (uint32_t i = 0; i < c->nslots; i++) {
+		const struct slot *s = &c->slots[i];
+		if (!s->map)
+			continue;
+		if (dirty_chunk_flagged(s->dt, 0))
+			d += s->charged;
+		else if (!s->busy && !s->stuck)
+			clean += s->charged;
 	}
-	return -1;
+	*dirty = d;
+	*reclaimable = clean + (c->cap > c->used ? c->cap - c->used : 0);
 }
 
-/* Write one chunk back, without the lock during the I/O (lock held). */
-static void clean_one(struct cache *c, uint32_t slot)
+static bool above(const struct cache *c, uint64_t pages, unsigned pct)
 {
-	struct slot *s = &c->slots[slot];
-	struct cfile *f = cfile_get(c, s->cnode);
+	return pages * 100 > (uint64_t)pct * c->cap;
+}
+
+/* Dirty chunks of one file, for one write-back with one fdatasync: the
+ * file of the next dirty chunk from the cursor on, then its other dirty
+ * chunks in slot order from there, up to BATCH_CHUNKS. Returns how many. */
+static size_t next_batch(struct cache *c, uint32_t *out)
+{
+	size_t n = 0;
+	uint32_t cnode = 0;
+	for (uint32_t i = 0, s = c->clean_cursor; i < c->nslots && n < BATCH_CHUNKS;
+	     i++, s = (s + 1) % c->nslots) {
+		const struct slot *sl = &c->slots[s];
+		if (!sl->map || sl->stuck || sl->busy || slot_broken(sl) ||
+		    !dirty_chunk_flagged(sl->dt, 0) || (n && sl->cnode != cnode))
+			continue;
+		if (n == 0) {
+			cnode = sl->cnode;
+			c->clean_cursor = (s + 1) % c->nslots;
+		}
+		out[n++] = s;
+	}
+	return n;
+}
+
+/* Write a batch back, without the lock during the I/O (lock held). */
+static void clean_batch(struct cache *c, uint32_t *slots, size_t n)
+{
+	struct cfile *f = cfile_get(c, c->slots[slots[0]].cnode);
 	struct wb_job j;
-	if (!f || wb_begin(c, f, &slot, 1, UINT64_MAX, &j) < 0) {
-		s->stuck = true; /* retried by a FLUSH, not every tick */
+	if (!f || wb_begin(c, f, slots, n, UINT64_MAX, &j) < 0) {
+		for (size_t i = 0; i < n; i++)
+			c->slots[slots[i]].stuck = true; /* retried by a FLUSH, not every tick */
 		return;
 	}
-	s->busy = true;
+	for (size_t i = 0; i < j.n; i++)
+		c->slots[j.slots[i]].busy = true;
 	pthread_mutex_unlock(&c->lock);
 	wb_io(c, &j);
 	pthread_mutex_lock(&c->lock);
-	s->busy = false;
+	for (size_t i = 0; i < j.n; i++)
+		c->slots[j.slots[i]].busy = false;
 	pthread_cond_broadcast(&c->idle);
-	if (wb_end(c, &j, NULL) < 0)
-		s->stuck = true;
+	bool failed = wb_end(c, &j, NULL) < 0;
+	for (size_t i = 0; failed && i < n; i++)
+		if (c->slots[slots[i]].map)
+			c->slots[slots[i]].stuck = true;
 }
 
-static void tick(struct cache *c)
+/* Clean while the dirty pages are above --dirty-high (down to
+ * --dirty-low), or while what evictions can take without a write-back
+ * is below RESERVE_LOW percent of the capacity (up to RESERVE_HIGH): a
+ * miss should find a clean victim, not wait for a write-back. */
+static void tick(struct cache *c, bool timed)
 {
-	if (++c->ticks % DELETED_EVERY == 0) {
+	if (timed && ++c->ticks % DELETED_EVERY == 0) {
 		uint32_t n = cache_drop_deleted(c);
 		if (n)
 			chelld_log("dropped %u chunk(s) of deleted files or truncated behind "
 				   "the manager's back", n);
 	}
-	uint32_t dirty = cache_dirty_slots(c);
+	uint64_t dirty, reclaim;
+	unsigned lo = 100 - c->cfg->dirty_high, hi = 100 - c->cfg->dirty_low;
+	lo = lo < RESERVE_LOW ? lo : RESERVE_LOW;
+	hi = hi < RESERVE_HIGH ? hi : RESERVE_HIGH;
+	scan(c, &dirty, &reclaim);
 	if (!c->cleaning) {
-		if (!above(c, dirty, c->cfg->dirty_high))
+		if (!above(c, dirty, c->cfg->dirty_high) &&
+		    (lo == 0 || above(c, reclaim, lo) || dirty == 0))
 			return;
 		c->cleaning = true;
 		c->st->cleaner_passes++;
 	}
-	while (!c->cleaner_stop && above(c, dirty, c->cfg->dirty_low)) {
-		int s = next_dirty(c);
-		if (s < 0)
+	uint32_t batch[BATCH_CHUNKS];
+	while (!c->cleaner_stop && dirty &&
+	       (above(c, dirty, c->cfg->dirty_low) || (lo && !above(c, reclaim, hi)))) {
+		size_t n = next_batch(c, batch);
+		if (n == 0)
 			break;
-		clean_one(c, (uint32_t)s);
-		dirty = cache_dirty_slots(c);
+		clean_batch(c, batch, n);
+		scan(c, &dirty, &reclaim);
 	}
-	if (!above(c, dirty, c->cfg->dirty_low))
-		c->cleaning = false;
+	c->cleaning = false;
+}
+
+void cache_cleaner_kick(struct cache *c)
+{
+	pthread_cond_signal(&c->wake);
 }
 
 static void *cleaner_main(void *arg)
@@ -132,8 +188,7 @@ static void *cleaner_main(void *arg)
 		int rc = pthread_cond_timedwait(&c->wake, &c->lock, &t);
 		if (c->cleaner_stop)
 			break;
-		if (rc == ETIMEDOUT)
-			tick(c);
+		tick(c, rc == ETIMEDOUT); /* or kicked: an eviction found no clean victim */
 	}
 	pthread_mutex_unlock(&c->lock);
 	return NULL;

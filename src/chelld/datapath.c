@@ -44,7 +44,7 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
 	struct chelld_hello_reply r = {0};
 	r.version = CHELLD_VERSION;
 	r.chunk_size = CHELLD_CHUNK_SIZE;
-	r.cache_size = (uint64_t)s->cache.nslots * CACHE_CHUNK_BYTES;
+	r.cache_size = s->cache.pool.capacity;
 	r.slots = s->cache.nslots;
 	r.append_threshold = s->cfg->append_threshold;
 	int st = 0, fd = -1;
@@ -188,7 +188,11 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	int slot = chunk_get(c, f, m->chunk);
 	if (slot < 0)
 		return -slot;
-	int rc = chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+	/* OVERWRITE: the client stores these blocks whole, then asks for them
+	 * to be validated (do_overwrite): nothing to read. */
+	int rc = m->want_write & CHELLD_MAP_OVERWRITE
+			 ? 0
+			 : chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
 	if (rc < 0)
 		return -rc;
 	policy_touch(c->pol, (uint32_t)slot);
@@ -246,3 +250,30 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 	return ok;
 }
 
+
+bool do_overwrite(struct server *s, struct client *c, const struct chelld_overwrite *m)
+{
+	struct cache *k = &s->cache;
+	const struct reg *g = client_reg(c, m->file_id);
+	struct cfile *f = g ? cfile_get(k, g->cnode) : NULL;
+	int st = 0;
+	if (!f)
+		st = EBADF;
+	else if ((g->access & (CHELLD_ACC_READ | CHELLD_ACC_WRITE)) !=
+		 (CHELLD_ACC_READ | CHELLD_ACC_WRITE))
+		st = EACCES;
+	else if (m->first_block >= CACHE_BLOCKS || m->nblocks == 0 ||
+		 m->nblocks > CACHE_BLOCKS - m->first_block || m->slot >= k->nslots)
+		st = EINVAL;
+	else if (f->bypass || f->readonly)
+		st = EAGAIN; /* the redo finds out (BYPASS, EROFS) */
+	else if (meta_chunk_lookup(k->m, f->cnode, m->chunk) != (int)m->slot)
+		st = EAGAIN; /* that chunk file is gone: evicted, truncated */
+	else
+		st = -chunk_overwrite(k, m->slot, m->incarnation, m->first_block, m->nblocks);
+	if (st == 0)
+		policy_touch(k->pol, m->slot);
+	s->st.overwrites += st == 0;
+	struct chelld_rhdr r = {0};
+	return chelld_reply(c, &r, sizeof r, CHELLD_MSG_OVERWRITE, m->h.seq, st, -1);
+}

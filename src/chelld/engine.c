@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -57,7 +58,19 @@ int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 	c->m = p->m;
 	c->nslots = p->nslots;
 	c->st = st;
+	c->pinned = -1;
+	/* The capacity, less what meta.pool takes of the same tmpfs. */
+	c->cap = p->capacity / CACHE_BLOCK_BYTES;
+	char mpath[PATH_MAX];
+	struct stat ms;
+	snprintf(mpath, sizeof mpath, "%s/%s", p->dir, CACHE_META_NAME);
+	if (stat(mpath, &ms) == 0) {
+		uint64_t mb = ((uint64_t)ms.st_blocks * 512 + CACHE_BLOCK_BYTES - 1) / CACHE_BLOCK_BYTES;
+		c->cap = c->cap > mb ? c->cap - mb : 0;
+	}
 	c->pops = pool_is_dax(p->dir) ? chell_persist_default() : &volatile_ops;
+	chelld_log("capacity %llu pages of 4 KB in %u chunk slots",
+		   (unsigned long long)c->cap, c->nslots);
 	chelld_log("pool on %s: chunk data and control pages are %s",
 		   c->pops == &volatile_ops ? "a file system without DAX" : "DAX",
 		   c->pops == &volatile_ops ? "not flushed by cache-line (no effect there)"

@@ -22,7 +22,7 @@ static bool skip(void *arg, uint32_t slot)
 {
 	struct skip_arg *a = arg;
 	const struct slot *s = &a->c->slots[slot];
-	if (!s->map || s->stuck || s->busy)
+	if (!s->map || s->stuck || s->busy || (int64_t)slot == a->c->pinned)
 		return true;
 	if (!a->allow_dirty && dirty_chunk_flagged(s->dt, 0))
 		return true;
@@ -39,6 +39,7 @@ int evict_one(struct cache *c)
 	if (rc == -EBUSY) {
 		a.allow_dirty = true;
 		c->st->throttle_waits++;
+		cache_cleaner_kick(c);
 		rc = policy_victim(c->pol, &victim, skip, &a);
 	}
 	/* Everything left is being written back by the cleaner: wait for

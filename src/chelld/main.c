@@ -66,17 +66,20 @@ static void usage(FILE *f)
 	      "      --append-threshold SIZE  extending writes of at least SIZE reserve\n"
 	      "                      space in the backing file and go to the cache only\n"
 	      "                      (default 32K; told to clients)\n"
-	      "      --dirty-high PCT  start background write-back when this percentage\n"
-	      "                      of the chunks holds dirty data (default 50)\n"
+	      "      --dirty-high PCT  start background write-back when chunks with dirty\n"
+	      "                      data hold this percentage of the capacity (default\n"
+	      "                      50); it also keeps min(20, 100-PCT)% free or clean\n"
 	      "      --dirty-low PCT   ... and stop at this percentage (default 25)\n"
-	      "      --readahead SIZE  fill this much more than a miss asks (default 64K)\n"
+	      "      --readahead SIZE  largest read-ahead window of a sequential reader\n"
+	      "                      (default 64K; random misses read only what they ask)\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
 	      "  -h, --help          show this help\n"
 	      "\n"
 	      "The cache lives in DIR/" CACHE_META_NAME " and DIR/" CACHE_CHUNKS_DIR "/, created on the first\n"
-	      "start; a pool keeps the size it was created with.\n"
+	      "start; a pool keeps the chunk slots it was created with (one per 256K of\n"
+	      "SIZE), its capacity is the SIZE of each start.\n"
 	      "\n"
 	      "Exit status: 0 served and stopped cleanly (or: daemon started), 1 the pool\n"
 	      "is already served or a system error, 2 usage or configuration error, or a\n"
@@ -484,11 +487,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (cpool.resized)
-		fprintf(stderr, "chelld: note: pool %s was created with %llu bytes (%u chunks); "
-				"using that, not --size %llu (to resize: stop chelld, remove %s/%s "
-				"and %s/%s/, start again)\n",
-			cfg.pool, (unsigned long long)cpool.nslots * CACHE_CHUNK_BYTES, cpool.nslots,
-			(unsigned long long)cfg.size, cfg.pool, CACHE_META_NAME, cfg.pool,
+		fprintf(stderr, "chelld: note: pool %s was created with %u chunk slots, which do not "
+				"fit --size %llu; keeping the slots, capacity %llu bytes (to change the "
+				"slots: stop chelld, remove %s/%s and %s/%s/, start again)\n",
+			cfg.pool, cpool.nslots, (unsigned long long)cfg.size,
+			(unsigned long long)cpool.capacity, cfg.pool, CACHE_META_NAME, cfg.pool,
 			CACHE_CHUNKS_DIR);
 	int sfd = bind_socket(cfg.sock_path);
 	if (sfd < 0) {
@@ -514,9 +517,10 @@ int main(int argc, char **argv)
 		unlink(cfg.sock_path);
 		goto out;
 	}
-	chelld_log("pool %s%s, size %llu bytes, %d backing director%s, socket %s", cfg.pool,
-		   cpool.created ? " (new)" : "", (unsigned long long)cpool.nslots * CACHE_CHUNK_BYTES, cfg.nbackings, cfg.nbackings == 1 ? "y" : "ies",
-		   cfg.sock_path);
+	chelld_log("pool %s%s, size %llu bytes in %u chunk slots, %d backing director%s, "
+		   "socket %s", cfg.pool, cpool.created ? " (new)" : "",
+		   (unsigned long long)cpool.capacity, cpool.nslots, cfg.nbackings,
+		   cfg.nbackings == 1 ? "y" : "ies", cfg.sock_path);
 	for (int i = 0; i < cfg.nbackings; i++)
 		chelld_log("backing directory %s", cfg.backings[i]);
 	if (ready >= 0) {

@@ -33,6 +33,18 @@ void pool_chunk_name(uint32_t slot, char *buf, size_t len)
 	snprintf(buf, len, "%u", slot);
 }
 
+uint32_t pool_slots_for(uint64_t size)
+{
+	uint64_t n = size / POOL_SLOT_BYTES, whole = size / CACHE_CHUNK_BYTES;
+	if (n > POOL_MAX_SLOTS)
+		n = POOL_MAX_SLOTS;
+	if (n < whole) /* a huge pool: at least one slot per 2 MB, as before */
+		n = whole;
+	if (n > UINT32_MAX / 4)
+		n = UINT32_MAX / 4;
+	return n ? (uint32_t)n : 1;
+}
+
 /* Cnodes: room for every slot to belong to a different file, and for as
  * many files again that are registered but hold no chunk. */
 static uint32_t cnodes_for(uint32_t slots)
@@ -129,10 +141,8 @@ int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, si
 			rc = perr(err, errlen, -errno, "cannot create %s: %s", chunks, strerror(errno));
 			goto fail;
 		}
-		uint64_t slots = want_size / CACHE_CHUNK_BYTES;
-		if (slots > UINT32_MAX / 4)
-			slots = UINT32_MAX / 4;
-		struct meta_geometry g = {cnodes_for((uint32_t)slots), (uint32_t)slots};
+		uint32_t slots = pool_slots_for(want_size);
+		struct meta_geometry g = {cnodes_for(slots), slots};
 		rc = meta_create_path(meta_path, &g, &p->m, merr, sizeof merr);
 		if (rc < 0) {
 			unlink(meta_path);
@@ -162,7 +172,13 @@ int pool_open(const char *dir, uint64_t want_size, struct pool *p, char *err, si
 	meta_stats(p->m, &ms);
 	p->nslots = ms.chunks;
 	p->max_cnodes = ms.max_cnodes;
-	p->resized = want_size && ms.chunks != want_size / CACHE_CHUNK_BYTES;
+	/* Either geometry fits the size: this one, or one slot per 2 MB (pools
+	 * created before the slots got smaller). */
+	p->resized = want_size && ms.chunks != pool_slots_for(want_size) &&
+		     ms.chunks != want_size / CACHE_CHUNK_BYTES;
+	p->capacity = (uint64_t)ms.chunks * CACHE_CHUNK_BYTES;
+	if (want_size && want_size < p->capacity)
+		p->capacity = want_size;
 	p->chunks_fd = open(chunks, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (p->chunks_fd < 0) {
 		rc = perr(err, errlen, -errno, "cannot open %s: %s", chunks, strerror(errno));

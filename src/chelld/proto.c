@@ -175,7 +175,7 @@ const char *chelld_errname(int e)
 		{EPROTO, "EPROTO"},	{EBADMSG, "EBADMSG"},	  {EMSGSIZE, "EMSGSIZE"},
 		{ENOSYS, "ENOSYS"},	{EMFILE, "EMFILE"},	  {ERANGE, "ERANGE"},
 		{EPROTONOSUPPORT, "EPROTONOSUPPORT"}, {ENAMETOOLONG, "ENAMETOOLONG"},
-		{ENOTDIR, "ENOTDIR"}, {ELOOP, "ELOOP"},
+		{ENOTDIR, "ENOTDIR"}, {ELOOP, "ELOOP"},	  {EAGAIN, "EAGAIN"},
 	};
 	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
 		if (names[i].e == e)

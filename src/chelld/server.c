@@ -158,6 +158,7 @@ static size_t request_size(uint16_t type)
 	case CHELLD_MSG_CLOSE: return sizeof(struct chelld_close);
 	case CHELLD_MSG_FILE_STAT: return sizeof(struct chelld_file_stat);
 	case CHELLD_MSG_CHECK: return sizeof(struct chelld_check);
+	case CHELLD_MSG_OVERWRITE: return sizeof(struct chelld_overwrite);
 	default: return 0;
 	}
 }
@@ -207,7 +208,8 @@ static bool do_stats(struct server *s, struct client *c, const struct chelld_sta
 	r.pid = (uint32_t)getpid();
 	r.clients = s->nclients;
 	r.backings = (uint32_t)s->cfg->nbackings;
-	r.cache_size = (uint64_t)k->nslots * CACHE_CHUNK_BYTES;
+	r.cache_size = k->pool.capacity;
+	r.used_pages = (uint32_t)(k->used > UINT32_MAX ? UINT32_MAX : k->used);
 	r.uptime_ms = now_ms_since(&s->start);
 	r.slots = k->nslots;
 	r.slots_used = ms.chunks_used;
@@ -316,6 +318,7 @@ static int serve_one(struct server *s, struct client *c)
 		case CHELLD_MSG_CLOSE: ok = do_close(s, c, (const void *)buf); break;
 		case CHELLD_MSG_FILE_STAT: ok = do_file_stat(s, c, (const void *)buf); break;
 		case CHELLD_MSG_CHECK: ok = do_check(s, c, (const void *)buf); break;
+		case CHELLD_MSG_OVERWRITE: ok = do_overwrite(s, c, (const void *)buf); break;
 		default: { /* BYE */
 			struct chelld_rhdr r = {0};
 			const struct chelld_bye *b = (const void *)buf;

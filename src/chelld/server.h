@@ -60,6 +60,7 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m);
 /* Takes ownership of fd (kept on success, closed otherwise). */
 bool do_open(struct server *s, struct client *c, const struct chelld_open *m, int fd);
 bool do_map(struct server *s, struct client *c, const struct chelld_map *m);
+bool do_overwrite(struct server *s, struct client *c, const struct chelld_overwrite *m);
 
 /* ops.c */
 bool do_sync(struct server *s, struct client *c, const struct chelld_sync *m);

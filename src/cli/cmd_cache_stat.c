@@ -73,11 +73,12 @@ static void json_stats(const struct chelld_stats_reply *st, const char *pool)
 {
 	printf("{\"running\": true, \"pid\": %u, \"pool\": ", st->pid);
 	cli_json_str(stdout, pool);
-	printf(", \"policy\": \"%s\", \"size\": %" PRIu64 ", \"slots\": %u, \"slots_used\": %u, "
-	       "\"occupancy\": %.4f, \"cnodes\": %u, \"clients\": %u, \"dirty_chunks\": %u, "
+	printf(", \"policy\": \"%s\", \"size\": %" PRIu64 ", \"used_bytes\": %" PRIu64
+	       ", \"slots\": %u, \"slots_used\": %u, \"occupancy\": %.4f, \"cnodes\": %u, \"clients\": %u, \"dirty_chunks\": %u, "
 	       "\"dirty_blocks\": %" PRIu64 ", \"dirty_bytes\": %" PRIu64 ", \"hits\": %" PRIu64
 	       ", \"misses\": %" PRIu64 ", \"hit_ratio\": ",
-	       cache_policy_name(st->policy), st->cache_size, st->slots, st->slots_used,
+	       cache_policy_name(st->policy), st->cache_size,
+	       (uint64_t)st->used_pages * CACHE_BLOCK_BYTES, st->slots, st->slots_used,
 	       st->slots ? (double)st->slots_used / st->slots : 0.0, st->cnodes,
 	       st->clients ? st->clients - 1 : 0, st->dirty_chunks, st->dirty_blocks,
 	       st->dirty_blocks * CACHE_BLOCK_BYTES, hits(&st->counts), misses(&st->counts));
@@ -115,6 +116,13 @@ static void json_file(const struct chelld_file_stat_reply *r)
 static void text_stats(const struct chelld_stats_reply *st, const char *pool)
 {
 	printf("chelld (pid %u) on %s, policy %s\n", st->pid, pool, cache_policy_name(st->policy));
+	uint64_t used = (uint64_t)st->used_pages * CACHE_BLOCK_BYTES;
+	printf("  used:         ");
+	cache_print_size(stdout, used);
+	printf(" of ");
+	cache_print_size(stdout, st->cache_size);
+	printf(" (%.1f%%; data blocks and control pages)\n",
+	       st->cache_size ? 100.0 * (double)used / (double)st->cache_size : 0.0);
 	printf("  slots:        %u of %u used (%.1f%%), %u files\n", st->slots_used, st->slots,
 	       st->slots ? 100.0 * st->slots_used / st->slots : 0.0, st->cnodes);
 	printf("  dirty:        %u chunks, ", st->dirty_chunks);

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "cmd_cache.h"
+#include "cache/layout.h"
 
 enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
 
@@ -102,7 +103,10 @@ int cache_status(int argc, char **argv)
 		cli_json_str(stdout, paths[0].path);
 		printf(", \"socket\": ");
 		cli_json_str(stdout, sock);
-		printf(", \"size\": %" PRIu64 ", \"backings\": [", st.cache_size);
+		printf(", \"size\": %" PRIu64 ", \"used_bytes\": %" PRIu64 ", \"slots\": %u, "
+		       "\"slots_used\": %u, \"backings\": [",
+		       st.cache_size, (uint64_t)st.used_pages * CACHE_BLOCK_BYTES, st.slots,
+		       st.slots_used);
 		for (uint32_t i = 1; i < npaths; i++) {
 			if (i > 1)
 				printf(", ");
@@ -120,7 +124,9 @@ int cache_status(int argc, char **argv)
 	       "  size:       ",
 	       st.pid, paths[0].path, sock);
 	cache_print_size(stdout, st.cache_size);
-	printf(" (%" PRIu64 " bytes)\n", st.cache_size);
+	printf(" (%" PRIu64 " bytes)\n  used:       ", st.cache_size);
+	cache_print_size(stdout, (uint64_t)st.used_pages * CACHE_BLOCK_BYTES);
+	printf(" in %u of %u chunk slots\n", st.slots_used, st.slots);
 	for (uint32_t i = 1; i < npaths; i++)
 		printf("  backing:    %s\n", paths[i].path);
 	printf("  uptime:     %.1f s\n  clients:    %u connected, %" PRIu64 " since start\n"

@@ -223,12 +223,17 @@ def test_stat_json_shape_and_per_file_rows(pool):
     p = cache("stat", "--pool", pool["pool"], "--json")
     assert p.returncode == 0, p.stderr
     st = js(p)
-    for key in ("pid", "pool", "policy", "slots", "slots_used", "occupancy", "dirty_chunks",
+    for key in ("pid", "pool", "policy", "used_bytes", "slots", "slots_used", "occupancy",
+                "dirty_chunks",
                 "dirty_bytes", "hits", "misses", "hit_ratio", "fills", "evictions",
                 "writeback_ops", "writeback_bytes", "cleaner_passes", "throttle_waits", "files"):
         assert key in st, key
     assert st["running"] is True and st["policy"] == "lru"
-    assert st["slots"] == 16 and st["slots_used"] == 2 and st["occupancy"] == 0.125
+    # a slot per 256K of the 32M pool; capacity counted in 4 KB pages: the
+    # two control pages and the valid blocks (those written, and zeros
+    # past the end of the file)
+    assert st["slots"] == 128 and st["slots_used"] == 2 and st["occupancy"] == 0.0156
+    assert st["size"] == 32 << 20 and 6 * BLOCK <= st["used_bytes"] < 2 * CHUNK
     assert st["dirty_chunks"] == 2 and st["dirty_bytes"] == 4 * BLOCK
     assert (st["hits"], st["misses"], st["hit_ratio"]) == (3, 1, 0.75)
     [row] = st["files"]
@@ -239,7 +244,7 @@ def test_stat_json_shape_and_per_file_rows(pool):
     text = cache("stat", "--pool", pool["pool"])
     assert text.returncode == 0
     out = text.stdout.decode()
-    assert "2 of 16 used" in out and "hit ratio 75.0%" in out and str(row["path"]) in out
+    assert "2 of 128 used" in out and "hit ratio 75.0%" in out and str(row["path"]) in out
 
 
 def test_flush_files_then_all_then_drop(pool):

@@ -206,13 +206,32 @@ def test_not_a_pool_and_unreadable_backing_directory(pool):
     assert p.returncode == 2 and b"backing directory" in p.stderr
 
 
-def test_a_pool_keeps_the_size_it_was_created_with(pool):
-    assert pool["serve"]().returncode == 0
+def test_a_pool_keeps_the_slots_it_was_created_with(pool):
+    assert pool["serve"]().returncode == 0  # 8M: a slot per 256K
     assert stop(pool["pool"]).returncode == 0
     p = pool["serve"](size="16M")
     assert p.returncode == 0
-    assert b"note: pool" in p.stderr and b"(4 chunks)" in p.stderr
-    assert stats(pool["sock"])["slots"] == "4"
+    assert b"note: pool" in p.stderr and b"32 chunk slots" in p.stderr
+    st = stats(pool["sock"])
+    assert st["slots"] == "32" and json.loads(status(pool["pool"]).stdout)["size"] == 16 << 20
+
+
+def test_a_pool_with_a_slot_per_2m_still_opens_with_its_size(pool):
+    """Pools made before the slots got smaller have size / 2M slots: 32
+    slots are that geometry for 64M. They open without a note, with the
+    capacity of the size, and serve."""
+    f = pool["back"] / "f"
+    f.write_bytes(bytes(range(256)) * 40000)
+    assert pool["serve"]().returncode == 0  # 8M: 32 slots
+    assert stop(pool["pool"]).returncode == 0
+    p = pool["serve"](size="64M")
+    assert p.returncode == 0 and b"note" not in p.stderr, p.stderr
+    assert stats(pool["sock"])["slots"] == "32"
+    assert json.loads(status(pool["pool"]).stdout)["size"] == 64 << 20
+    got = pool["dir"] / "got"
+    rc, out, _ = client(pool["sock"], "hello", f"open:{f}:ro",
+                        f"read:last:0:{f.stat().st_size}:{got}", "stats")
+    assert out[2][1]["status"] == "OK" and got.read_bytes() == f.read_bytes()
 
 
 def test_kept_dirty_chunk_is_written_back_by_a_flush_once_its_file_is_back(pool):
