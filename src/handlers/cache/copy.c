@@ -173,8 +173,10 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 			dirty_mark(dirty_of(ctl), 0, first, nb);
 			if (cache_dax)
 				direct_flush(ctl->dirty, dirty_table_bytes(1));
-			__atomic_thread_fence(__ATOMIC_SEQ_CST);
-			if (state(ctl) == CACHE_CHUNK_LIVE &&
+			/* The layout's "seq_cst fence, then still LIVE": dirty_mark's
+			 * RMWs are seq_cst (a locked instruction, a full barrier on
+			 * x86-64), and so is this load, so no separate fence. */
+			if (__atomic_load_n(&ctl->state, __ATOMIC_SEQ_CST) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
 			    __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED) == inc) {
 				*slot = s;
