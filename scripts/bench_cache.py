@@ -935,15 +935,20 @@ def plot(path, res):
         ax[4].set_title(f"sustained 4 KB random writes, file = {c['file_bytes'] // c['pool_bytes']}x pool")
         ax[4].legend(fontsize=8)
         ca = c["arms"].get("cache", {})
-        pts = [(s["t"], pick(flat_numbers(s["status"].get("stat")), "dirty_bytes"),
-                pick(flat_numbers(s["status"].get("stat")), "slots_used"))
-               for s in ca.get("samples", []) if s.get("status")]
+        pts = []
+        for smp in ca.get("samples", []):
+            st = flat_numbers((smp.get("status") or {}).get("stat"))
+            used = pick(st, "used_bytes")
+            if used is None and pick(st, "slots"):
+                # older chelld: slots in use times the slot size
+                used = (pick(st, "slots_used") or 0) * (pick(st, "size") or 0) / pick(st, "slots")
+            pts.append((smp["t"], pick(st, "dirty_bytes"), used))
         if pts and any(p[1] is not None for p in pts):
             ax[5].plot([p[0] for p in pts], [(p[1] or 0) / MB for p in pts], color=col["cache"],
                        label="dirty MB (cache)")
             if any(p[2] is not None for p in pts):
-                ax[5].plot([p[0] for p in pts], [(p[2] or 0) * 2 for p in pts], "--", color=col["cache"],
-                           label="chunks used x 2 MB")
+                ax[5].plot([p[0] for p in pts], [(p[2] or 0) / MB for p in pts], "--", color=col["cache"],
+                           label="pool MB in use")
             ax[5].set_xlabel("seconds")
             ax[5].set_ylabel("MB")
             ax[5].set_title("cache pool during the sustained writes")
