@@ -63,9 +63,6 @@ static void usage(FILE *f)
 	      "      --backing DIR   a directory whose files may be cached (repeatable;\n"
 	      "                      at least one)\n"
 	      "      --policy lru|fifo  chunk replacement: lru (CLOCK, default) or fifo\n"
-	      "      --append-threshold SIZE  extending writes of at least SIZE reserve\n"
-	      "                      space in the backing file and go to the cache only\n"
-	      "                      (default 32K; told to clients)\n"
 	      "      --dirty-high PCT  start background write-back when chunks with dirty\n"
 	      "                      data hold this percentage of the capacity (default\n"
 	      "                      50); it also keeps min(20, 100-PCT)% free or clean\n"
@@ -241,7 +238,7 @@ static int write_pid_file(const struct chelld_config *cfg)
 
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
-	const char *policy, *append, *high, *low, *readahead;
+	const char *policy, *high, *low, *readahead;
 };
 
 static int parse_pct(const char *s, unsigned *out)
@@ -263,9 +260,8 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 		cfg->policy = 1;
 	else if (o->policy && strcmp(o->policy, "lru") != 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --policy '%s' (lru or fifo)", o->policy);
-	cfg->append_threshold = 32 << 10;
-	if (o->append && parse_size(o->append, &cfg->append_threshold) < 0)
-		return fail(CHELLD_EXIT_USAGE, "invalid --append-threshold '%s' (a size)", o->append);
+	/* Every extending write reserves its space (docs/CACHE.md, "Appends"). */
+	cfg->append_threshold = 0;
 	cfg->readahead = 64 << 10;
 	if (o->readahead && (parse_size(o->readahead, &cfg->readahead) < 0 ||
 			     cfg->readahead > CACHE_CHUNK_BYTES))
@@ -390,7 +386,7 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 
 int main(int argc, char **argv)
 {
-	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_APPEND, OPT_HIGH, OPT_LOW,
+	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_HIGH, OPT_LOW,
 	       OPT_RA };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
@@ -399,7 +395,6 @@ int main(int argc, char **argv)
 		{"socket", required_argument, NULL, O_SOCKET},
 		{"foreground", no_argument, NULL, O_FG},
 		{"policy", required_argument, NULL, OPT_POLICY},
-		{"append-threshold", required_argument, NULL, OPT_APPEND},
 		{"dirty-high", required_argument, NULL, OPT_HIGH},
 		{"dirty-low", required_argument, NULL, OPT_LOW},
 		{"readahead", required_argument, NULL, OPT_RA},
@@ -423,7 +418,6 @@ int main(int argc, char **argv)
 		case O_SOCKET: sock = optarg; break;
 		case O_FG: cfg.foreground = true; break;
 		case OPT_POLICY: co.policy = optarg; break;
-		case OPT_APPEND: co.append = optarg; break;
 		case OPT_HIGH: co.high = optarg; break;
 		case OPT_LOW: co.low = optarg; break;
 		case OPT_RA: co.readahead = optarg; break;

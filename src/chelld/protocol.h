@@ -98,7 +98,10 @@ struct chelld_hello_reply {
 	uint32_t slots;   /* cache chunk slots (a pool holds more slots than
 			   * cache_size / chunk_size: capacity is in 4 KB blocks) */
 	uint32_t flags;   /* reserved, 0 */
-	uint64_t append_threshold; /* extending writes >= this fallocate the backing file */
+	/* Extending writes of at least this many bytes reserve backing space
+	 * with fallocate and go to the cache only (chell.md §4.1.2). Always 0
+	 * from this chelld: every extending write does (docs/CACHE.md). */
+	uint64_t append_threshold;
 };
 
 struct chelld_open {

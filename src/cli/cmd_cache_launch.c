@@ -6,7 +6,7 @@
  *
  * Options given explicitly win; the rest come from the configuration (file
  * and environment). The pool, size and backing directories are always
- * passed. The tunables (policy, append threshold, watermarks, read-ahead)
+ * passed. The tunables (policy, watermarks, read-ahead)
  * are passed only when the configuration sets them, so the daemon's own
  * defaults - the same values, documented in both places - apply otherwise.
  */
@@ -25,7 +25,6 @@ static const struct {
 	const char *key, *opt;
 } tunables[] = {
 	{"cache.policy", "--policy"},
-	{"cache.append_threshold", "--append-threshold"},
 	{"cache.dirty_high", "--dirty-high"},
 	{"cache.dirty_low", "--dirty-low"},
 	{"cache.readahead", "--readahead"},

@@ -11,7 +11,6 @@ struct chell_config;
 /* The tunables, in the order of cache_launch.tunable[]. */
 enum {
 	CACHE_T_POLICY,
-	CACHE_T_APPEND_THRESHOLD,
 	CACHE_T_DIRTY_HIGH,
 	CACHE_T_DIRTY_LOW,
 	CACHE_T_READAHEAD,

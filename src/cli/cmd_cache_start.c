@@ -32,7 +32,7 @@ enum {
 void cache_start_usage(FILE *f)
 {
 	fputs("Usage: chell cache start [--pool DIR] [--size SIZE] [--backing DIR...]\n"
-	      "                         [--policy lru|fifo] [--append-threshold SIZE]\n"
+	      "                         [--policy lru|fifo]\n"
 	      "                         [--dirty-high PCT] [--dirty-low PCT] [--readahead SIZE]\n"
 	      "                         [--socket PATH] [--foreground] [--config FILE] [-n]\n"
 	      "\n"
@@ -47,8 +47,6 @@ void cache_start_usage(FILE *f)
 	      "      --backing DIR           cache.backing, else paths: a directory whose\n"
 	      "                              files may be cached (repeatable)\n"
 	      "      --policy lru|fifo       cache.policy: chunk replacement\n"
-	      "      --append-threshold SIZE cache.append_threshold: extending writes of at\n"
-	      "                              least this size only reserve backing space\n"
 	      "      --dirty-high PCT        cache.dirty_high: background write-back starts\n"
 	      "                              when this percent of chunks are dirty\n"
 	      "      --dirty-low PCT         cache.dirty_low: ... and stops at this percent\n"
@@ -67,7 +65,7 @@ void cache_start_usage(FILE *f)
 }
 
 static const char *const tunable_keys[CACHE_T_COUNT] = {
-	"cache.policy", "cache.append_threshold", "cache.dirty_high", "cache.dirty_low",
+	"cache.policy", "cache.dirty_high", "cache.dirty_low",
 	"cache.readahead",
 };
 
@@ -81,7 +79,6 @@ int cache_start(int argc, char **argv)
 		{"foreground", no_argument, NULL, OPT_C_FOREGROUND},
 		{"config", required_argument, NULL, OPT_C_CFG},
 		{"policy", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_POLICY},
-		{"append-threshold", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_APPEND_THRESHOLD},
 		{"dirty-high", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_HIGH},
 		{"dirty-low", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_LOW},
 		{"readahead", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_READAHEAD},

@@ -81,9 +81,6 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "cached; empty = the running chelld's, else `paths`"},
 	{"cache.policy", "CHELL_CACHE_POLICY", CHELL_T_ENUM, "lru", "lru|fifo",
 	 "cache mode: chunk replacement, lru (CLOCK approximation fed by client hits) or fifo"},
-	{"cache.append_threshold", "CHELL_CACHE_APPEND_THRESHOLD", CHELL_T_SIZE, "32K", NULL,
-	 "cache mode: extending writes of at least this size reserve backing space with "
-	 "fallocate and go only to the cache"},
 	{"cache.dirty_high", "CHELL_CACHE_DIRTY_HIGH", CHELL_T_UINT, "50", NULL,
 	 "cache mode: background write-back starts when this percent of chunks hold dirty data"},
 	{"cache.dirty_low", "CHELL_CACHE_DIRTY_LOW", CHELL_T_UINT, "25", NULL,

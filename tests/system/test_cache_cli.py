@@ -177,14 +177,13 @@ def test_start_takes_the_cache_settings(workdir):
     conf = workdir / "chell.conf"
     conf.write_text(f"cache.pool = {workdir}\ncache.size = 64M\ncache.policy = fifo\n"
                     f"cache.backing = {back}\ncache.readahead = 128K\n")
-    env2 = dict(env, CHELL_CACHE_DIRTY_HIGH="70", CHELL_CACHE_DIRTY_LOW="10",
-                CHELL_CACHE_APPEND_THRESHOLD="1M")
+    env2 = dict(env, CHELL_CACHE_DIRTY_HIGH="70", CHELL_CACHE_DIRTY_LOW="10")
     p = cache("start", "-n", "--config", conf, "--readahead", "256K", env=env2)
     assert p.returncode == 0, p.stderr
     argv = p.stdout.decode().split()
     opts = dict(zip(argv[1::2], argv[2::2]))
     assert opts == {"--pool": str(workdir), "--size": "64M", "--backing": str(back),
-                    "--policy": "fifo", "--append-threshold": "1M", "--dirty-high": "70",
+                    "--policy": "fifo", "--dirty-high": "70",
                     "--dirty-low": "10", "--readahead": "256K"}
     # backing from paths, when cache.backing is empty
     p = cache("start", "-n", "--pool", workdir, env=dict(env, CHELL_PATHS=str(back)))
@@ -201,8 +200,7 @@ def test_start_passes_tunables_chelld_accepts(workdir):
     back = workdir / "back"
     back.mkdir()
     p = cache("start", "--pool", workdir, "--size", "8M", "--backing", back, "--policy", "fifo",
-              "--dirty-high", "60", "--dirty-low", "20", "--readahead", "128K",
-              "--append-threshold", "64K")
+              "--dirty-high", "60", "--dirty-low", "20", "--readahead", "128K")
     assert p.returncode == 0, p.stderr
     try:
         st = js(cache("stat", "--pool", workdir, "--json"))
