@@ -2,8 +2,8 @@
 /*
  * The background cleaner: a thread that every CLEAN_MS (or when an
  * eviction found no clean victim) scans the control pages. It writes back
- * when the pages held by dirty chunks exceed --dirty-high percent of the
- * capacity (down to --dirty-low), and also when free capacity plus clean
+ * when dirty blocks exceed --dirty-high percent of the capacity (down to
+ * --dirty-low), and also when free capacity plus clean
  * chunks - what evictions take without a write-back - falls below
  * RESERVE_LOW percent (up to RESERVE_HIGH; both at most 100 minus the
  * dirty watermarks), so misses find clean victims ahead of need. Each write-back is a batch: up to BATCH_CHUNKS dirty
@@ -62,9 +62,9 @@ uint32_t cache_drop_deleted(struct cache *c)
 	return n;
 }
 
-/* Pages (cache.h: capacity) held by chunks with dirty blocks, and what an
- * eviction can take without a write-back: free capacity plus the pages
- * of chunks with no dirty block. */
+/* Dirty blocks (pages of the capacity, cache.h), and what an eviction can
+ * take without a write-back: free capacity plus the pages of chunks with
+ * no dirty block. */
 static void scan(const struct cache *c, uint64_t *dirty, uint64_t *reclaimable)
 {
 	uint64_t d = 0, clean = 0;
@@ -73,7 +73,7 @@ static void scan(const struct cache *c, uint64_t *dirty, uint64_t *reclaimable)
 		if (!s->map)
 			continue;
 		if (dirty_chunk_flagged(s->dt, 0))
-			d += s->charged;
+			d += dirty_count(s->dt, 0);
 		else if (!s->busy && !s->stuck)
 			clean += s->charged;
 	}

@@ -68,6 +68,7 @@ static void states_and_transitions(void **state)
 	assert_int_equal(dirty_state(t, 1, 33), BLK_POST_CHECKOUT);
 	dirty_peek(t, 1, &bm);
 	assert_int_equal(cp_bitmap_count(&bm), 4); /* 33..36 */
+	assert_int_equal(dirty_count(t, 1), 4);    /* the same, counted */
 
 	dirty_checkin(t, 1);
 	for (unsigned b = 28; b < 38; b++)
@@ -108,6 +109,7 @@ static void states_and_transitions(void **state)
 
 	/* Whole chunk. */
 	dirty_mark(t, 0, 0, CP_CHUNK_BLOCKS);
+	assert_int_equal(dirty_count(t, 0), CP_CHUNK_BLOCKS);
 	assert_int_equal(dirty_checkout(t, 0, &bm), CP_CHUNK_BLOCKS);
 	dirty_checkin(t, 0);
 	dirty_peek(t, 0, &bm);

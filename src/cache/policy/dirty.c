@@ -162,6 +162,16 @@ static void put_bits(cp_bitmap *out, unsigned wi, uint32_t bits)
 	out->w[wi / 2] |= (uint64_t)bits << (32 * (wi % 2));
 }
 
+unsigned dirty_count(const dirty_table *t, uint32_t chunk)
+{
+	unsigned n = 0;
+	for (unsigned wi = 0; wi < WORDS_PER_CHUNK; wi++)
+		n += (unsigned)__builtin_popcountll(
+			__atomic_load_n(&t->words[(size_t)chunk * WORDS_PER_CHUNK + wi], __ATOMIC_RELAXED) &
+			LO);
+	return n;
+}
+
 void dirty_peek(const dirty_table *t, uint32_t chunk, cp_bitmap *out)
 {
 	memset(out, 0, sizeof(*out));

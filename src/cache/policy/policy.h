@@ -146,6 +146,9 @@ unsigned dirty_state(const dirty_table *t, uint32_t chunk, unsigned block);
 bool dirty_chunk_flagged(const dirty_table *t, uint32_t chunk);
 /* Dirty blocks of the chunk (DIRTY or POST), without changing anything. */
 void dirty_peek(const dirty_table *t, uint32_t chunk, cp_bitmap *out);
+/* How many blocks dirty_peek would return (a relaxed snapshot, for
+ * watermarks: 16 loads and popcounts). */
+unsigned dirty_count(const dirty_table *t, uint32_t chunk);
 /* Move every DIRTY block to PRE and return them in *out; returns how many.
  * Also drops the chunk's maybe-dirty flag (check-in restores it if needed). */
 unsigned dirty_checkout(dirty_table *t, uint32_t chunk, cp_bitmap *out);
