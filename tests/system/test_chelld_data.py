@@ -282,6 +282,34 @@ def test_cleaner_writes_back_above_the_high_watermark(small):
     assert f.read_bytes()[CHUNK:CHUNK + 4096] == b"n" * 4096
 
 
+def test_cleaner_keeps_a_reserve_of_free_or_clean_capacity(small):
+    """A few dirty blocks in every chunk of an almost full pool: far below
+    --dirty-high (50%), but evictions would find no clean victim, so the
+    cleaner writes them back (free + clean below 20% of the capacity)."""
+    small["serve"]()
+    f = small["back"] / "f"
+    f.write_bytes(data(4 * CHUNK, 21))
+    p = small["dir"] / "p"
+    p.write_bytes(b"r" * 4096)
+    # 300 blocks of one chunk and 3 whole ones: about 90% of the 8 MB (in an
+    # order that is not sequential, so no read-ahead adds to it)
+    ops = ["hello", f"open:{f}:rw", "map:last:3:w:0:300"]
+    ops += [f"map:last:{i}:w:0:512" for i in (1, 2, 0)]
+    ops += [f"write:last:{i * CHUNK + 8192}:{p}" for i in range(4)]
+    rc, out, _ = client(small["sock"], *ops, "stats")
+    ok(out)
+    for _ in range(200):
+        st = stats(small["sock"])
+        if st["dirty_chunks"] == "0":
+            break
+        time.sleep(0.05)
+    assert st["dirty_chunks"] == "0" and int(st["cleaner_passes"]) >= 1, st
+    assert st["evictions"] == "0"
+    body = f.read_bytes()
+    for i in range(4):
+        assert body[i * CHUNK + 8192:i * CHUNK + 12288] == b"r" * 4096
+
+
 def test_a_cache_full_of_dirty_data_cleans_on_a_miss(small):
     # watermarks the cleaner never reaches: every victim is dirty
     small["serve"]("--dirty-high", "100", "--dirty-low", "99")
