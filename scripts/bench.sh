@@ -6,7 +6,9 @@
 #
 # Drivers: scripts/bench_overhead.py (interposition cost, out/overhead.*) and
 # scripts/bench_direct.py (direct mode vs kernel vs memcpy, out/direct.*) and
-# scripts/bench_pmem.py (transaction commit latency vs libpmemobj, out/pmem.*).
+# scripts/bench_pmem.py (transaction commit latency vs libpmemobj, out/pmem.*)
+# and, as root, scripts/bench_cache.py (cache mode vs the page cache of a
+# loop-mounted slow device, out/cache.*).
 # --quick shortens each of them (fewer repetitions, no callgrind counts).
 # Timing targets are reported by the drivers, never enforced: the exit
 # status is non-zero only if a driver itself failed (or the build is missing).
@@ -21,7 +23,7 @@ while [[ $# -gt 0 ]]; do
 	--quick) quick=1 ;;
 	--build) build=${2:?--build needs a directory}; shift ;;
 	--out) out=${2:?--out needs a directory}; shift ;;
-	-h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+	-h|--help) sed -n '2,14p' "$0"; exit 0 ;;
 	*) echo "usage: $0 [--quick] [--build DIR] [--out DIR]" >&2; exit 2 ;;
 	esac
 	shift
@@ -59,6 +61,12 @@ if [[ -f $repo/scripts/bench_pmem.py ]]; then
 	args=(--build "$build" --out "$out")
 	((quick)) && args+=(--quick)
 	run pmem python3 "$repo/scripts/bench_pmem.py" "${args[@]}"
+fi
+
+if [[ -f $repo/scripts/bench_cache.py && $(id -u) -eq 0 ]]; then
+	args=(--build "$build" --out "$out")
+	((quick)) && args+=(--quick)
+	run cache python3 "$repo/scripts/bench_cache.py" "${args[@]}"
 fi
 
 echo "=== bench.sh: ran: ${ran[*]:-none}; failed: ${failed[*]:-none}; results in $out" >&2
