@@ -20,10 +20,10 @@ static const struct {
 void cmd_cache_usage(FILE *f)
 {
 	fputs("Usage: chell cache start [--pool DIR] [--size SIZE] [--backing DIR...] [...]\n"
-	      "       chell cache status (--pool DIR | --socket PATH) [--json]\n"
+	      "       chell cache status [--pool DIR | --socket PATH] [--json]\n"
 	      "       chell cache stat [--pool DIR] [--json]\n"
 	      "       chell cache flush [--pool DIR] [--drop] [FILE...]\n"
-	      "       chell cache stop --pool DIR [--timeout SECONDS]\n"
+	      "       chell cache stop [--pool DIR] [--timeout SECONDS]\n"
 	      "       chell cache check [--pool DIR] [--json]\n"
 	      "\n"
 	      "The cache manager daemon (chelld) caches files of backing directories in\n"

@@ -17,13 +17,14 @@ enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
 
 void cache_status_usage(FILE *f)
 {
-	fputs("Usage: chell cache status (--pool DIR | --socket PATH) [--json]\n"
+	fputs("Usage: chell cache status [--pool DIR | --socket PATH] [--json]\n"
 	      "\n"
 	      "Show the pid, pool, size, backing directories, uptime, connected clients\n"
 	      "(not counting this query) and request counters of a running chelld.\n"
 	      "\n"
 	      "Options:\n"
-	      "      --pool DIR      the daemon's pool directory (finds the socket)\n"
+	      "      --pool DIR      the daemon's pool directory (finds the socket;\n"
+	      "                      default: cache.pool)\n"
 	      "      --socket PATH   the daemon's socket\n"
 	      "      --json          print one JSON object\n"
 	      "  -h, --help          show this help\n"
@@ -60,11 +61,8 @@ int cache_status(int argc, char **argv)
 		cli_usage_hint("cache status");
 		return CLI_EXIT_USAGE;
 	}
-	if (!pool && !sockopt) {
-		cli_err("cache status: --pool DIR is required (or --socket PATH)");
-		cli_usage_hint("cache status");
+	if (!sockopt && !(pool = cache_pool_default(pool)))
 		return CLI_EXIT_USAGE;
-	}
 	char sock[PATH_MAX];
 	cache_sock_path(pool, sockopt, sock, sizeof sock);
 

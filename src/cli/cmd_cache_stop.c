@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * `chell cache stop --pool DIR [--timeout SECONDS] [--quiet]`: stop the
+ * `chell cache stop [--pool DIR] [--timeout SECONDS] [--quiet]`: stop the
  * daemon of a pool and wait until it has exited (released the pool lock,
  * which it holds for its whole life).
  *
@@ -31,7 +31,7 @@ enum { OPT_C_POOL = 700, OPT_C_TIMEOUT };
 
 void cache_stop_usage(FILE *f)
 {
-	fputs("Usage: chell cache stop --pool DIR [--timeout SECONDS] [--quiet]\n"
+	fputs("Usage: chell cache stop [--pool DIR] [--timeout SECONDS] [--quiet]\n"
 	      "\n"
 	      "Stop the chelld serving DIR: it stops accepting clients, serves the\n"
 	      "requests already sent, writes dirty data back, removes its socket and\n"
@@ -39,7 +39,7 @@ void cache_stop_usage(FILE *f)
 	      "is asked for first and its progress shown (as by 'chell cache flush').\n"
 	      "\n"
 	      "Options:\n"
-	      "      --pool DIR          the daemon's pool directory\n"
+	      "      --pool DIR          the daemon's pool directory (default: cache.pool)\n"
 	      "      --timeout SECONDS   give up waiting for the exit after this long\n"
 	      "                          (default 30; the write-back before is not counted)\n"
 	      "  -q, --quiet             no progress display\n"
@@ -145,11 +145,8 @@ int cache_stop(int argc, char **argv)
 		cli_usage_hint("cache stop");
 		return CLI_EXIT_USAGE;
 	}
-	if (!pool) {
-		cli_err("cache stop: --pool DIR is required");
-		cli_usage_hint("cache stop");
+	if (!(pool = cache_pool_default(pool)))
 		return CLI_EXIT_USAGE;
-	}
 	if (!cache_pool_locked(pool)) {
 		cli_err("cache stop: chelld is not running for pool %s", pool);
 		return CACHE_EXIT_DOWN;

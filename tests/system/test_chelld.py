@@ -423,5 +423,10 @@ def test_chelld_help_and_usage_errors():
     assert run([CHELLD, "--bogus"]).returncode == 2
     assert run([CHELL, "cache"]).returncode == 2
     assert run([CHELL, "cache", "frobnicate"]).returncode == 2
-    assert run([CHELL, "cache", "status"]).returncode == 2
+    assert run([CHELL, "cache", "status", "--bogus"]).returncode == 2
+    # without --pool: the pool of cache.pool, where nothing runs here
+    env = dict(os.environ, CHELL_CACHE_POOL="/nonexistent-pool")
+    for sub in ("status", "stop"):
+        r = run([CHELL, "cache", sub], env=env)
+        assert r.returncode == 1 and b"/nonexistent-pool" in r.stdout + r.stderr, r
     assert run([CHELL, "cache", "stop", "--pool", "/x", "--timeout", "soon"]).returncode == 2
