@@ -284,6 +284,25 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 	return 0; /* -EFAULT: already revoked; the next copy misses again */
 }
 
+/*
+ * cache_lock held and a connection: its generation (> 0). Otherwise the
+ * lock is not held and: -EAGAIN, a manager answered after a wait (try
+ * again); -ENOTCONN, no pool exists, so nothing was ever cached and the
+ * kernel path is exact; -EIO, no manager came back (conn.c says why the
+ * kernel path would not be safe then).
+ */
+static int lock_connected(void)
+{
+	cache_lock();
+	int gen = cache_conn_ensure();
+	if (gen >= 0)
+		return gen;
+	cache_unlock();
+	if (!cache_pool_exists())
+		return -ENOTCONN;
+	return cache_conn_wait() < 0 ? -EIO : -EAGAIN;
+}
+
 /* The exchange of one MAP, with the registration it needs. */
 int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
 	       int want_write)
@@ -293,17 +312,12 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 	uint32_t need = want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
 	int rfd = -1, r = CACHE_MISS_KERNEL;
 	for (int tries = 0; tries < 4; tries++) {
-		cache_lock();
-		int gen = cache_conn_ensure();
-		if (gen < 0) {
-			cache_unlock();
-			if (!cache_pool_exists())
-				break; /* nothing was ever cached: the kernel path is exact */
-			if (cache_conn_wait() < 0) {
-				r = -EIO;
-				break;
-			}
+		int gen = lock_connected();
+		if (gen == -EAGAIN)
 			continue;
+		if (gen < 0) {
+			r = gen == -EIO ? -EIO : CACHE_MISS_KERNEL;
+			break;
 		}
 		if (!registered(cf, (uint32_t)gen, need)) {
 			if (rfd < 0) {
@@ -401,17 +415,12 @@ static int ensure_registered(struct cache_file *cf, int fd, uint32_t need, uint3
 {
 	int rfd = -1, r = CACHE_MISS_KERNEL;
 	for (int tries = 0; tries < 3; tries++) {
-		cache_lock();
-		int gen = cache_conn_ensure();
-		if (gen < 0) {
-			cache_unlock();
-			if (!cache_pool_exists())
-				break; /* nothing was ever cached: the kernel path is exact */
-			if (cache_conn_wait() < 0) {
-				r = -EIO;
-				break;
-			}
+		int gen = lock_connected();
+		if (gen == -EAGAIN)
 			continue;
+		if (gen < 0) {
+			r = gen == -EIO ? -EIO : CACHE_MISS_KERNEL;
+			break;
 		}
 		if (registered(cf, (uint32_t)gen, need)) {
 			*id = cf->file_id;
