@@ -19,6 +19,10 @@ PROGS = BUILD / "bin"  # test programs from tests/progs land here too
 
 MODES = ["posix", "trace", "shadow"]
 
+# Every differential semantics program: tests/progs/sem_*.c (CMake builds each
+# one too), so a new transcript is one new file and runs under every mode.
+SEM_PROGS = sorted(p.stem for p in (REPO / "tests" / "progs").glob("sem_*.c"))
+
 
 def chell_cmd(mode, paths, argv, extra=()):
     """argv prefixed with `chell run --mode MODE --path P...`."""

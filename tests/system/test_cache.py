@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHELL, LIBCHELL, PROGS, run
+from conftest import CHELL, LIBCHELL, PROGS, SEM_PROGS, run
 from test_randops import SUMMARY, randops_argv, report
 
 POOL_SIZE = "8M"  # 4 chunk slots: smaller than the test files, so evictions happen
@@ -282,8 +282,6 @@ def test_odirect_and_mmap_coherence(mgr, dirs, tmp_path):
 # 2. POSIX semantics transcripts
 # ------------------------------------------------------------------------
 
-SEM_PROGS = ["sem_dup", "sem_fork", "sem_exec", "sem_access", "sem_append",
-             "sem_signal", "sem_threads", "sem_stdio"]
 
 
 @pytest.mark.parametrize("name", SEM_PROGS)

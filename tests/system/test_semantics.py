@@ -16,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MODES, PROGS, chell_cmd, run
+from conftest import MODES, PROGS, SEM_PROGS, chell_cmd, run
 
-SEM_PROGS = ["sem_dup", "sem_fork", "sem_exec", "sem_access", "sem_append",
-             "sem_signal", "sem_threads", "sem_stdio"]
 
 # A hang (e.g. a deadlock in a signal handler) must fail, not stall the suite.
 TIMEOUT = 120
