@@ -362,6 +362,32 @@ static void sendfile_errors(const char *src, const char *dst)
 	o = 0;
 	T(sendfile(b, b, &o, 500));
 	OFF(b);
+	/* order of checks: the input's before the output's */
+	o = -1;
+	T(sendfile(-1, a, &o, 10));
+	T(sendfile(ro, a, &o, 10));
+	T(sendfile(ro, wo, &o, 10));
+	T(sendfile(-1, pfd[0], &o, 10));
+	o = LLONG_MAX - 3;
+	T(sendfile(ap, a, &o, 10));
+	int path = (int)T(op(src, O_PATH));
+	T(sendfile(b, path, NULL, 10));
+	T(sendfile(path, a, NULL, 10));
+	T(copy_file_range(path, NULL, b, NULL, 10, 0));
+	T(splice(path, NULL, pfd[1], NULL, 10, 0));
+	T(close(path));
+	/* a full pipe: EAGAIN when the call must not block */
+	int fill = (int)T(fcntl(pfd[1], F_GETPIPE_SZ));
+	char *junk = calloc(1, (size_t)fill);
+	T(fcntl(pfd[1], F_SETFL, O_NONBLOCK));
+	T(write(pfd[1], junk, (size_t)fill) == fill);
+	T(sendfile(pfd[1], a, NULL, 10));
+	T(splice(a, NULL, pfd[1], NULL, 10, 0));
+	T(fcntl(pfd[1], F_SETFL, 0));
+	T(splice(a, NULL, pfd[1], NULL, 10, SPLICE_F_NONBLOCK));
+	OFF(a);
+	T(read(pfd[0], junk, (size_t)fill) == fill);
+	free(junk);
 	T(close(ro));
 	T(close(wo));
 	T(close(ap));
@@ -376,6 +402,8 @@ static void sendfile_errors(const char *src, const char *dst)
 	T(close(pfd[0]));
 	signal(SIGPIPE, SIG_IGN);
 	T(sendfile(pfd[1], a, NULL, 10));
+	T(splice(a, NULL, pfd[1], NULL, 10, 0));
+	T(splice(a, NULL, pfd[1], NULL, 0, 0));
 	OFF(a);
 	signal(SIGPIPE, SIG_DFL);
 	T(close(pfd[1]));
@@ -415,6 +443,11 @@ static void splice_cases(const char *src, const char *dst)
 	drain("pipe", pfd[0]);
 	T(splice(a, NULL, pfd[1], NULL, 0, 0));
 	T(splice(a, NULL, pfd[1], NULL, 10, 0x100));
+	T(splice(-1, NULL, pfd[1], NULL, 10, 0x100)); /* flags before descriptors */
+	T(splice(-1, NULL, pfd[1], NULL, 0, 0));      /* nothing asked: nothing checked */
+	T(splice(a, NULL, -1, NULL, 10, 0));
+	T(splice(a, &o, b, NULL, 10, 0)); /* no pipe at all */
+	T(splice(b, NULL, pfd[0], NULL, 10, 0)); /* the read end as output: EBADF */
 	T(splice(a, bad, pfd[1], NULL, 10, 0));
 	T(splice(a, NULL, pfd[1], bad, 10, 0)); /* ESPIPE before EFAULT */
 	o = -1;
