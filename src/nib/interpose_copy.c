@@ -136,12 +136,14 @@ static int verify_area(int64_t pos, size_t count)
  */
 static int64_t maxbytes(const struct end *e)
 {
-	static struct { dev_t dev; int64_t max; } known[8];
-	static int nknown;
+	/* A small lock-free cache: a slot is claimed (state 0 -> 1), filled,
+	 * then published (state 2); readers look only at published slots. */
+	static struct { _Atomic int state; uint64_t dev; int64_t max; } known[8];
 	if (!S_ISREG(e->st.st_mode))
 		return INT64_MAX;
-	for (int i = 0; i < nknown && i < 8; i++)
-		if (known[i].dev == e->st.st_dev)
+	for (int i = 0; i < 8; i++)
+		if (atomic_load_explicit(&known[i].state, memory_order_acquire) == 2 &&
+		    known[i].dev == e->st.st_dev)
 			return known[i].max;
 	char path[64];
 	snprintf(path, sizeof path, "/proc/self/fd/%d", e->fd);
@@ -159,10 +161,14 @@ static int64_t maxbytes(const struct end *e)
 			hi = mid - 1;
 	}
 	sys_close(fd);
-	if (nknown < 8) {
-		known[nknown].dev = e->st.st_dev;
-		known[nknown].max = lo;
-		nknown++;
+	for (int i = 0; i < 8; i++) {
+		int empty = 0;
+		if (atomic_compare_exchange_strong(&known[i].state, &empty, 1)) {
+			known[i].dev = e->st.st_dev;
+			known[i].max = lo;
+			atomic_store_explicit(&known[i].state, 2, memory_order_release);
+			break;
+		}
 	}
 	return lo;
 }
@@ -298,26 +304,23 @@ CHELL_EXPORT ssize_t copy_file_range(int in, off64_t *in_off, int out, off64_t *
 
 /*
  * splice_file_to_pipe's wait_for_space: EPIPE (with SIGPIPE) when the pipe
- * has no reader, EAGAIN when it is full and the call must not block, else
- * wait. Returns the free room in bytes as whole pages (the kernel fills
- * one pipe slot per page), or -errno.
+ * has no reader, EAGAIN when it is full and the call must not block.
+ * Returns the free room in bytes as whole pages (the kernel fills one pipe
+ * slot per page), or -errno. A full pipe that may block is waited for by
+ * the write itself, in the kernel, so a signal interrupts or restarts it
+ * as the application's SA_RESTART says; it then gets one page.
  */
 static long pipe_room(int fd, bool nonblock)
 {
-	for (;;) {
-		struct pollfd p = {fd, POLLOUT, 0};
-		int r = poll(&p, 1, nonblock ? 0 : -1);
-		if (r < 0)
-			return -errno;
-		if (p.revents & POLLERR) {
-			chell_syscall6(SYS_tgkill, sys_getpid(), sys_gettid(), SIGPIPE, 0, 0, 0);
-			return -EPIPE;
-		}
-		if (p.revents & POLLOUT)
-			break;
-		if (nonblock)
-			return -EAGAIN;
+	struct pollfd p = {fd, POLLOUT, 0};
+	if (poll(&p, 1, 0) < 0)
+		return -errno;
+	if (p.revents & POLLERR) {
+		chell_syscall6(SYS_tgkill, sys_getpid(), sys_gettid(), SIGPIPE, 0, 0, 0);
+		return -EPIPE;
 	}
+	if (!(p.revents & POLLOUT))
+		return nonblock ? -EAGAIN : PIPE_PAGE;
 	int size = sys_fcntl(fd, F_GETPIPE_SZ, 0), queued = 0;
 	if (size < 0 || ioctl(fd, FIONREAD, &queued) < 0)
 		return PIPE_PAGE;
