@@ -256,11 +256,12 @@ static ssize_t emulate_copy_file_range(int fd_in, off64_t *off_in, int fd_out, o
 		count = (uint64_t)in.st.st_size - (uint64_t)pin;
 	if (k == -EFBIG)
 		return -EFBIG;
+	/* generic_write_check_limits; a negative pout fails rw_verify_area below */
 	struct rlimit rl;
-	if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	if (pout >= 0 && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
 	    count > rl.rlim_cur - (uint64_t)pout)
 		count = rl.rlim_cur - (uint64_t)pout;
-	if (count > (uint64_t)(INT64_MAX - pout))
+	if (pout >= 0 && count > (uint64_t)(INT64_MAX - pout))
 		count = (uint64_t)(INT64_MAX - pout);
 	if (in.st.st_dev == out.st.st_dev && in.st.st_ino == out.st.st_ino &&
 	    (uint64_t)pout + count > (uint64_t)pin && (uint64_t)pout < (uint64_t)pin + count)
