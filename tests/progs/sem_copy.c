@@ -488,6 +488,31 @@ static void splice_cases(const char *src, const char *dst)
 	munmap(none, (size_t)pg);
 }
 
+/* Into an empty pipe, a large transfer moves what its free pages hold: one
+ * page per pipe slot, the first one short by the offset within its page. */
+static void pipe_room_cases(const char *src)
+{
+	say("## large transfers into a pipe, %s\n", src);
+	int a = (int)T(op(src, O_RDONLY));
+	int pfd[2];
+	T(pipe2(pfd, O_CLOEXEC));
+	loff_t o = 100;
+	T(splice(a, &o, pfd[1], NULL, 100000, 0));
+	POS(o);
+	drain("pipe", pfd[0]);
+	T(lseek(a, 5, SEEK_SET));
+	T(sendfile(pfd[1], a, NULL, 100000));
+	OFF(a);
+	drain("pipe", pfd[0]);
+	T(write(pfd[1], "abc", 3));
+	o = 8192;
+	T(splice(a, &o, pfd[1], NULL, 100000, 0)); /* one slot is taken */
+	drain("pipe", pfd[0]);
+	T(close(pfd[0]));
+	T(close(pfd[1]));
+	T(close(a));
+}
+
 static void direct_io(const char *src, const char *dst)
 {
 	say("## O_DIRECT, %s -> %s\n", src, dst);
@@ -545,6 +570,9 @@ int main(int argc, char **argv)
 
 	splice_cases("hsrc", "hp1");
 	splice_cases("usrc", "up2");
+
+	pipe_room_cases("hbig");
+	pipe_room_cases("ubig");
 
 	direct_io("hbig", "hd1");
 	direct_io("ubig", "hd2");
