@@ -20,8 +20,7 @@
  * Known approximations, all on rare paths: a splice from a file into a pipe
  * moves as many bytes as the pipe has free pages (the kernel counts page
  * cache folios, which may give fewer for unaligned offsets of large
- * copies); a splice from a pipe into a handled file consumes what it reads
- * even if the file write then fails.
+ * copies).
  */
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -175,6 +174,18 @@ static int64_t maxbytes(const struct end *e)
 
 /* --------------------------------------------------------------- the copy */
 
+/* generic_write_check_limits for RLIMIT_FSIZE: how much may be written at
+ * pos (0 <= pos < limit), or SIZE_MAX without a limit. At or past the limit
+ * the write itself answers (EFBIG and SIGXFSZ). */
+static uint64_t fsize_room(int64_t pos)
+{
+	struct rlimit rl;
+	if (pos < 0 || getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    (uint64_t)pos >= rl.rlim_cur)
+		return UINT64_MAX;
+	return rl.rlim_cur - (uint64_t)pos;
+}
+
 /*
  * Move up to len bytes from in to out through a page-aligned buffer. A
  * seekable end is accessed at *ipos / *opos (advanced by what was moved),
@@ -184,6 +195,10 @@ static int64_t maxbytes(const struct end *e)
 static ssize_t move(const struct end *in, int64_t *ipos, const struct end *out, int64_t *opos,
 		    size_t len, bool once)
 {
+	/* the kernel's write path stops a copy at the file size limit; so
+	 * does ours, whatever the handler below does with a write across it */
+	if (S_ISREG(out->st.st_mode) && len > fsize_room(*opos))
+		len = (size_t)fsize_room(*opos);
 	size_t cap = len < COPY_CHUNK ? len : COPY_CHUNK;
 	cap = (cap + COPY_ALIGN - 1) & ~(size_t)(COPY_ALIGN - 1);
 	void *buf = NULL;
@@ -257,10 +272,8 @@ static ssize_t emulate_copy_file_range(int fd_in, off64_t *off_in, int fd_out, o
 	if (k == -EFBIG)
 		return -EFBIG;
 	/* generic_write_check_limits; a negative pout fails rw_verify_area below */
-	struct rlimit rl;
-	if (pout >= 0 && getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    count > rl.rlim_cur - (uint64_t)pout)
-		count = rl.rlim_cur - (uint64_t)pout;
+	if (count > fsize_room(pout))
+		count = fsize_room(pout);
 	if (pout >= 0 && count > (uint64_t)(INT64_MAX - pout))
 		count = (uint64_t)(INT64_MAX - pout);
 	if (in.st.st_dev == out.st.st_dev && in.st.st_ino == out.st.st_ino &&
@@ -428,20 +441,54 @@ CHELL_EXPORT ssize_t sendfile64(int out, int in, off_t *offset, size_t count)
 
 /* ---------------------------------------------------------------- splice */
 
-/* A pipe into a file: read what the pipe holds (waiting for a writer's data
- * unless the call must not block), write it at *pos. */
+/*
+ * A pipe into a file. The kernel takes from the pipe only what it writes,
+ * so the bytes are first duplicated with tee() into a scratch pipe of the
+ * same size (waiting for a writer's data unless the call must not block,
+ * as splice does), written from there, and only then is as much consumed
+ * from the application's pipe as the file took. Without a scratch pipe
+ * (no descriptor left): read, then write.
+ */
 static ssize_t pipe_to_file(const struct end *in, const struct end *out, int64_t *pos, size_t len,
 			    bool nonblock)
 {
-	if (nonblock) {
-		struct pollfd p = {in->fd, POLLIN, 0};
-		if (poll(&p, 1, 0) < 0)
-			return -errno;
-		if (!(p.revents & (POLLIN | POLLHUP)))
-			return -EAGAIN;
+	int sp[2];
+	if (chell_syscall6(SYS_pipe2, (long)sp, O_CLOEXEC, 0, 0, 0, 0) < 0) {
+		if (nonblock) {
+			struct pollfd p = {in->fd, POLLIN, 0};
+			if (poll(&p, 1, 0) < 0)
+				return -errno;
+			if (!(p.revents & (POLLIN | POLLHUP)))
+				return -EAGAIN;
+		}
+		int64_t scratch = 0;
+		return move(in, &scratch, out, pos, len, true);
 	}
-	int64_t scratch = 0;
-	return move(in, &scratch, out, pos, len, true);
+	sp[0] = chell_internal_fd(sp[0], 1);
+	sp[1] = chell_internal_fd(sp[1], 1);
+	int size = sys_fcntl(in->fd, F_GETPIPE_SZ, 0);
+	if (size > 0)
+		sys_fcntl(sp[1], F_SETPIPE_SZ, size);
+	ssize_t n = chell_syscall6(SYS_tee, in->fd, sp[1], (long)len,
+				   nonblock ? SPLICE_F_NONBLOCK : 0, 0, 0);
+	if (n > 0) {
+		struct end copy = {.fd = sp[0], .fl = O_RDONLY, .st = {.st_mode = S_IFIFO}};
+		int64_t scratch = 0;
+		n = move(&copy, &scratch, out, pos, (size_t)n, false);
+		char junk[4096];
+		for (ssize_t taken = 0; taken < n;) {
+			size_t want = (size_t)(n - taken) < sizeof junk ? (size_t)(n - taken) : sizeof junk;
+			ssize_t r = sys_read(in->fd, junk, want);
+			if (r == -EINTR)
+				continue;
+			if (r <= 0)
+				break;
+			taken += r;
+		}
+	}
+	chell_internal_close(sp[0]);
+	chell_internal_close(sp[1]);
+	return n;
 }
 
 static ssize_t do_splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out, size_t len,

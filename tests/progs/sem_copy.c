@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/sendfile.h>
 
 #include "sem_common.h"
@@ -488,6 +489,66 @@ static void splice_cases(const char *src, const char *dst)
 	munmap(none, (size_t)pg);
 }
 
+/* RLIMIT_FSIZE: copies stop at the limit, EFBIG at or past it, and what a
+ * file did not take from a pipe stays in the pipe. The transcript itself may
+ * go to a file, which the limit also stops: the results are kept in memory
+ * (L) and printed once the limit is lifted. */
+static char lim_log[4096];
+static size_t lim_len;
+static long lim_rec_(const char *txt, long r)
+{
+	int e = errno;
+	int n = r < 0 ? snprintf(lim_log + lim_len, sizeof lim_log - lim_len, "%s = %ld %s\n", txt, r, ename(e))
+		      : snprintf(lim_log + lim_len, sizeof lim_log - lim_len, "%s = %ld\n", txt, r);
+	if (n > 0 && (size_t)n < sizeof lim_log - lim_len)
+		lim_len += (size_t)n;
+	errno = e;
+	return r;
+}
+#define L(expr) (errno = 0, lim_rec_(#expr, (long)(expr)))
+
+static void fsize_limit_cases(const char *src, const char *dst)
+{
+	say("## RLIMIT_FSIZE, %s -> %s\n", src, dst);
+	struct rlimit old, lim;
+	getrlimit(RLIMIT_FSIZE, &old);
+	lim = old;
+	lim.rlim_cur = 1000;
+	signal(SIGXFSZ, SIG_IGN);
+	int a = (int)T(op(src, O_RDONLY));
+	int b = (int)T(op(dst, O_RDWR | O_CREAT | O_TRUNC));
+	int pfd[2];
+	T(pipe2(pfd, O_CLOEXEC));
+	lim_len = 0;
+	L(setrlimit(RLIMIT_FSIZE, &lim));
+	off64_t pi = 0, po = 990;
+	L(copy_file_range(a, &pi, b, &po, 100, 0));
+	L(po);
+	L(copy_file_range(a, &pi, b, &po, 100, 0));
+	po = 5000;
+	L(copy_file_range(a, &pi, b, &po, 0, 0));
+	off_t o = 0;
+	L(lseek(b, 995, SEEK_SET));
+	L(sendfile(b, a, &o, 100));
+	L(sendfile(b, a, &o, 100));
+	L(lseek(b, 0, SEEK_CUR));
+	L(write(pfd[1], "0123456789", 10));
+	loff_t lo = 996;
+	L(splice(pfd[0], NULL, b, &lo, 10, 0));
+	L(lo);
+	L(splice(pfd[0], NULL, b, &lo, 10, 0));
+	T(setrlimit(RLIMIT_FSIZE, &old));
+	signal(SIGXFSZ, SIG_DFL);
+	say("%s", lim_log);
+	drain("pipe", pfd[0]);
+	sem_fsize("b", b);
+	T(close(pfd[0]));
+	T(close(pfd[1]));
+	T(close(a));
+	T(close(b));
+	content(dst);
+}
+
 /* Into an empty pipe, a large transfer moves what its free pages hold: one
  * page per pipe slot, the first one short by the offset within its page. */
 static void pipe_room_cases(const char *src)
@@ -570,6 +631,10 @@ int main(int argc, char **argv)
 
 	splice_cases("hsrc", "hp1");
 	splice_cases("usrc", "up2");
+
+	fsize_limit_cases("hsrc", "hl1");
+	fsize_limit_cases("usrc", "hl2");
+	fsize_limit_cases("hsrc", "ul3");
 
 	pipe_room_cases("hbig");
 	pipe_room_cases("ubig");
