@@ -197,8 +197,15 @@ static ssize_t move(const struct end *in, int64_t *ipos, const struct end *out, 
 {
 	/* the kernel's write path stops a copy at the file size limit; so
 	 * does ours, whatever the handler below does with a write across it */
-	if (S_ISREG(out->st.st_mode) && len > fsize_room(*opos))
-		len = (size_t)fsize_room(*opos);
+	if (S_ISREG(out->st.st_mode)) {
+		if (len > fsize_room(*opos))
+			len = (size_t)fsize_room(*opos);
+		if (*opos >= 0 && (int64_t)len > INT_MAX - *opos) { /* past 2 GiB: s_maxbytes */
+			int64_t max = maxbytes(out);
+			if (*opos < max && (int64_t)len > max - *opos)
+				len = (size_t)(max - *opos);
+		}
+	}
 	size_t cap = len < COPY_CHUNK ? len : COPY_CHUNK;
 	cap = (cap + COPY_ALIGN - 1) & ~(size_t)(COPY_ALIGN - 1);
 	void *buf = NULL;
