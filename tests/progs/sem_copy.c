@@ -549,6 +549,37 @@ static void fsize_limit_cases(const char *src, const char *dst)
 	content(dst);
 }
 
+/* Across file systems copy_file_range says EXDEV (an unnamed temporary file
+ * on whichever of /dev/shm and /tmp is not DIR's file system). */
+static void exdev_case(const char *name)
+{
+	say("## copy_file_range across file systems, %s\n", name);
+	struct stat d, t;
+	const char *dirs[] = {"/dev/shm", "/tmp"};
+	int other = -1;
+	if (stat(sem_dir, &d) < 0)
+		return;
+	for (int i = 0; i < 2 && other < 0; i++) {
+		if (stat(dirs[i], &t) == 0 && t.st_dev != d.st_dev)
+			other = open(dirs[i], O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	}
+	if (other < 0) {
+		say("  no other file system\n");
+		return;
+	}
+	int a = (int)T(op(name, O_RDWR));
+	T(write(other, "0123456789", 10));
+	off64_t pi = 0, po = 0;
+	T(copy_file_range(a, &pi, other, &po, 10, 0));
+	T(copy_file_range(other, &pi, a, &po, 10, 0));
+	T(copy_file_range(other, &pi, a, &po, 10, 1));
+	off_t o = 0;
+	T(sendfile(a, other, &o, 10)); /* sendfile may cross */
+	T(sendfile(other, a, &o, 10));
+	T(close(a));
+	close(other);
+}
+
 /* Into an empty pipe, a large transfer moves what its free pages hold: one
  * page per pipe slot, the first one short by the offset within its page. */
 static void pipe_room_cases(const char *src)
@@ -638,6 +669,9 @@ int main(int argc, char **argv)
 
 	pipe_room_cases("hbig");
 	pipe_room_cases("ubig");
+
+	exdev_case("hsrc");
+	exdev_case("usrc");
 
 	direct_io("hbig", "hd1");
 	direct_io("ubig", "hd2");
