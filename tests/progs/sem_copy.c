@@ -48,23 +48,7 @@ static int op(const char *name, int flags)
 /* Size and content hash, read through a fresh descriptor of the same kind. */
 static void content(const char *name)
 {
-	int fd = op(name, O_RDONLY);
-	if (fd < 0) {
-		say("content(%s) = -1 %s\n", name, ename(errno));
-		return;
-	}
-	char buf[65536];
-	uint64_t h = FNV_INIT;
-	long long total = 0;
-	ssize_t n;
-	while ((n = read(fd, buf, sizeof buf)) > 0) {
-		h = fnv1a(h, buf, (size_t)n);
-		total += n;
-	}
-	if (n < 0)
-		say("content(%s) read = -1 %s\n", name, ename(errno));
-	close(fd);
-	say("content(%s) = %lld bytes fnv=%016llx\n", name, total, (unsigned long long)h);
+	sem_content_at(name, N(name));
 }
 
 /* A file of n bytes of a position-dependent pattern. */
@@ -175,24 +159,47 @@ static void offsets_and_data(const char *in, const char *out)
 	content(out);
 }
 
+/* The descriptors and pages every error scenario uses: src and dst open in
+ * each access mode, the test directory, a pipe, /dev/null, a PROT_NONE page
+ * and a page the scenario makes read-only. */
+struct fx {
+	int a, b, ro, wo, ap, dir, pfd[2], null;
+	size_t pg;
+	void *none, *rdonly;
+};
+
+static void fx_open(struct fx *x, const char *src, const char *dst)
+{
+	x->a = (int)T(op(src, O_RDONLY));
+	x->b = (int)T(op(dst, O_RDWR | O_CREAT | O_TRUNC));
+	x->ro = (int)T(op(dst, O_RDONLY));
+	x->wo = (int)T(op(src, O_WRONLY));
+	x->ap = (int)T(op(dst, O_WRONLY | O_APPEND));
+	x->dir = (int)T(open(sem_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+	T(pipe2(x->pfd, O_CLOEXEC));
+	x->null = (int)T(open("/dev/null", O_RDWR | O_CLOEXEC));
+	x->pg = (size_t)sysconf(_SC_PAGESIZE);
+	x->none = mmap(NULL, x->pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	x->rdonly = mmap(NULL, x->pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+static void fx_unmap(struct fx *x)
+{
+	munmap(x->none, x->pg);
+	munmap(x->rdonly, x->pg);
+}
+
 /* Argument checks of copy_file_range between `h` (the end under test) and
  * ordinary files; `src` is a 10000-byte file of the same kind. */
 static void cfr_errors(const char *src, const char *dst)
 {
 	say("## copy_file_range errors, %s -> %s\n", src, dst);
-	int a = (int)T(op(src, O_RDONLY));
-	int b = (int)T(op(dst, O_RDWR | O_CREAT | O_TRUNC));
-	int ro = (int)T(op(dst, O_RDONLY));
-	int wo = (int)T(op(src, O_WRONLY));
-	int ap = (int)T(op(dst, O_WRONLY | O_APPEND));
-	int dir = (int)T(open(sem_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	int pfd[2];
-	T(pipe2(pfd, O_CLOEXEC));
-	int null = (int)T(open("/dev/null", O_RDWR | O_CLOEXEC));
-	long pg = sysconf(_SC_PAGESIZE);
-	char *none = mmap(NULL, (size_t)pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	off64_t *rdonly = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	off64_t *bad = (off64_t *)none;
+	struct fx x;
+	fx_open(&x, src, dst);
+	int a = x.a, b = x.b, ro = x.ro, wo = x.wo, ap = x.ap, dir = x.dir, null = x.null;
+	int *pfd = x.pfd;
+	size_t pg = x.pg;
+	off64_t *rdonly = x.rdonly, *bad = x.none;
 	off64_t pi = 0, po = 0;
 
 	T(copy_file_range(a, NULL, b, NULL, 10, 1));
@@ -290,26 +297,18 @@ static void cfr_errors(const char *src, const char *dst)
 	T(close(a));
 	T(close(b));
 	content(dst);
-	munmap(none, (size_t)pg);
-	munmap(rdonly, (size_t)pg);
+	fx_unmap(&x);
 }
 
 static void sendfile_errors(const char *src, const char *dst)
 {
 	say("## sendfile errors, %s -> %s\n", src, dst);
-	int a = (int)T(op(src, O_RDONLY));
-	int b = (int)T(op(dst, O_RDWR | O_CREAT | O_TRUNC));
-	int ro = (int)T(op(dst, O_RDONLY));
-	int wo = (int)T(op(src, O_WRONLY));
-	int ap = (int)T(op(dst, O_WRONLY | O_APPEND));
-	int dir = (int)T(open(sem_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-	int pfd[2];
-	T(pipe2(pfd, O_CLOEXEC));
-	int null = (int)T(open("/dev/null", O_RDWR | O_CLOEXEC));
-	long pg = sysconf(_SC_PAGESIZE);
-	char *none = mmap(NULL, (size_t)pg, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	off_t *rdonly = mmap(NULL, (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	off_t *bad = (off_t *)none;
+	struct fx x;
+	fx_open(&x, src, dst);
+	int a = x.a, b = x.b, ro = x.ro, wo = x.wo, ap = x.ap, dir = x.dir, null = x.null;
+	int *pfd = x.pfd;
+	size_t pg = x.pg;
+	off_t *rdonly = x.rdonly, *bad = x.none;
 	off_t o = 0;
 
 	T(sendfile(-1, a, NULL, 10));
@@ -409,8 +408,7 @@ static void sendfile_errors(const char *src, const char *dst)
 	signal(SIGPIPE, SIG_DFL);
 	T(close(pfd[1]));
 	T(close(a));
-	munmap(none, (size_t)pg);
-	munmap(rdonly, (size_t)pg);
+	fx_unmap(&x);
 }
 
 static void splice_cases(const char *src, const char *dst)
