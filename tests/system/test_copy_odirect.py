@@ -26,7 +26,7 @@ from conftest import run
 from test_cache import PLAIN_ENV, describe, fresh_manager
 
 SCRIPT = r'''
-import ctypes, hashlib, mmap, os, sys
+import ctypes, fcntl, hashlib, mmap, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
 FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE, FALLOC_FL_COLLAPSE_RANGE = 1, 2, 8
@@ -50,6 +50,11 @@ def fall(fd, mode, off, n):
     if r < 0:
         raise OSError(ctypes.get_errno(), "fallocate")
     return r
+
+def dread(fd, n, off):
+    m = buf(n, 0)
+    r = os.preadv(fd, [m], off)
+    return f"{r} bytes {hashlib.sha256(m[:r]).hexdigest()[:16]}"
 
 def digest(path, flags=0):
     fd = os.open(path, os.O_RDONLY | flags)
@@ -101,6 +106,16 @@ os.close(fd)
 bd = os.open(g, os.O_RDWR)
 say("buffered pwrite", lambda: os.pwrite(bd, b"x" * 5000, 0x1800))
 os.close(bd)
+# a cached descriptor switched to O_DIRECT (F_SETFL) with dirty data
+k = os.path.join(d, "k")
+kd = os.open(k, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+say("buffered pwrite 12K", lambda: os.pwrite(kd, bytes(buf(0x3000, 5)), 0))
+say("F_SETFL O_DIRECT", lambda: fcntl.fcntl(kd, fcntl.F_SETFL, os.O_DIRECT))
+say("O_DIRECT pread", lambda: dread(kd, 0x2000, 0x1000))
+say("copy_file_range after F_SETFL", lambda: os.copy_file_range(kd, kd, 0x2000, 0, 0x4000))
+say("punch after F_SETFL", lambda: fall(kd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0x1000, 0x1000))
+os.close(kd)
+say("content k", lambda: digest(k))
 say("size", lambda: os.stat(f).st_size)
 say("content f", lambda: digest(f, os.O_DIRECT))
 say("content g direct", lambda: digest(g, os.O_DIRECT))
