@@ -8,7 +8,8 @@ bounce buffer was not aligned, which O_DIRECT requires), where the kernel
 copies. The script below runs that sequence and every other data-changing
 fallocate mode (collapse, zero, punch, insert, plain allocation), aligned and
 unaligned copies, sendfile, copies at the descriptor's offset and to another
-file, and buffered writes read back through O_DIRECT, printing each result
+file, buffered writes read back through O_DIRECT, and a cached descriptor
+holding dirty data switched to O_DIRECT with F_SETFL, printing each result
 and the file's contents. Under `chell run --mode cache` it must print what
 it prints plainly. The backing directory and the plain twin live under /tmp,
 which must support O_DIRECT (tmpfs before 6.6 does not): the test is skipped
