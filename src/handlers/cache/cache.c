@@ -347,27 +347,99 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
 	return r + k;
 }
 
-/* Make the backing file at least `end` bytes long (caller holds the inode
- * lock). fallocate never shrinks (another process may have grown the file
- * meanwhile) and leaves a hole before `pos` as a write would. Where the
- * file system has no fallocate, ftruncate grows it: the cache stays the
- * only place the bytes are written to, so the file never needs the kernel
- * path for data the cache may also hold. */
-static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end)
+/*
+ * Extending writes. The kernel publishes a new size only once the bytes
+ * below it are in place, so a reader that reads up to the size it sees
+ * never sees a byte that was not written. Cache mode does the same in
+ * three steps, all under the tree-wide inode lock (which, like the
+ * kernel's inode lock, orders extending writes of the tree, so a later
+ * extension can never publish a size over an earlier one still storing):
+ *
+ *  1. reserve: fallocate(KEEP_SIZE) of the new range on the client's own
+ *     descriptor. The backing file's size does not change, but its blocks
+ *     exist, so the write-back of the bytes about to be cached cannot fail
+ *     for lack of space (ENOSPC is reported now, as the kernel would);
+ *  2. store the bytes into the cache (move());
+ *  3. publish the size: fallocate(mode 0) ending at the last byte stored
+ *     (it never shrinks: another process tree may have grown the file),
+ *     then the size shared by the tree.
+ *
+ * A short write publishes only what it stored, and gives back the blocks
+ * reserved past it. A crash between 2 and 3 leaves the stored bytes in
+ * the pool past the end of file, where no read reaches them (reads clamp
+ * to the size), and the write-back cuts them off at the backing file's
+ * size; the application was never told they were written.
+ * Where the file system has no fallocate, nothing is reserved and
+ * ftruncate publishes the size.
+ */
+struct extension {
+	uint64_t from, end; /* reserved [from, end), past the old size */
+	bool reserved;
+};
+
+static int reserve(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end,
+		   struct extension *x)
 {
-	if (end <= isize(in))
+	uint64_t from = isize(in);
+	x->from = from > pos ? from : pos;
+	x->end = end;
+	x->reserved = false;
+	if (x->from >= end)
 		return 0;
-	int r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, pos, end - pos, 0, 0);
-	if (r == -EOPNOTSUPP || r == -ENOSYS) {
-		uint64_t now = direct_inode_refresh(in, c->fd);
-		r = end > now ? sys_ftruncate(c->fd, (off_t)end) : 0;
-	}
+	int r = (int)CHELL_SC(SYS_fallocate, c->fd, FALLOC_FL_KEEP_SIZE, x->from, end - x->from, 0, 0);
+	if (r == -EOPNOTSUPP || r == -ENOSYS)
+		return 0;
 	if (r < 0)
 		return r;
-	CSTAT(extends, 1);
-	atomic_store_explicit(&L(c)->cf->need_sync, 1, memory_order_release);
-	if (end > isize(in))
-		isize_set(in, end);
+	x->reserved = true;
+	return 0;
+}
+
+static int publish(chell_ctx *c, struct direct_inode *in, uint64_t new_end, struct extension *x)
+{
+	int r = 0;
+	if (new_end > isize(in) && new_end > 0) {
+		r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, new_end - 1, 1, 0, 0);
+		if (r == -EOPNOTSUPP || r == -ENOSYS) {
+			uint64_t now = direct_inode_refresh(in, c->fd);
+			r = new_end > now ? sys_ftruncate(c->fd, (off_t)new_end) : 0;
+		}
+		if (r == 0) {
+			CSTAT(extends, 1);
+			atomic_store_explicit(&L(c)->cf->need_sync, 1, memory_order_release);
+			if (new_end > isize(in))
+				isize_set(in, new_end);
+		}
+	}
+	/* blocks reserved for bytes that were not written go back */
+	uint64_t keep = (new_end + 4095) & ~4095ull;
+	if (keep < x->from)
+		keep = (x->from + 4095) & ~4095ull;
+	if (x->reserved && keep < x->end)
+		CHELL_SC(SYS_fallocate, c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, keep,
+			 x->end - keep, 0, 0);
+	return r;
+}
+
+/* Where the file ends after a write at pos that stored r bytes (or
+ * failed with r < 0). Like the kernel: the bytes stored; and a write that
+ * got as far as the file but could copy nothing (EFAULT on a buffer in the
+ * user address range) still moves the end up to pos, as the kernel's
+ * write_end does for a copy of 0 bytes. A pointer outside the user range
+ * (access_ok fails) never reaches the file. */
+static uint64_t end_after(const struct iovec *iov, int cnt, uint64_t pos, ssize_t r)
+{
+	if (r > 0)
+		return pos + (uint64_t)r;
+	if (r != -EFAULT)
+		return 0;
+	for (int i = 0; i < cnt; i++)
+		if (iov[i].iov_len)
+			/* TASK_SIZE_MAX of x86-64 with 4-level page tables */
+			return (uintptr_t)iov[i].iov_base + iov[i].iov_len >= (uintptr_t)iov[i].iov_base &&
+					       (uintptr_t)iov[i].iov_base + iov[i].iov_len <= 0x7ffffffff000ull
+				       ? pos
+				       : 0;
 	return 0;
 }
 
@@ -456,25 +528,22 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 		return e;
 	}
 	uint64_t pos = direct_inode_refresh(in, c->fd);
-	ssize_t r = extend(c, in, pos, pos + total);
+	struct extension x;
+	ssize_t r = reserve(c, in, pos, pos + total, &x);
 	if (r == 0) {
 		int kernel;
 		r = cache_transfer(c, iov, cnt, pos, total, 1, &kernel);
-		if (kernel && r >= 0) {
-			/* The rest goes through the kernel's own O_APPEND, after
-			 * giving back the space reserved for it. */
+		uint64_t end = end_after(iov, cnt, pos, r);
+		int p = publish(c, in, end, &x);
+		if (p < 0 && r >= 0)
+			r = p;
+		else if (kernel && r >= 0) {
+			/* The rest goes through the kernel's own O_APPEND, at the
+			 * end just published. */
 			go_kernel(c);
-			sys_ftruncate(c->fd, (off_t)(pos + (uint64_t)r));
-			isize_set(in, pos + (uint64_t)r);
 			ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1);
 			r = k < 0 ? (r ? r : k) : r + k;
 			direct_inode_refresh(in, c->fd);
-		} else if (r < 0 || (size_t)r < total) {
-			/* an error or a bad buffer part-way: the file ends after what
-			 * was written */
-			uint64_t keep = pos + (uint64_t)(r > 0 ? r : 0);
-			sys_ftruncate(c->fd, (off_t)keep);
-			isize_set(in, keep);
 		}
 	}
 	append_lock(c->fd, F_UNLCK);
@@ -517,13 +586,21 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 				;
 		}
 		uint64_t end = pos + (uint64_t)total;
-		int e = 0;
 		if (end > isize(in)) {
+			/* extending: reserve, store, then publish the size */
 			chell_lock_acquire(&in->lock);
-			e = extend(c, in, pos, end);
+			struct extension x;
+			r = reserve(c, in, pos, end, &x);
+			if (r == 0) {
+				r = move(c, iov, cnt, pos, (size_t)total, 1);
+				int p = publish(c, in, end_after(iov, cnt, pos, r), &x);
+				if (p < 0 && r >= 0)
+					r = p;
+			}
 			chell_lock_release(&in->lock);
+		} else {
+			r = move(c, iov, cnt, pos, (size_t)total, 1);
 		}
-		r = e < 0 ? e : move(c, iov, cnt, pos, (size_t)total, 1);
 		if (off < 0 && r != total) {
 			uint64_t expect = end;
 			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));

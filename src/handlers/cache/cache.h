@@ -164,6 +164,10 @@ int cache_copy_overwrite(unsigned char *base, size_t off, const void *src, size_
 int cache_ctl_check(const unsigned char *base, uint64_t dev, uint64_t ino, uint64_t chunk);
 /* 1 if the chunk mapped at base is LIVE (0 if revoked, or it faults). */
 int cache_ctl_live(const unsigned char *base);
+/* Bytes of the application's buffer [p, p+n) that can be read before the
+ * first page that faults (n when all can): how much of a write the kernel
+ * would have copied. */
+size_t cache_user_readable(const void *p, size_t n);
 int cache_copy_init(void);
 
 /* ---- stats.c ---- */

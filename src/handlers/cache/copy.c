@@ -253,6 +253,29 @@ __attribute__((noinline)) int cache_ctl_live(const unsigned char *base)
 	return r;
 }
 
+__attribute__((noinline)) static size_t readable_verdict(const unsigned char *p)
+{
+	uintptr_t a = tls_addr & ~(uintptr_t)4095;
+	return a > (uintptr_t)p ? (size_t)(a - (uintptr_t)p) : 0;
+}
+
+/* Bytes of [p, p+n) readable before the first page that faults, touching
+ * one byte per page in order (a memcpy may fault on a later page first). */
+__attribute__((noinline)) size_t cache_user_readable(const void *p, size_t n)
+{
+	const unsigned char *u = p;
+	if (sigsetjmp(tls_jmp, 0))
+		return readable_verdict((const unsigned char *)tls_base);
+	tls_base = u;
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	for (uintptr_t a = (uintptr_t)u; a < (uintptr_t)u + n; a = (a & ~(uintptr_t)4095) + 4096)
+		(void)*(volatile const unsigned char *)a;
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return n;
+}
+
 int cache_copy_init(void)
 {
 	/* direct_copy_init picks the cache-line flush instruction (DAX pools)

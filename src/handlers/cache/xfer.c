@@ -149,6 +149,14 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 			} else {
 				r = piece(c, cf, k, in, u, len, to_file);
 			}
+			if (r == -EFAULT && to_file) {
+				/* The kernel stores what it can copy before the page
+				 * that faults, and returns that count: so do we. */
+				size_t ok = cache_user_readable(u, len);
+				r = ok ? piece(c, cf, k, in, u, ok, 1) : -EFAULT;
+				if (r == PIECE_OK)
+					return (ssize_t)(done + ok);
+			}
 			if (r == PIECE_KERNEL) {
 				*kernel = 1;
 				return (ssize_t)done;
