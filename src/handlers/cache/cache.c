@@ -359,16 +359,19 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
  *     descriptor. The backing file's size does not change, but its blocks
  *     exist, so the write-back of the bytes about to be cached cannot fail
  *     for lack of space (ENOSPC is reported now, as the kernel would);
- *  2. store the bytes into the cache (move());
+ *  2. store the bytes into the cache (move()), raising the ext_end mark
+ *     of each chunk stored into first, so a write-back that comes between
+ *     (the cleaner, an eviction) writes these bytes too, although they lie
+ *     past the backing file's size (cache/layout.h, "Extending writes");
  *  3. publish the size: fallocate(mode 0) ending at the last byte stored
  *     (it never shrinks: another process tree may have grown the file),
  *     then the size shared by the tree.
  *
  * A short write publishes only what it stored, and gives back the blocks
- * reserved past it. A crash between 2 and 3 leaves the stored bytes in
- * the pool past the end of file, where no read reaches them (reads clamp
- * to the size), and the write-back cuts them off at the backing file's
- * size; the application was never told they were written.
+ * reserved past it. A client killed between 2 and 3 leaves the stored
+ * bytes marked by ext_end: the manager's write-back puts them in the
+ * backing file, which then ends after them (as a write the kernel had
+ * copied before the process died).
  * Where the file system has no fallocate, nothing is reserved and
  * ftruncate publishes the size.
  */
@@ -532,7 +535,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	ssize_t r = reserve(c, in, pos, pos + total, &x);
 	if (r == 0) {
 		int kernel;
-		r = cache_transfer(c, iov, cnt, pos, total, 1, &kernel);
+		r = cache_transfer(c, iov, cnt, pos, total, CACHE_XFER_EXTEND, &kernel);
 		uint64_t end = end_after(iov, cnt, pos, r);
 		int p = publish(c, in, end, &x);
 		if (p < 0 && r >= 0)
@@ -592,7 +595,7 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 			struct extension x;
 			r = reserve(c, in, pos, end, &x);
 			if (r == 0) {
-				r = move(c, iov, cnt, pos, (size_t)total, 1);
+				r = move(c, iov, cnt, pos, (size_t)total, CACHE_XFER_EXTEND);
 				int p = publish(c, in, end_after(iov, cnt, pos, r), &x);
 				if (p < 0 && r >= 0)
 					r = p;
