@@ -69,6 +69,9 @@ static void usage(FILE *f)
 	      "      --dirty-low PCT   ... and stop at this percentage (default 25)\n"
 	      "      --readahead SIZE  largest read-ahead window of a sequential reader\n"
 	      "                      (default 64K; random misses read only what they ask)\n"
+	      "      --max-fds N     descriptors of files no client has open that are kept\n"
+	      "                      while they hold dirty data (default 256); past that the\n"
+	      "                      least recently used is written back and closed\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
@@ -238,7 +241,7 @@ static int write_pid_file(const struct chelld_config *cfg)
 
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
-	const char *policy, *high, *low, *readahead;
+	const char *policy, *high, *low, *readahead, *max_fds;
 };
 
 static int parse_pct(const char *s, unsigned *out)
@@ -267,6 +270,16 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 			     cfg->readahead > CACHE_CHUNK_BYTES))
 		return fail(CHELLD_EXIT_USAGE, "invalid --readahead '%s' (a size up to 2M)",
 			    o->readahead);
+	cfg->max_fds = 256;
+	if (o->max_fds) {
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(o->max_fds, &end, 10);
+		if (errno || end == o->max_fds || *end || *o->max_fds == '-' || v < 1 || v > 65536)
+			return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)",
+				    o->max_fds);
+		cfg->max_fds = (uint32_t)v;
+	}
 	cfg->dirty_high = 50;
 	cfg->dirty_low = 25;
 	if (o->high && parse_pct(o->high, &cfg->dirty_high) < 0)
@@ -387,7 +400,7 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 int main(int argc, char **argv)
 {
 	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_HIGH, OPT_LOW,
-	       OPT_RA };
+	       OPT_RA, OPT_MAXFDS };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
 		{"size", required_argument, NULL, O_SIZE},
@@ -398,6 +411,7 @@ int main(int argc, char **argv)
 		{"dirty-high", required_argument, NULL, OPT_HIGH},
 		{"dirty-low", required_argument, NULL, OPT_LOW},
 		{"readahead", required_argument, NULL, OPT_RA},
+		{"max-fds", required_argument, NULL, OPT_MAXFDS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -421,6 +435,7 @@ int main(int argc, char **argv)
 		case OPT_HIGH: co.high = optarg; break;
 		case OPT_LOW: co.low = optarg; break;
 		case OPT_RA: co.readahead = optarg; break;
+		case OPT_MAXFDS: co.max_fds = optarg; break;
 		case 'h': usage(stdout); free(backing); return 0;
 		default:
 			fputs("Try 'chelld --help'.\n", stderr);

@@ -108,7 +108,18 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 	j->slots = malloc((n ? n : 1) * sizeof *j->slots);
 	j->bits = calloc(n ? n : 1, sizeof *j->bits);
 	j->in = calloc(n ? n : 1, sizeof *j->in);
-	j->fd = dup(fd); /* the cleaner writes without the lock: f->fd may close */
+	/* its own write descriptor, for this job only (files.c): the cleaner
+	 * writes without the lock, and f->fd is read-only and may close */
+	j->fd = cfile_wfd(c, f);
+	if (j->fd == -ENOMEM)
+		j->fd = -1;
+	else if (j->fd < 0) {
+		free(keep);
+		int e = j->fd;
+		memset(j, 0, sizeof *j);
+		j->fd = -1;
+		return e;
+	}
 	if (!j->slots || !j->bits || !j->in || j->fd < 0) {
 		free(j->slots);
 		free(j->bits);
@@ -196,12 +207,15 @@ int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes)
 			*bytes += j->written;
 		cfile_record(c, j->f); /* our own write is not an outside change */
 	}
+	struct cfile *f = j->f;
 	free(j->slots);
 	free(j->bits);
 	free(j->in);
 	close(j->fd);
 	memset(j, 0, sizeof *j);
 	j->fd = -1;
+	if (rc == 0)
+		cfile_release_fd(c, f); /* clean and nobody's: no descriptor needed */
 	return rc;
 }
 
