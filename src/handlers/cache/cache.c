@@ -83,9 +83,45 @@ static int cache_proc_init(void)
 	return cache_copy_init();
 }
 
+static bool under_backing(const char *abs);
+
+/*
+ * exec of a file the cache holds dirty blocks of: the kernel reads the
+ * program from the backing file, so they are written back first (one
+ * FLUSH; nothing to do for a clean file). An executable under a backing
+ * directory only: anything else costs no more than the path check.
+ */
+static void flush_before_exec(const char *path)
+{
+	if (!path || path[0] == '(') /* "(fexecve)": no path */
+		return;
+	int fd = sys_open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
+	if (fd < 0)
+		return;
+	fd = chell_internal_fd(fd, 1);
+	struct stat st;
+	char link[64], abs[4096];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	ssize_t n = sys_readlink(link, abs, sizeof abs - 1);
+	if (n > 0 && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111)) {
+		abs[n] = 0;
+		if (abs[0] == '/' && under_backing(abs)) {
+			struct cache_file *cf =
+				cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+			if (cf) {
+				cache_flush_file(cf, fd, 0);
+				cache_file_put(cf);
+			}
+		}
+	}
+	chell_internal_close(fd);
+}
+
 static void cache_proc_event(enum chell_op ev, long arg)
 {
-	if (ev == CHELL_OP_FORK) {
+	if (ev == CHELL_OP_EXEC) {
+		flush_before_exec((const char *)arg);
+	} else if (ev == CHELL_OP_FORK) {
 		cache_conn_after_fork();
 		cache_map_after_fork();
 	} else if (ev == CHELL_OP_EXIT) {
@@ -767,8 +803,28 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
 	return 0;
 }
 
+/*
+ * File leases are the kernel's, and count every other descriptor of the
+ * file: a write lease needs the taker's descriptor to be the only one, a
+ * read lease no writer, and any open the lease conflicts with breaks it.
+ * So before the application takes one, the file leaves the cache as for a
+ * shared mapping (written back, dropped, bypassed until its last close in
+ * the process; the manager then holds no descriptor of it, chelld/files.c)
+ * and this descriptor moves to the kernel path: no later open by Chell,
+ * ours or the manager's, can break the lease.
+ */
+static void leave_for_lease(chell_ctx *c, unsigned long arg)
+{
+	if (!active(c) || (int)arg == F_UNLCK)
+		return;
+	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	go_kernel(c);
+}
+
 static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (cmd == F_SETLEASE)
+		leave_for_lease(c, arg);
 	int r = chell_down_fcntl(c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0 && active(c) && (arg & O_DIRECT)) {
 		/* the application asks for the kernel's I/O path from now on */
