@@ -22,6 +22,8 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -239,6 +241,27 @@ static int write_pid_file(const struct chelld_config *cfg)
 	return r;
 }
 
+/*
+ * What fsync means for the files it caches, said where it starts: fsync
+ * on a cached file leaves the data in the pool (by design: the slow
+ * device is written by write-back, docs/CACHE.md "Durability"). A pool in
+ * memory (tmpfs, ramfs) therefore survives the death of programs and of
+ * chelld, not a power loss or a reboot.
+ */
+static void print_durability(const char *pool)
+{
+	struct statfs sf;
+	if (statfs(pool, &sf) == 0 && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC))
+		printf("chelld: durability: fsync keeps data in this pool, which is in memory (%s):\n"
+		       "chelld:   it survives programs and chelld dying, NOT a power loss or reboot.\n"
+		       "chelld:   'chell cache flush' (or 'chell cache stop') writes it to the backing files.\n",
+		       sf.f_type == TMPFS_MAGIC ? "tmpfs" : "ramfs");
+	else
+		printf("chelld: durability: fsync keeps data in this pool (not on the backing files):\n"
+		       "chelld:   it survives a power loss only as far as the pool's own storage does\n"
+		       "chelld:   (persistent memory with DAX); 'chell cache flush' writes it back.\n");
+}
+
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
 	const char *policy, *high, *low, *readahead, *max_fds;
@@ -375,6 +398,7 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 			_exit(CHELLD_EXIT_FAIL);
 		}
 		printf("chelld: serving pool %s on %s (pid %d)\n", cfg->pool, cfg->sock_path, child);
+		print_durability(cfg->pool);
 		fflush(stdout);
 		_exit(0);
 	}
