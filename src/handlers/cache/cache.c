@@ -320,19 +320,32 @@ static void go_kernel(chell_ctx *c)
 
 /* --------------------------------------------------------------- helpers */
 
+/* The user address range of x86-64 with 4-level page tables
+ * (TASK_SIZE_MAX): what the kernel's access_ok() accepts. */
+#define USER_TOP 0x7ffffffff000ull
+
+static inline bool user_range(const void *p, size_t n)
+{
+	return n <= USER_TOP && (uintptr_t)p <= USER_TOP - n;
+}
+
+/* The kernel's import of an iovec array: EINVAL for a bad count or a
+ * negative length, then EFAULT if any segment is outside the user range
+ * (the whole call fails, before a byte moves); the total is clamped. */
 static ssize_t iov_total(const struct iovec *iov, int cnt)
 {
 	if (cnt < 0 || cnt > IOV_MAX)
 		return -EINVAL;
-	size_t total = 0;
-	for (int i = 0; i < cnt; i++) {
+	for (int i = 0; i < cnt; i++)
 		if ((ssize_t)iov[i].iov_len < 0)
 			return -EINVAL;
+	size_t total = 0;
+	for (int i = 0; i < cnt; i++) {
+		if (!user_range(iov[i].iov_base, iov[i].iov_len))
+			return -EFAULT;
 		total += iov[i].iov_len;
-		if (total > (size_t)MAX_RW_COUNT)
-			return MAX_RW_COUNT;
 	}
-	return (ssize_t)total;
+	return total > (size_t)MAX_RW_COUNT ? MAX_RW_COUNT : (ssize_t)total;
 }
 
 static bool positional(enum chell_op op)
@@ -464,22 +477,11 @@ static int publish(chell_ctx *c, struct direct_inode *in, uint64_t new_end, stru
  * failed with r < 0). Like the kernel: the bytes stored; and a write that
  * got as far as the file but could copy nothing (EFAULT on a buffer in the
  * user address range) still moves the end up to pos, as the kernel's
- * write_end does for a copy of 0 bytes. A pointer outside the user range
- * (access_ok fails) never reaches the file. */
-static uint64_t end_after(const struct iovec *iov, int cnt, uint64_t pos, ssize_t r)
+ * write_end does for a copy of 0 bytes. (A pointer outside the user range
+ * never reaches the file: iov_total refused the call before.) */
+static uint64_t end_after(uint64_t pos, ssize_t r)
 {
-	if (r > 0)
-		return pos + (uint64_t)r;
-	if (r != -EFAULT)
-		return 0;
-	for (int i = 0; i < cnt; i++)
-		if (iov[i].iov_len)
-			/* TASK_SIZE_MAX of x86-64 with 4-level page tables */
-			return (uintptr_t)iov[i].iov_base + iov[i].iov_len >= (uintptr_t)iov[i].iov_base &&
-					       (uintptr_t)iov[i].iov_base + iov[i].iov_len <= 0x7ffffffff000ull
-				       ? pos
-				       : 0;
-	return 0;
+	return r > 0 ? pos + (uint64_t)r : r == -EFAULT ? pos : 0;
 }
 
 /* ------------------------------------------------------------------ read */
@@ -572,7 +574,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	if (r == 0) {
 		int kernel;
 		r = cache_transfer(c, iov, cnt, pos, total, CACHE_XFER_EXTEND, &kernel);
-		uint64_t end = end_after(iov, cnt, pos, r);
+		uint64_t end = end_after(pos, r);
 		int p = publish(c, in, end, &x);
 		if (p < 0 && r >= 0)
 			r = p;
@@ -632,7 +634,7 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 			r = reserve(c, in, pos, end, &x);
 			if (r == 0) {
 				r = move(c, iov, cnt, pos, (size_t)total, CACHE_XFER_EXTEND);
-				int p = publish(c, in, end_after(iov, cnt, pos, r), &x);
+				int p = publish(c, in, end_after(pos, r), &x);
 				if (p < 0 && r >= 0)
 					r = p;
 			}
