@@ -73,8 +73,9 @@
  *   - the client dies before OVERWRITE: the blocks stay invalid and hold
  *     garbage nobody can read; the next fill of them overwrites it. (Zeros
  *     past the end of a file are only assumed of blocks that were never
- *     below it while the chunk file lived: clients grow the file before an
- *     overwrite, and only TRUNCATE - which revokes - shrinks it.)
+ *     below it while the chunk file lived: only TRUNCATE - which revokes -
+ *     shrinks a file, and an extending write publishes its size only after
+ *     its blocks are valid and dirty, see "Extending writes".)
  *   - the manager dies between validating and replying: the client's call
  *     fails and it redoes the write on the restarted manager (the blocks
  *     are valid then: a normal hit). Recovery sees only valid dirty blocks.
