@@ -463,13 +463,20 @@ static int publish(chell_ctx *c, struct direct_inode *in, uint64_t new_end, stru
 				isize_set(in, new_end);
 		}
 	}
-	/* blocks reserved for bytes that were not written go back */
-	uint64_t keep = (new_end + 4095) & ~4095ull;
-	if (keep < x->from)
-		keep = (x->from + 4095) & ~4095ull;
-	if (x->reserved && keep < x->end)
-		CHELL_SC(SYS_fallocate, c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, keep,
-			 x->end - keep, 0, 0);
+	/* Blocks reserved for bytes that were not written go back (a short or
+	 * failed write: rare). Only past the file's end as the kernel has it
+	 * now: the tree's size may lag behind another tree's growth, and what
+	 * lies below the end is data. */
+	if (x->reserved && new_end < x->end) {
+		struct stat st;
+		uint64_t keep = new_end > x->from ? new_end : x->from;
+		if (sys_fstat(c->fd, &st) == 0 && (uint64_t)st.st_size > keep)
+			keep = (uint64_t)st.st_size;
+		keep = (keep + 4095) & ~4095ull;
+		if (keep < x->end)
+			CHELL_SC(SYS_fallocate, c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				 keep, x->end - keep, 0, 0);
+	}
 	return r;
 }
 
