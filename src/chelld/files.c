@@ -110,11 +110,12 @@ static void close_fd(struct cache *c, struct cfile *f)
 	c->open_fds--;
 }
 
-/* Over the bound: the least recently used descriptor of a file nobody has
- * registered is written back and closed (caller holds the lock). */
-static void trim_fds(struct cache *c, const struct cfile *keep)
+/* Until `room` more descriptors fit under the bound: the least recently
+ * used descriptor of a file nobody has registered is written back and
+ * closed (caller holds the lock). */
+static void trim_fds(struct cache *c, const struct cfile *keep, uint32_t room)
 {
-	while (c->open_fds >= c->cfg->max_fds) {
+	while (c->open_fds + room > c->cfg->max_fds) {
 		struct cfile *lru = NULL;
 		for (uint32_t id = 0; id < c->pool.max_cnodes; id++) {
 			struct cfile *g = c->files[id];
@@ -144,7 +145,7 @@ int cfile_fd(struct cache *c, struct cfile *f)
 	}
 	if (!f->path[0])
 		return -ENOENT;
-	trim_fds(c, f);
+	trim_fds(c, f, 1);
 	int fd = open_checked(f, f->path, O_RDONLY | O_NOFOLLOW);
 	return fd < 0 ? fd : adopt_fd(c, f, fd);
 }
@@ -300,4 +301,6 @@ void cfile_unregister(struct cache *c, struct cfile *f)
 	f->bypass = false;
 	cfile_record(c, f);
 	cfile_release_fd(c, f);
+	if (f->fd >= 0) /* kept for its dirty blocks: now one of the bounded ones */
+		trim_fds(c, NULL, 0);
 }

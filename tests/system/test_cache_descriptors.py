@@ -83,14 +83,21 @@ def test_descriptors_are_read_only_bounded_and_released(tmp_path):
         res = run([CHELL, "cache", "start", "--pool", pool, "--size", "64M", "--backing", backing,
                    "--max-fds", "8"])
         assert res.returncode == 0, describe(res)
-        script = ("import sys\n"
-                  "for i in range(40):\n"
-                  "    with open(f'{sys.argv[1]}/f{i}', 'wb') as f:\n"
+        # 20 files one after the other, then 20 open at once (registered:
+        # not among the bounded descriptors until they are closed)
+        script = ("import os, sys\n"
+                  "d = sys.argv[1]\n"
+                  "for i in range(20):\n"
+                  "    with open(f'{d}/f{i}', 'wb') as f:\n"
                   "        f.write(bytes([65 + i % 26]) * (10000 + i))\n"
-                  "    if i == 20:\n"
-                  "        g = open(f'{sys.argv[1]}/f0', 'rb'); g.read()\n"
-                  "import os\n"
-                  "print(len(os.listdir(sys.argv[1])))\n")
+                  "    if i == 10:\n"
+                  "        g = open(f'{d}/f0', 'rb'); g.read()\n"
+                  "fs = [open(f'{d}/f{i}', 'wb') for i in range(20, 40)]\n"
+                  "for i, f in enumerate(fs, 20):\n"
+                  "    f.write(bytes([65 + i % 26]) * (10000 + i)); f.flush()\n"
+                  "for f in fs:\n"
+                  "    f.close()\n"
+                  "print(len(os.listdir(d)))\n")
         argv = [str(CHELL), "run", "--mode", "cache", "--set", f"cache.pool={pool}",
                 "--set", f"cache.backing={backing}", "--", "python3", "-c", script, str(backing)]
         res = run(argv, env=dict(PLAIN_ENV))
