@@ -88,30 +88,27 @@ static bool under_backing(const char *abs);
 /*
  * exec of a file the cache holds dirty blocks of: the kernel reads the
  * program from the backing file, so they are written back first (one
- * FLUSH; nothing to do for a clean file). An executable under a backing
- * directory only: anything else costs no more than the path check.
+ * FLUSH; nothing to do for a clean file). Only for a regular, executable
+ * file that Chell routes to the cache (the router's decision, as at open)
+ * under a backing directory: any other exec costs the path check alone.
  */
 static void flush_before_exec(const char *path)
 {
-	if (!path || path[0] == '(') /* "(fexecve)": no path */
+	char abs[4096];
+	if (!path || path[0] == '(' || /* "(fexecve)": no path */
+	    router_abspath(AT_FDCWD, path, abs, sizeof abs) < 0 || !router_route_abs(abs))
 		return;
 	int fd = sys_open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
 	if (fd < 0)
 		return;
 	fd = chell_internal_fd(fd, 1);
 	struct stat st;
-	char link[64], abs[4096];
-	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-	ssize_t n = sys_readlink(link, abs, sizeof abs - 1);
-	if (n > 0 && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111)) {
-		abs[n] = 0;
-		if (abs[0] == '/' && under_backing(abs)) {
-			struct cache_file *cf =
-				cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
-			if (cf) {
-				cache_flush_file(cf, fd, 0);
-				cache_file_put(cf);
-			}
+	if (sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) &&
+	    under_backing(abs)) {
+		struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+		if (cf) {
+			cache_flush_file(cf, fd, 0);
+			cache_file_put(cf);
 		}
 	}
 	chell_internal_close(fd);
