@@ -220,8 +220,12 @@ static void outside_change(struct cache *c, struct cfile *f, const struct meta_c
 	if (!slots)
 		return;
 	uint32_t n = cache_file_slots(c, f->cnode, slots);
+	/* Dirty bytes past the file's end as the outside writer left it are
+	 * not written back (nobody has the file registered, so no client is
+	 * between storing an extension and publishing its size: an ext_end
+	 * mark past the end is stale, the file was truncated behind us). */
 	for (uint32_t i = 0; i < n; i++)
-		if (chunk_revoke(c, slots[i], UINT64_MAX) < 0)
+		if (chunk_revoke(c, slots[i], (uint64_t)st->st_size) < 0)
 			chelld_log("file %s: chunk %llu kept (write-back failed)", f->path,
 				   (unsigned long long)c->slots[slots[i]].file_chunk);
 	free(slots);

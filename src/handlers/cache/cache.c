@@ -751,6 +751,11 @@ static int cache_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 /* truncate(path) in any process of the tree goes through the manager too */
 static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 {
+	/* Also in a process that has not opened a cached file yet (a new
+	 * image after exec, a shell): the cache may hold chunks of this file,
+	 * dirty ones past the new end too, and only TRUNCATE drops them. */
+	if (!inode_ready && len >= 0 && direct_inode_init() == 0)
+		inode_ready = 1;
 	int fd = len >= 0 && inode_ready ? sys_open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK, 0) : -1;
 	int r = CACHE_MISS_KERNEL;
 	struct stat st;
