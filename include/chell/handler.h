@@ -152,9 +152,19 @@ struct chell_handler {
 	void (*detach)(chell_ctx *c);
 	/* The last descriptor of this OFD in every process went away (ofd->priv cleanup). */
 	void (*release)(chell_ctx *c);
-	/* The descriptor may next be used outside Chell (it survives an exec):
-	 * bring the kernel's view of it (the file offset) up to date. */
+	/* The kernel is about to evaluate the descriptor's own state (the
+	 * file offset): a lock relative to SEEK_CUR, lockf, an exec'd image
+	 * that adopts the descriptor. Bring the kernel's view up to date. */
 	int (*sync_out)(chell_ctx *c);
+	/* The kernel moved the descriptor's offset in a call Chell passed to
+	 * it (e.g. an in-kernel copy with a NULL offset): take it as ours. */
+	int (*sync_in)(chell_ctx *c);
+	/* The descriptor is handed to a process Chell does not serve (an
+	 * exec'd program Chell does not load into, a descriptor sent over a
+	 * socket, a spawn Chell cannot see). From now on the kernel's offset
+	 * is the only one, in every process: a handler that keeps it in user
+	 * space moves the OFD to the kernel path for good. NULL: sync_out. */
+	void (*escape)(chell_ctx *c);
 
 	ssize_t (*read)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
 	ssize_t (*write)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);

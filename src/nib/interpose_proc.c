@@ -146,9 +146,10 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 
 /* Run `call` (which uses `env`) with the descriptor handoff in place, and
  * undo the bookkeeping if the exec fails. */
-#define EXEC_WITH_HANDOFF(what, envp, call)                                \
+#define EXEC_WITH_HANDOFF(what, target, envp, call)                        \
 	do {                                                               \
-		char **env = handoff_prepare_exec(envp);                   \
+		const struct exec_target t_ = target;                      \
+		char **env = handoff_prepare_exec(envp, &t_);              \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
 		int r_ = (call);                                           \
 		int e_ = errno;                                            \
@@ -159,23 +160,23 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 
 CHELL_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	EXEC_WITH_HANDOFF(path, envp, REAL(execve)(path, argv, env));
+	EXEC_WITH_HANDOFF(path, ((struct exec_target){AT_FDCWD, path, 0, false}), envp, REAL(execve)(path, argv, env));
 }
 
 CHELL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	EXEC_WITH_HANDOFF(file, envp, REAL(execvpe)(file, argv, env));
+	EXEC_WITH_HANDOFF(file, ((struct exec_target){AT_FDCWD, file, 0, true}), envp, REAL(execvpe)(file, argv, env));
 }
 
 CHELL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	EXEC_WITH_HANDOFF("(fexecve)", envp, REAL(fexecve)(fd, argv, env));
+	EXEC_WITH_HANDOFF("(fexecve)", ((struct exec_target){fd, NULL, 0, false}), envp, REAL(fexecve)(fd, argv, env));
 }
 
 CHELL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			  int flags)
 {
-	EXEC_WITH_HANDOFF(path, envp, (int)syscall(SYS_execveat, dirfd, path, argv, env, flags));
+	EXEC_WITH_HANDOFF(path, ((struct exec_target){dirfd, path, flags, false}), envp, (int)syscall(SYS_execveat, dirfd, path, argv, env, flags));
 }
 
 CHELL_EXPORT int execv(const char *path, char *const argv[])

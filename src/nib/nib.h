@@ -206,7 +206,16 @@ int router_init(void);
 /* ---- handoff.c ---- */
 /* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the
  * descriptor handoff. Returns a malloc'd envp (free with handoff_env_free). */
-char **handoff_prepare_exec(char *const envp[]);
+/* What an exec is about to run: `path` relative to `dirfd` with execveat's
+ * `at_flags`, searched in PATH if `search` (execvp*), or the file open as
+ * `dirfd` if `path` is NULL (fexecve). */
+struct exec_target {
+	int dirfd;
+	const char *path;
+	int at_flags;
+	bool search;
+};
+char **handoff_prepare_exec(char *const envp[], const struct exec_target *target);
 /* After a failed exec: undo the bookkeeping and free env. */
 void handoff_exec_failed(char **env);
 void handoff_note_startup_env(void);

@@ -113,7 +113,7 @@ static void prepare_exec_environment(void **state)
 	assert_int_equal(refs_of(b), 1);
 
 	char *envp[] = {"X=1", "LD_PRELOAD=/other/lib.so", "CHELL_HANDOFF=stale", NULL};
-	char **env = handoff_prepare_exec(envp);
+	char **env = handoff_prepare_exec(envp, NULL);
 	assert_ptr_not_equal(env, envp);
 	assert_string_equal(env_find(env, "X"), "1");
 	/* Chell's library first, then the application's preloads */
@@ -154,7 +154,7 @@ static void prepare_exec_environment(void **state)
 	char pre[PATH_MAX + 32];
 	snprintf(pre, sizeof(pre), "LD_PRELOAD=/x.so:%s", chell_library_path());
 	char *envp2[] = {mode, pre, NULL};
-	env = handoff_prepare_exec(envp2);
+	env = handoff_prepare_exec(envp2, NULL);
 	assert_string_equal(env_find(env, "CHELL_MODE"), "trace");
 	assert_string_equal(env_find(env, "LD_PRELOAD"), pre + strlen("LD_PRELOAD="));
 	handoff_exec_failed(env);

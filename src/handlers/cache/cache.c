@@ -264,10 +264,33 @@ static void cache_release(chell_ctx *c)
 	d->dev = d->ino = 0;
 }
 
+/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
+ * locks), the kernel's offset must be ours (direct.c: direct_sync_out). */
 static int cache_sync_out(chell_ctx *c)
 {
-	if (D(c)->active)
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+	if (!D(c)->active)
+		return 0;
+	uint64_t o = atomic_load(OFFSET(c)), again;
+	for (;;) {
+		off_t r = sys_lseek(c->fd, (off_t)o, SEEK_SET);
+		if (r < 0)
+			return (int)r;
+		again = atomic_load(OFFSET(c));
+		if (again == o)
+			return 0;
+		o = again;
+	}
+}
+
+/* The kernel moved its offset (a call Chell let it do): it is ours now. */
+static int cache_sync_in(chell_ctx *c)
+{
+	if (!D(c)->active)
+		return 0;
+	off_t k = sys_lseek(c->fd, 0, SEEK_CUR);
+	if (k < 0)
+		return (int)k;
+	atomic_store(OFFSET(c), (uint64_t)k);
 	return 0;
 }
 
@@ -724,6 +747,17 @@ static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flag
 	return chell_down_mmap(c, addr, len, prot, flags, off);
 }
 
+/* A process Chell does not serve gets the descriptor: it reads and writes
+ * the backing file and moves the kernel's offset, so the cached bytes go
+ * there first and this description uses the kernel path from now on. */
+static void cache_escape(chell_ctx *c)
+{
+	if (!active(c))
+		return;
+	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	go_kernel(c);
+}
+
 const struct chell_handler chell_cache_handler = {
 	.name = "cache",
 	.summary = "files of slow storage cached in a pool on the fast tier (chelld); hits are memcpy",
@@ -735,6 +769,8 @@ const struct chell_handler chell_cache_handler = {
 	.detach = cache_detach,
 	.release = cache_release,
 	.sync_out = cache_sync_out,
+	.sync_in = cache_sync_in,
+	.escape = cache_escape,
 	.read = cache_read,
 	.write = cache_write,
 	.lseek = cache_lseek,
