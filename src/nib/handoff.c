@@ -209,7 +209,7 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 	char rel[8192];
 	size_t rlen = 0;
 	rel[0] = 0;
-	int max = region_fd() >= 0 ? atomic_load(&chell_fdt_max) : -1;
+	int max = region_fd() >= 0 ? fdt_max() : -1;
 	/* A new image Chell does not load into uses the kernel's offsets of
 	 * every descriptor it inherits, and keeps using them while this tree
 	 * does too: those descriptions move to the kernel path for good. (The

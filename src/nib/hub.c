@@ -250,10 +250,10 @@ int hub_close(int fd)
 		fdt_unlock();
 		return REAL(close)(fd); /* the kernel's answer (EBADF for a double close) */
 	}
-	atomic_store(&chell_fdt[fd], FILE_CLOSING);
+	atomic_store(&fdt_cur()->e[fd], FILE_CLOSING);
 	chell_ctx c = {f, fd, 0, CHELL_OP_CLOSE, NULL};
 	int r = hub_call_close(&c); /* the kernel descriptor is gone after this */
-	atomic_store(&chell_fdt[fd], NULL);
+	atomic_store(&fdt_cur()->e[fd], NULL);
 	fdt_unlock();
 	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
 		f->release_pending = 1;
@@ -325,14 +325,7 @@ void hub_proc_event(enum chell_op ev, long arg)
 
 void hub_process_exit(void)
 {
-	int max = atomic_load(&chell_fdt_max);
-	for (int fd = 0; fd <= max; fd++) {
-		fdt_lock();
-		struct chell_file *f = forget_fd(fd);
-		fdt_unlock();
-		if (f)
-			file_put(f); /* outside the lock: see forget_fd */
-	}
+	fdt_drop_all(); /* every table of the process, as forget_fd would */
 }
 
 int hub_adopt(int fd, uint32_t slot, uint32_t gen)

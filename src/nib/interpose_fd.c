@@ -36,13 +36,22 @@ static int kernel_close_range(unsigned int lo, unsigned int hi, int flags)
 
 CHELL_EXPORT int close_range(unsigned int lo, unsigned int hi, int flags)
 {
-	if (lo > hi) {
+	if (lo > hi || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC))) {
 		errno = EINVAL;
 		return -1;
 	}
+	if (flags & CLOSE_RANGE_UNSHARE) {
+		/* The calling thread gets a table of its own first (the other
+		 * threads keep theirs, descriptors included); then the range is
+		 * closed in it. The kernel does the same, in one call. */
+		int r = fdt_unshare();
+		if (r < 0)
+			return (int)hub_ret(r);
+		flags &= ~CLOSE_RANGE_UNSHARE;
+	}
 	/* CLOEXEC only marks descriptors; the kernel tracks that flag for us. */
 	if (!(flags & CLOSE_RANGE_CLOEXEC)) {
-		int max = atomic_load(&chell_fdt_max);
+		int max = fdt_max();
 		for (int fd = (int)lo; fd <= max && (unsigned)fd <= hi; fd++)
 			if (fdt_peek(fd))
 				hub_close(fd);

@@ -50,7 +50,7 @@ static void escape_rights(const struct msghdr *umsg)
 CHELL_EXPORT ssize_t sendmsg(int sock, const struct msghdr *msg, int flags)
 {
 	/* Nothing to look at until this process has handled a file. */
-	if (likely(atomic_load_explicit(&chell_fdt_max, memory_order_relaxed) < 0))
+	if (likely(fdt_max() < 0))
 		return REAL(sendmsg)(sock, msg, flags);
 	escape_rights(msg);
 	return REAL(sendmsg)(sock, msg, flags);
@@ -58,7 +58,7 @@ CHELL_EXPORT ssize_t sendmsg(int sock, const struct msghdr *msg, int flags)
 
 CHELL_EXPORT int sendmmsg(int sock, struct mmsghdr *vec, unsigned int vlen, int flags)
 {
-	if (likely(atomic_load_explicit(&chell_fdt_max, memory_order_relaxed) < 0))
+	if (likely(fdt_max() < 0))
 		return REAL(sendmmsg)(sock, vec, vlen, flags);
 	for (unsigned int i = 0; i < vlen && i < UIO_MAXIOV; i++)
 		escape_rights(&vec[i].msg_hdr); /* address arithmetic only: copy_in reads */

@@ -60,7 +60,7 @@ void chell_fd_escape(int fd, enum chell_op op)
 
 void chell_escape_all(enum chell_op op)
 {
-	int max = atomic_load(&chell_fdt_max);
+	int max = fdt_max();
 	for (int fd = 0; fd <= max; fd++)
 		chell_fd_escape(fd, op);
 }

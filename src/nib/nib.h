@@ -60,18 +60,65 @@ void region_free_slot(uint32_t slot);
 void region_set_cloexec(int cloexec);   /* the region fd survives exec only via our wrapper */
 
 /* ---- fdtable.c ---- */
-extern struct chell_file *_Atomic *chell_fdt;
+/*
+ * One descriptor table mirrors one kernel "files struct": the table the
+ * threads of a process share, or the private copy of a thread that left it
+ * (close_range(CLOSE_RANGE_UNSHARE), unshare(CLONE_FILES)) and of the
+ * threads that thread creates. Each entry of each table holds one
+ * reference on its chell_file and one on the shared OFD, as each kernel
+ * table holds its own reference on the open file description.
+ */
+struct fdt {
+	_Atomic int max;          /* highest fd ever registered in this table */
+	uint32_t users;           /* threads using a private table (under fdt_lock) */
+	uint32_t vm_child;        /* the table of a clone(CLONE_VM|CLONE_VFORK) child */
+	struct fdt *next;         /* every table of the process (under fdt_lock) */
+	struct chell_file *_Atomic e[]; /* chell_fdt_cap entries */
+};
+extern struct fdt *chell_fdt_proc;         /* the table of threads that never unshared */
+extern __thread struct fdt *chell_tls_fdt; /* this thread's private table, or NULL */
 extern unsigned int chell_fdt_cap;
-extern _Atomic int chell_fdt_max;      /* highest fd ever registered */
 
-/* The file behind `fd`, or NULL: the whole cost for unclaimed descriptors. */
+/* The table of the calling thread. */
+static inline struct fdt *fdt_cur(void)
+{
+	struct fdt *t = chell_tls_fdt;
+	return likely(!t) ? chell_fdt_proc : t;
+}
+
+/* The file behind `fd`, or NULL: the whole cost for unclaimed descriptors
+ * (a bounds check, the thread's table pointer, one load). */
 static inline struct chell_file *fdt_peek(int fd)
 {
 	if (likely((unsigned int)fd >= chell_fdt_cap))
 		return NULL;
-	return atomic_load_explicit(&chell_fdt[fd], memory_order_acquire);
+	return atomic_load_explicit(&fdt_cur()->e[fd], memory_order_acquire);
+}
+
+/* Highest fd ever registered in the calling thread's table (-1: none). */
+static inline int fdt_max(void)
+{
+	return chell_fdt_cap ? atomic_load_explicit(&fdt_cur()->max, memory_order_acquire) : -1;
 }
 int fdt_init(void);
+/* The calling thread leaves its table for a private copy, and the kernel's
+ * table with it (unshare(CLONE_FILES)); 0 or -errno. */
+int fdt_unshare(void);
+/* unshare(2) with CLONE_FILES in flags, keeping the tables in step. */
+int fdt_unshare_call(int flags);
+/* Threads created by a thread with a private table share it. */
+struct fdt *fdt_private_hold(void);
+void fdt_private_put(struct fdt *t);
+void fdt_private_join(struct fdt *t);
+/* clone(CLONE_VM | CLONE_VFORK) without CLONE_FILES: the child's table (a
+ * copy of the caller's), and what the parent does once the child has
+ * exec'd or exited (ok) or the clone failed (!ok). */
+struct fdt *fdt_vm_child_table(void);
+void fdt_vm_child_done(struct fdt *t, bool ok);
+/* In a forked child: the forking thread's table becomes the process's. */
+void fdt_after_fork_child(void);
+/* Drop every table's descriptors (process exit). */
+void fdt_drop_all(void);
 void fdt_lock(void);
 void fdt_unlock(void);
 void fdt_lock_reinit_child(void);
