@@ -22,8 +22,8 @@
 
 #define FDT_HARD_CAP (1u << 20)
 
-struct fdt *chell_fdt_proc;
-__thread struct fdt *chell_tls_fdt;
+struct fdt chell_fdt_proc = {.max = -1};
+__thread struct fdt *chell_tls_fdt = &chell_fdt_proc;
 unsigned int chell_fdt_cap;
 static struct fdt *all_tables; /* every table (under fdt_mutex) */
 static bool tables_final;      /* the process is exiting: tables stay as they are */
@@ -36,20 +36,38 @@ static struct chell_file *free_files;
 
 static size_t table_bytes(unsigned int cap)
 {
-	return sizeof(struct fdt) + (size_t)cap * sizeof(void *);
+	return (size_t)cap * sizeof(void *);
 }
 
 /* Untouched pages of an anonymous mapping cost nothing. Descriptors at or
  * above the cap (only possible with huge limits) use the kernel path. */
-static struct fdt *table_new(unsigned int cap)
+static struct chell_file *_Atomic *entries_new(unsigned int cap)
 {
 	void *p = mmap(NULL, table_bytes(cap), PROT_READ | PROT_WRITE,
 		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED)
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* A private table (the process's first one is chell_fdt_proc). */
+static struct fdt *table_new(unsigned int cap)
+{
+	struct fdt *t = calloc(1, sizeof(*t));
+	if (!t)
 		return NULL;
-	struct fdt *t = p;
+	t->e = entries_new(cap);
+	if (!t->e) {
+		free(t);
+		return NULL;
+	}
 	atomic_store(&t->max, -1);
 	return t;
+}
+
+static void table_unmap(struct fdt *t)
+{
+	munmap((void *)t->e, table_bytes(chell_fdt_cap));
+	if (t != &chell_fdt_proc)
+		free(t);
 }
 
 static void thread_left(void *p);
@@ -61,15 +79,15 @@ int fdt_init(void)
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
 	    rl.rlim_max < cap)
 		cap = (unsigned int)rl.rlim_max;
-	struct fdt *t = table_new(cap);
-	if (!t)
+	struct chell_file *_Atomic *e = entries_new(cap);
+	if (!e)
 		return -ENOMEM;
 	if (pthread_key_create(&private_key, thread_left) != 0) {
-		munmap(t, table_bytes(cap));
+		munmap((void *)e, table_bytes(cap));
 		return -EAGAIN;
 	}
-	chell_fdt_proc = t;
-	all_tables = t;
+	chell_fdt_proc.e = e;
+	all_tables = &chell_fdt_proc;
 	chell_fdt_cap = cap;
 	return 0;
 }
@@ -149,7 +167,7 @@ static void table_free(struct fdt *t)
 			break;
 		}
 	fdt_unlock();
-	munmap(t, table_bytes(chell_fdt_cap));
+	table_unmap(t);
 }
 
 /* A thread with a private table exits: the kernel drops its files struct
@@ -158,7 +176,7 @@ static void thread_left(void *p)
 {
 	struct fdt *t = p;
 	if (t && chell_tls_fdt == t)
-		chell_tls_fdt = NULL;
+		chell_tls_fdt = &chell_fdt_proc;
 	fdt_private_put(t);
 }
 
@@ -167,7 +185,7 @@ static void thread_left(void *p)
 struct fdt *fdt_private_hold(void)
 {
 	struct fdt *t = chell_tls_fdt;
-	if (!t)
+	if (t == &chell_fdt_proc)
 		return NULL;
 	fdt_lock();
 	t->users++;
@@ -235,7 +253,7 @@ static void table_uncopy(struct fdt *t)
 			*pp = t->next;
 			break;
 		}
-	munmap(t, table_bytes(chell_fdt_cap));
+	table_unmap(t);
 }
 
 /* Threads of this process, from /proc/self/stat (0 if unknown). */
@@ -272,7 +290,7 @@ int fdt_unshare_call(int flags)
 		return (int)CHELL_SC(SYS_unshare, flags, 0, 0, 0, 0, 0);
 	struct fdt *old = fdt_cur();
 	fdt_lock();
-	bool alone = old == chell_fdt_proc ? thread_count() == 1 : old->users == 1;
+	bool alone = old == &chell_fdt_proc ? thread_count() == 1 : old->users == 1;
 	struct fdt *t = alone ? NULL : table_copy(old);
 	if (!alone && !t) {
 		fdt_unlock();
@@ -285,7 +303,7 @@ int fdt_unshare_call(int flags)
 		fdt_unlock();
 		return r;
 	}
-	if (t && old != chell_fdt_proc)
+	if (t && old != &chell_fdt_proc)
 		old->users--; /* others still use it (users was > 1) */
 	if (t) {
 		chell_tls_fdt = t;
@@ -310,8 +328,9 @@ int fdt_unshare(void)
 void fdt_after_fork_child(void)
 {
 	struct fdt *cur = fdt_cur();
-	if (!cur || (!chell_tls_fdt && all_tables == cur && !cur->next))
+	if (!chell_fdt_cap || (cur == &chell_fdt_proc && !cur->next))
 		return; /* the usual case: one table */
+	/* the other tables: every one but cur (the process's own included) */
 	struct fdt *others = NULL;
 	for (struct fdt *t = all_tables, *nx; t; t = nx) {
 		nx = t->next;
@@ -320,21 +339,31 @@ void fdt_after_fork_child(void)
 			others = t;
 		}
 	}
-	cur->next = NULL;
-	cur->users = 0;
-	all_tables = cur;
-	chell_fdt_proc = cur;
-	chell_tls_fdt = NULL;
-	pthread_setspecific(private_key, NULL);
+	struct fdt old_proc = chell_fdt_proc; /* its entries, if cur is private */
+	if (cur != &chell_fdt_proc) {
+		/* cur's entries become the process table's (threads start there) */
+		chell_fdt_proc.e = cur->e;
+		atomic_store(&chell_fdt_proc.max, atomic_load(&cur->max));
+		free(cur);
+		chell_tls_fdt = &chell_fdt_proc;
+		pthread_setspecific(private_key, NULL);
+	}
+	chell_fdt_proc.next = NULL;
+	chell_fdt_proc.users = 0;
+	chell_fdt_proc.vm_child = 0;
+	all_tables = &chell_fdt_proc;
 	for (struct fdt *t = others, *nx; t; t = nx) {
 		nx = t->next;
-		int max = atomic_load(&t->max);
+		struct fdt *src = t == &chell_fdt_proc ? &old_proc : t;
+		int max = atomic_load(&src->max);
 		for (int fd = 0; fd <= max; fd++) {
-			struct chell_file *f = atomic_exchange(&t->e[fd], NULL);
+			struct chell_file *f = atomic_exchange(&src->e[fd], NULL);
 			if (f && f != FILE_CLOSING)
 				file_put(f);
 		}
-		munmap(t, table_bytes(chell_fdt_cap));
+		munmap((void *)src->e, table_bytes(chell_fdt_cap));
+		if (t != &chell_fdt_proc)
+			free(t);
 	}
 }
 

@@ -218,7 +218,7 @@ CHELL_EXPORT int pthread_create(pthread_t *thr, const pthread_attr_t *attr, void
 	static int (*real_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
 	if (!real_create)
 		*(void **)&real_create = dlsym(RTLD_NEXT, "pthread_create");
-	if (likely(!chell_tls_fdt))
+	if (likely(chell_tls_fdt == &chell_fdt_proc))
 		return real_create(thr, attr, fn, arg);
 	struct thread_start *s = malloc(sizeof(*s));
 	if (!s)

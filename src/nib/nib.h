@@ -69,30 +69,30 @@ void region_set_cloexec(int cloexec);   /* the region fd survives exec only via 
  * table holds its own reference on the open file description.
  */
 struct fdt {
+	struct chell_file *_Atomic *e; /* chell_fdt_cap entries */
 	_Atomic int max;          /* highest fd ever registered in this table */
 	uint32_t users;           /* threads using a private table (under fdt_lock) */
 	uint32_t vm_child;        /* the table of a clone(CLONE_VM|CLONE_VFORK) child */
 	struct fdt *next;         /* every table of the process (under fdt_lock) */
-	struct chell_file *_Atomic e[]; /* chell_fdt_cap entries */
 };
-extern struct fdt *chell_fdt_proc;         /* the table of threads that never unshared */
-extern __thread struct fdt *chell_tls_fdt; /* this thread's private table, or NULL */
+extern struct fdt chell_fdt_proc;          /* the table of threads that never unshared */
+/* The calling thread's table: &chell_fdt_proc (the TLS initial value, so
+ * every new thread starts there) or a private one. */
+extern __thread struct fdt *chell_tls_fdt;
 extern unsigned int chell_fdt_cap;
 
-/* The table of the calling thread. */
 static inline struct fdt *fdt_cur(void)
 {
-	struct fdt *t = chell_tls_fdt;
-	return likely(!t) ? chell_fdt_proc : t;
+	return chell_tls_fdt;
 }
 
 /* The file behind `fd`, or NULL: the whole cost for unclaimed descriptors
- * (a bounds check, the thread's table pointer, one load). */
+ * (a bounds check, then the thread's table and the entry: three loads). */
 static inline struct chell_file *fdt_peek(int fd)
 {
 	if (likely((unsigned int)fd >= chell_fdt_cap))
 		return NULL;
-	return atomic_load_explicit(&fdt_cur()->e[fd], memory_order_acquire);
+	return atomic_load_explicit(&chell_tls_fdt->e[fd], memory_order_acquire);
 }
 
 /* Highest fd ever registered in the calling thread's table (-1: none). */
