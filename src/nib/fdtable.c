@@ -539,7 +539,7 @@ bool chell_is_internal_fd(int fd)
 	return false;
 }
 
-static int internal_floor(void)
+int chell_internal_floor(void)
 {
 	struct rlimit rl;
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
@@ -557,7 +557,7 @@ CHELL_EXPORT int chell_internal_fd(int fd, int cloexec)
 	if (fd < 0)
 		return fd;
 	if (cloexec >= 0) {
-		int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, internal_floor());
+		int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, chell_internal_floor());
 		if (nfd >= 0) {
 			sys_close(fd);
 			fd = nfd;

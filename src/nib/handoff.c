@@ -7,10 +7,14 @@
  * region's memfd and, for every descriptor that survives (not close-on-exec),
  * which OFD slot it refers to:
  *
- *   CHELL_HANDOFF=v1;r=<memfd>;<fd>:<slot>:<gen>,...;-:<slot>:<gen>,...
+ *   CHELL_HANDOFF=v1;r=<memfd>;<fd>:<slot>:<gen>,...;-:<slot>:<gen>,...;c=<fd>,...
  *
- * The "-" entries are OFDs whose last descriptors are close-on-exec: the new
- * image runs their release hooks. The new image checks each entry (the slot
+ * An OFD whose last descriptor is close-on-exec gets a duplicate that
+ * survives, listed like any other descriptor and in "c=": the new image
+ * adopts it and closes it through the hub at once, so that last close runs
+ * every layer's detach and release with a live descriptor, as a close
+ * would. The "-" entries are such OFDs that could not get one (or whose
+ * new image is not Chell's): the new image runs their release hooks only. The new image checks each entry (the slot
  * is live, same generation, and the fd still names the same inode) before
  * trusting it. We also re-add LD_PRELOAD and every CHELL_* setting the
  * application's environment lacks, so a program that execs with a clean
@@ -45,6 +49,13 @@ static __thread struct {
 	int n;
 	uint32_t slots[1024];
 } dropped;
+/* Duplicates of close-on-exec last descriptors, closed by the new image
+ * (or here, if the exec fails). */
+#define RECLOSE_MAX 64
+static __thread struct {
+	int n;
+	int fds[RECLOSE_MAX];
+} reclose;
 /* env[alloc_from..] are strings handoff_prepare_exec allocated. */
 static __thread int alloc_from = -1;
 /* LD_PRELOAD as this image started (ours plus e.g. a sanitizer runtime). */
@@ -214,7 +225,7 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 	 * every descriptor it inherits, and keeps using them while this tree
 	 * does too: those descriptions move to the kernel path for good. (The
 	 * escape may talk to the cache manager: not under the table lock.) */
-	bool escaping = false;
+	int loads = -1; /* decided once, only if a descriptor needs it */
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
 		if (!f || f == FILE_CLOSING)
@@ -222,17 +233,44 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 		int fl = sys_fcntl(fd, F_GETFD, 0);
 		if (fl < 0 || (fl & FD_CLOEXEC))
 			continue;
-		if (!escaping && target_loads_chell(target))
-			break; /* decided once, and only if a descriptor survives */
-		escaping = true;
+		if (loads < 0)
+			loads = target_loads_chell(target);
+		if (loads)
+			break;
 		chell_fd_escape(fd, CHELL_OP_EXEC);
 	}
+	reclose.n = 0;
 	fdt_lock();
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
 		if (!f || f == FILE_CLOSING)
 			continue;
 		int fl = sys_fcntl(fd, F_GETFD, 0);
+		if (fl >= 0 && (fl & FD_CLOEXEC) &&
+		    atomic_load((_Atomic uint32_t *)&f->ofd->refs) == 1 && reclose.n < RECLOSE_MAX &&
+		    (loads >= 0 || (loads = target_loads_chell(target)) >= 0) && loads) {
+			/* The OFD's last descriptor dies with the exec. Its last close
+			 * must still run every layer's detach and release with a live
+			 * descriptor (cache mode writes back for a checker there): a
+			 * duplicate that survives carries the reference, and the new
+			 * image adopts it and closes it through the hub at once. */
+			int dup = sys_fcntl(fd, F_DUPFD, chell_internal_floor());
+			if (dup >= 0) {
+				hub_sync_out(f, fd, CHELL_OP_EXEC);
+				if (len + 40 > cap) {
+					char *nh = realloc(h, cap *= 2);
+					if (!nh) {
+						sys_close(dup);
+						break;
+					}
+					h = nh;
+				}
+				len += (size_t)snprintf(h + len, cap - len, "%d:%u:%u,", dup, f->slot,
+							f->ofd->gen);
+				reclose.fds[reclose.n++] = dup;
+				continue;
+			}
+		}
 		if (fl >= 0 && (fl & FD_CLOEXEC)) {
 			/* this descriptor dies with the exec */
 			bool last = atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1;
@@ -267,6 +305,15 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 	}
 	if (len && len + rlen + 2 <= cap)
 		len += (size_t)snprintf(h + len, cap - len, ";%s", rel);
+	for (int i = 0; i < reclose.n; i++) { /* ";c=fd,fd": adopt, then close */
+		if (len + 16 > cap) {
+			char *nh = realloc(h, cap *= 2);
+			if (!nh)
+				break;
+			h = nh;
+		}
+		len += (size_t)snprintf(h + len, cap - len, "%s%d,", i ? "" : ";c=", reclose.fds[i]);
+	}
 	region_set_cloexec(0);
 
 	/* 2. environment */
@@ -329,6 +376,9 @@ void handoff_exec_failed(char **env)
 		free(env);
 		alloc_from = -1;
 	}
+	for (int i = 0; i < reclose.n; i++)
+		sys_close(reclose.fds[i]); /* plain duplicates: never in the table */
+	reclose.n = 0;
 	for (int i = 0; i < dropped.n; i++) {
 		struct chell_ofd *o = region_slot(dropped.slots[i]);
 		if (o)
@@ -365,10 +415,23 @@ void handoff_adopt_from_env(void)
 		p = strchr(p, ',');
 	}
 	p = p ? strchr(p, ';') : NULL;
-	while (p && *++p) {
+	while (p && *++p && *p != ';') {
 		unsigned slot, gen;
 		if (sscanf(p, "-:%u:%u", &slot, &gen) == 2)
 			hub_release_orphan(slot, gen);
+		p = strchr(p, ',');
+	}
+	/* the previous image's last descriptors of close-on-exec OFDs: their
+	 * last close runs here, with the descriptor (see handoff_prepare_exec) */
+	p = p && *p == ';' && strncmp(p, ";c=", 3) == 0 ? p + 2 : NULL;
+	while (p && *++p) {
+		int fd;
+		if (sscanf(p, "%d", &fd) == 1 && fd >= 0) {
+			if (fdt_peek(fd))
+				hub_close(fd);
+			else
+				sys_close(fd);
+		}
 		p = strchr(p, ',');
 	}
 	free(copy);

@@ -196,6 +196,8 @@ static inline void file_leave(struct chell_file *f)
 
 /* ---- internal fds ---- */
 bool chell_is_internal_fd(int fd);
+/* Where internal descriptors live: near the top of the soft limit. */
+int chell_internal_floor(void);
 int chell_internal_list(int *out, int max);
 
 /* ---- hub.c ---- */
