@@ -220,6 +220,24 @@ int chell_down_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, 
 /* The reference handler (the kernel). Usable directly, e.g. on a shadow fd. */
 extern const struct chell_handler chell_posix_handler;
 
+/*
+ * For handlers that keep the file offset in ofd->offset (the kernel's own
+ * offset of the descriptor then lags behind):
+ *   chell_offset_to_kernel    store ours as the kernel's (0 or -errno); a
+ *                             racing call may move ours meanwhile, so it
+ *                             stores again until what it stored was
+ *                             current afterwards: two racing syncs never
+ *                             leave an older offset behind;
+ *   chell_offset_from_kernel  take the kernel's as ours (0 or -errno);
+ *   chell_offset_go_kernel    the description leaves user space for good:
+ *                             clear the handler's shared `active` word and
+ *                             store ours as the kernel's. False if it had
+ *                             already left (someone else did it).
+ */
+int chell_offset_to_kernel(struct chell_ofd *ofd, int fd);
+int chell_offset_from_kernel(struct chell_ofd *ofd, int fd);
+int chell_offset_go_kernel(uint32_t *active, struct chell_ofd *ofd, int fd);
+
 /* Per-OFD lock, shared by all processes (see struct chell_lock). */
 static inline void chell_ofd_lock(struct chell_ofd *ofd) { chell_lock_acquire(&ofd->lock); }
 static inline void chell_ofd_unlock(struct chell_ofd *ofd) { chell_lock_release(&ofd->lock); }

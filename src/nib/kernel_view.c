@@ -2,6 +2,38 @@
 /* The kernel's view of handled descriptors: see kernel_view.h. */
 #include "kernel_view.h"
 
+int chell_offset_to_kernel(struct chell_ofd *ofd, int fd)
+{
+	_Atomic uint64_t *offp = (_Atomic uint64_t *)&ofd->offset;
+	uint64_t o = atomic_load(offp), again;
+	for (;;) {
+		off_t r = sys_lseek(fd, (off_t)o, SEEK_SET);
+		if (r < 0)
+			return (int)r;
+		again = atomic_load(offp);
+		if (again == o)
+			return 0;
+		o = again;
+	}
+}
+
+int chell_offset_from_kernel(struct chell_ofd *ofd, int fd)
+{
+	off_t k = sys_lseek(fd, 0, SEEK_CUR);
+	if (k < 0)
+		return (int)k;
+	atomic_store((_Atomic uint64_t *)&ofd->offset, (uint64_t)k);
+	return 0;
+}
+
+int chell_offset_go_kernel(uint32_t *active, struct chell_ofd *ofd, int fd)
+{
+	if (!atomic_exchange((_Atomic uint32_t *)active, 0))
+		return 0;
+	chell_offset_to_kernel(ofd, fd);
+	return 1;
+}
+
 void hub_sync_out(struct chell_file *f, int fd, enum chell_op op)
 {
 	for (int i = 0; i < f->stack->depth; i++)

@@ -215,35 +215,16 @@ static void direct_release(chell_ctx *c)
 }
 
 /* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
- * locks), the kernel's offset must be ours. A call of another thread may
- * move ours meanwhile: store again until the value stored was current after
- * the store, so two racing syncs never leave an older offset behind. */
+ * locks), the kernel's offset must be ours. */
 static int direct_sync_out(chell_ctx *c)
 {
-	if (!D(c)->active)
-		return 0;
-	uint64_t o = atomic_load(OFFSET(c)), again;
-	for (;;) {
-		off_t r = sys_lseek(c->fd, (off_t)o, SEEK_SET);
-		if (r < 0)
-			return (int)r;
-		again = atomic_load(OFFSET(c));
-		if (again == o)
-			return 0;
-		o = again;
-	}
+	return D(c)->active ? chell_offset_to_kernel(c->f->ofd, c->fd) : 0;
 }
 
 /* The kernel moved its offset (a call Chell let it do): it is ours now. */
 static int direct_sync_in(chell_ctx *c)
 {
-	if (!D(c)->active)
-		return 0;
-	off_t k = sys_lseek(c->fd, 0, SEEK_CUR);
-	if (k < 0)
-		return (int)k;
-	atomic_store(OFFSET(c), (uint64_t)k);
-	return 0;
+	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
 }
 
 /* From now on this descriptor uses the kernel path, in every process
@@ -252,9 +233,8 @@ static int direct_sync_in(chell_ctx *c)
  * kernel's offset behind our back. */
 static void go_kernel(chell_ctx *c)
 {
-	if (!atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0))
+	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
 		return;
-	sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 	if (c->layer == 0)
 		c->f->fast = NULL;
 	DSTAT(kernel_fallbacks, 1);
