@@ -2,6 +2,7 @@
 /* Descriptor management: close, close_range, closefrom, dup*, fcntl. */
 #include <linux/close_range.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 
 #include "dispatch.h"
 #include "kernel_view.h"
@@ -179,4 +180,18 @@ CHELL_EXPORT int lockf64(int fd, int cmd, off_t len)
 CHELL_EXPORT int lockf(int fd, int cmd, off_t len)
 {
 	return lockf64(fd, cmd, len);
+}
+
+/* ioctl is opaque to Chell and goes to the kernel; some requests use the
+ * descriptor's offset (FIONREAD on a regular file answers size - offset),
+ * so a handled descriptor's kernel offset is made current first. */
+CHELL_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	va_start(ap, req);
+	void *arg = va_arg(ap, void *); /* every ioctl argument fits a pointer */
+	va_end(ap);
+	if (unlikely(fdt_peek(fd) != NULL))
+		chell_fd_sync_out(fd, CHELL_OP_FCNTL);
+	return REAL(ioctl)(fd, req, arg);
 }

@@ -50,6 +50,7 @@
 	X(dup3, int, (int, int, int))                                                      \
 	X(fcntl64, int, (int, int, ...))                                                   \
 	X(lockf64, int, (int, int, off_t))                                                 \
+	X(ioctl, int, (int, unsigned long, ...))                                           \
 	X(fstat64, int, (int, struct stat *))                                              \
 	X(stat64, int, (const char *, struct stat *))                                      \
 	X(lstat64, int, (const char *, struct stat *))                                     \

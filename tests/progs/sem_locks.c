@@ -15,6 +15,7 @@
  * parent must see it moved.
  */
 #include <libgen.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
@@ -233,6 +234,21 @@ static void holes(void)
 	sem_content("sparse");
 }
 
+/* FIONREAD on a regular file: the bytes between the offset and the end. */
+static void fionread(int fd)
+{
+	say("-- FIONREAD\n");
+	char buf[32];
+	int n = -1;
+	T(lseek(fd, 0, SEEK_SET));
+	T(read(fd, buf, 25));
+	T(ioctl(fd, FIONREAD, &n));
+	say("  FIONREAD = %d\n", n);
+	T(lseek(fd, -7, SEEK_END));
+	T(ioctl(fd, FIONREAD, &n));
+	say("  FIONREAD = %d\n", n);
+}
+
 /* The static reader, next to this program; NULL if it was not built. */
 static char reader[4096];
 
@@ -343,6 +359,7 @@ int main(int argc, char **argv)
 	lockf_calls(fd);
 	unlock_all(fd);
 	holes();
+	fionread(fd);
 	static_image(fd);
 	socket_pass(fd);
 	T(close(fd));
