@@ -15,11 +15,14 @@
  * parent must see it moved.
  */
 #include <libgen.h>
+#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
 #include "sem_common.h"
+
+extern char **environ;
 
 static const char *tname(short t)
 {
@@ -291,6 +294,26 @@ static void static_image(int fd)
 	}
 	waitpid(pid, &st, 0);
 	OFF(fd);
+
+	/* posix_spawn with a file actions object Chell did not see being made
+	 * (a bitwise copy): glibc spawns it; the reader gets fd as 9 */
+	int g = (int)T(open(P("f"), O_RDWR)); /* a description that never left */
+	posix_spawn_file_actions_t made, copy;
+	posix_spawn_file_actions_init(&made);
+	posix_spawn_file_actions_adddup2(&made, g, 9);
+	memcpy(&copy, &made, sizeof copy);
+	T(lseek(g, 30, SEEK_SET));
+	T(read(g, buf, 2));
+	char *av[] = {reader, "9", "3", "1", NULL};
+	int e = posix_spawn(&pid, reader, &copy, NULL, av, environ);
+	if (e == 0)
+		waitpid(pid, &st, 0);
+	say("  posix_spawn = %d\n", e); /* after the reader's lines */
+	posix_spawn_file_actions_destroy(&made);
+	OFF(g); /* 32 + 3 + 1 */
+	n = T(read(g, buf, 4));
+	sem_data("read after the spawned reader", buf, n);
+	T(close(g));
 }
 
 static void socket_pass(int fd)
