@@ -388,6 +388,27 @@ void handoff_exec_failed(char **env)
 	region_set_cloexec(1);
 }
 
+/* This image runs without Chell (bad configuration): the region's memfd and
+ * the duplicates the previous image made for its own bookkeeping ("c=")
+ * are not the application's, so they go; the rest is left unused. */
+void handoff_abandon(void)
+{
+	const char *h = getenv("CHELL_HANDOFF");
+	int rfd;
+	if (h && sscanf(h, "v1;r=%d;", &rfd) == 1 && rfd > 2)
+		sys_close(rfd); /* the region's memfd */
+	const char *p = h ? strstr(h, ";c=") : NULL;
+	for (p = p ? p + 2 : NULL; p && *++p; p = strchr(p, ',')) {
+		int fd;
+		if (sscanf(p, "%d", &fd) == 1 && fd > 2)
+			sys_close(fd);
+		if (!strchr(p, ','))
+			break;
+	}
+	if (h)
+		unsetenv("CHELL_HANDOFF"); /* children must not close those numbers again */
+}
+
 void handoff_adopt_from_env(void)
 {
 	const char *h = getenv("CHELL_HANDOFF");

@@ -62,6 +62,7 @@ static void init_failed(const char *what)
 		REAL(_exit)(2);
 	chell_log("continuing without Chell: every file uses the kernel path");
 	chell_active = 0;
+	handoff_abandon();
 }
 
 static int select_stack(char *err, size_t errlen)
@@ -101,6 +102,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 	chell_real_resolve();
 	if (fdt_init() < 0) {
 		chell_log("cannot allocate the descriptor table; Chell is disabled");
+		handoff_abandon();
 		return;
 	}
 	if (chell_config_load(&chell_cfg, NULL, err, sizeof(err)) < 0) {

@@ -269,6 +269,7 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 void handoff_exec_failed(char **env);
 void handoff_note_startup_env(void);
 void handoff_adopt_from_env(void);
+void handoff_abandon(void);
 const char *chell_library_path(void);
 
 /* ---- interpose_stdio.c ---- */
