@@ -145,6 +145,10 @@ __attribute__((destructor)) static void chell_fini(void)
 {
 	if (!chell_active)
 		return;
+	if (fdt_cur()->vm_child) { /* exit() in a vfork-like child: the process goes on */
+		hub_process_exit();
+		return;
+	}
 	fflush(NULL); /* stdio streams on handled files reach their handlers first */
 	hub_proc_event(CHELL_OP_EXIT, -1);
 	hub_process_exit();
