@@ -429,7 +429,8 @@ struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o)
 	if (!c->f || !c->f->ofd)
 		return NULL;
 	struct shadow_priv *p = priv_of(c);
-	if (!p->ent || !shadow_tab)
+	if (!p->ent || !shadow_tab ||
+	    atomic_load_explicit((_Atomic uint32_t *)&p->escaped, memory_order_relaxed))
 		return NULL;
 	struct shadow_local *l = local_of(c);
 	o->c = c;
@@ -831,6 +832,23 @@ static void shadow_detach(chell_ctx *c)
 	drop_local(c);
 }
 
+/*
+ * A process outside Chell got the descriptor: it moves the offset and may
+ * write, and the shadow copy sees none of it. Operations on this
+ * description are no longer checked, and the inode's data no longer
+ * compared (as for a shared writable mapping); the rest still is.
+ */
+static void shadow_escape(chell_ctx *c)
+{
+	struct shadow_priv *p = priv_of(c);
+	if (!p->ent || !shadow_tab || atomic_exchange((_Atomic uint32_t *)&p->escaped, 1))
+		return;
+	struct shadow_inode *e = &shadow_tab->ent[p->ent - 1];
+	__atomic_or_fetch(&e->flags, SHADOW_F_MAPPED, __ATOMIC_RELAXED);
+	chell_log("shadow: %s was handed to a process outside Chell; it is no longer compared",
+		  c->f && c->f->path ? c->f->path : "?");
+}
+
 static void shadow_release(chell_ctx *c)
 {
 	struct shadow_priv *p = priv_of(c);
@@ -1004,6 +1022,7 @@ __attribute__((visibility("hidden"))) const struct chell_handler chell_shadow_ha
 	.close = shadow_close,
 	.detach = shadow_detach,
 	.release = shadow_release,
+	.escape = shadow_escape,
 	.read = shadow_read,
 	.write = shadow_write,
 	.lseek = shadow_lseek,

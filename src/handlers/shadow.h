@@ -142,6 +142,8 @@ struct shadow_priv {
 	int32_t sfd;       /* shadow descriptor (internal, inherited like the OFD) */
 	uint32_t ent;      /* 1 + index in the inode table; 0 = not shadowed */
 	uint64_t sdev, sino; /* identity of the shadow file, to validate sfd after exec */
+	uint32_t escaped;  /* handed to a process outside Chell: no longer compared */
+	uint32_t pad_;
 };
 _Static_assert(sizeof(struct shadow_priv) <= CHELL_PRIV_BYTES, "shadow_priv too big");
 

@@ -32,9 +32,11 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -1187,6 +1189,99 @@ static int op_close_range(void)
 	return 1;
 }
 
+/*
+ * A byte-range lock relative to the offset (l_whence = SEEK_CUR): it lands
+ * at the description's offset + l_start, as a second description of the
+ * file sees with F_OFD_GETLK; then it is removed. Under Chell the offset
+ * may live in user space, and the kernel must still see it.
+ */
+static int op_lock_cur(void)
+{
+	int fd = pick_fd(0);
+	if (fd < 0)
+		return 0;
+	struct mofd *o = OF(fd);
+	long long cur = (long long)o->off;
+	long long st = (long long)below((uint64_t)cur + 70) - cur - 5; /* [-cur-5, 64] */
+	long long len = 1 + (long long)below(32);
+	short type = o->acc == O_RDONLY ? F_RDLCK
+		     : o->acc == O_WRONLY ? F_WRLCK
+					    : (chance(50) ? F_RDLCK : F_WRLCK);
+	int ofdlk = chance(50);
+	begin_op();
+	struct flock fl = {.l_type = type, .l_whence = SEEK_CUR, .l_start = st, .l_len = len};
+	int r = fcntl(fd, ofdlk ? F_OFD_SETLK : F_SETLK, &fl);
+	int e = errno;
+	rec(ofdlk ? "F_OFD_SETLK(cur)" : "F_SETLK(cur)", fd, st, len, cur, r, e);
+	if (cur + st < 0) {
+		want("lock at SEEK_CUR before the start", r, e, 0, EINVAL);
+		return 1;
+	}
+	want("lock at SEEK_CUR", r, e, 0, 0);
+	/* another description of the file (not routed: /proc) looks */
+	char self[64];
+	snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+	int p = open(self, O_RDONLY | O_CLOEXEC);
+	if (p < 0)
+		fail("open %s: %s", self, strerror(errno));
+	struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+	r = fcntl(p, ofdlk ? F_OFD_GETLK : F_GETLK, &q);
+	e = errno;
+	rec("F_GETLK(probe)", p, q.l_start, q.l_len, q.l_type, r, e);
+	want("F_GETLK(probe)", r, e, 0, 0);
+	if (ofdlk) { /* process locks of our own process never conflict with us */
+		want("lock type", q.l_type, 0, type, 0);
+		want("lock start = offset + l_start", q.l_start, 0, cur + st, 0);
+		want("lock length", q.l_len, 0, len, 0);
+	}
+	close(p);
+	fl.l_type = F_UNLCK;
+	fl.l_whence = SEEK_SET;
+	fl.l_start = 0;
+	fl.l_len = 0;
+	r = fcntl(fd, ofdlk ? F_OFD_SETLK : F_SETLK, &fl);
+	e = errno;
+	want("unlock", r, e, 0, 0);
+	return 1;
+}
+
+/* A thread leaves the shared descriptor table (close_range UNSHARE or
+ * unshare) and closes a descriptor there: ours stays open, at its offset. */
+static void *unshare_thread(void *arg)
+{
+	int *a = arg;
+	if (a[1])
+		a[2] = close_range((unsigned)a[0], (unsigned)a[0], CLOSE_RANGE_UNSHARE);
+	else
+		a[2] = unshare(CLONE_FILES) ? -1 : close(a[0]);
+	a[3] = errno;
+	a[4] = fcntl(a[0], F_GETFD) < 0 ? errno : 0;
+	return NULL;
+}
+
+static int op_unshare(void)
+{
+	if (in_child || opt.no_threads)
+		return 0;
+	int fd = pick_fd(0);
+	if (fd < 0)
+		return 0;
+	int a[5] = {fd, chance(50), 0, 0, 0};
+	begin_op();
+	pthread_t t;
+	if (pthread_create(&t, NULL, unshare_thread, a) || pthread_join(t, NULL))
+		fail("unshare thread: cannot run it");
+	rec(a[1] ? "close_range(UNSHARE) in a thread" : "unshare+close in a thread", fd, 0, 0, 0,
+	    a[2], a[3]);
+	want("unshare and close in the thread", a[2], a[3], 0, 0);
+	want("closed in the thread", a[4] ? -1 : 0, a[4], 0, EBADF);
+	int r = fcntl(fd, F_GETFD);
+	want("still open here", r, errno, fdt[fd].cloexec ? FD_CLOEXEC : 0, 0);
+	long long off = lseek(fd, 0, SEEK_CUR);
+	want("offset here", off, errno, (long long)OF(fd)->off, 0);
+	return 1;
+}
+
 /* Operations that must fail: closed/invalid descriptors. */
 static int op_badfd(void)
 {
@@ -1307,6 +1402,7 @@ static int op_basic(void)
 		{ op_write, 9 },    { op_pwrite, 9 },  { op_lseek, 6 },    { op_ftruncate, 2 },
 		{ op_truncate, 1 }, { op_fallocate, 3 }, { op_sync, 1 },   { op_stat, 4 },
 		{ op_dup, 4 },      { op_fcntl, 4 },   { op_close_range, 1 }, { op_badfd, 2 },
+		{ op_lock_cur, 2 }, { op_unshare, 1 },
 	};
 	int total = 0;
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)

@@ -297,19 +297,24 @@ static void cache_release(chell_ctx *c)
 	d->dev = d->ino = 0;
 }
 
+/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
+ * locks), the kernel's offset must be ours (direct.c: direct_sync_out). */
 static int cache_sync_out(chell_ctx *c)
 {
-	if (D(c)->active)
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
-	return 0;
+	return D(c)->active ? chell_offset_to_kernel(c->f->ofd, c->fd) : 0;
+}
+
+/* The kernel moved its offset (a call Chell let it do): it is ours now. */
+static int cache_sync_in(chell_ctx *c)
+{
+	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
 }
 
 /* From now on this descriptor uses the kernel path (in every process). */
 static void go_kernel(chell_ctx *c)
 {
-	if (!atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0))
+	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
 		return;
-	sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 	if (c->layer == 0)
 		c->f->fast = NULL;
 	CSTAT(kernel_fallbacks, 1);
@@ -871,6 +876,17 @@ static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flag
 	return chell_down_mmap(c, addr, len, prot, flags, off);
 }
 
+/* A process Chell does not serve gets the descriptor: it reads and writes
+ * the backing file and moves the kernel's offset, so the cached bytes go
+ * there first and this description uses the kernel path from now on. */
+static void cache_escape(chell_ctx *c)
+{
+	if (!active(c))
+		return;
+	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	go_kernel(c);
+}
+
 const struct chell_handler chell_cache_handler = {
 	.name = "cache",
 	.summary = "files of slow storage cached in a pool on the fast tier (chelld); hits are memcpy",
@@ -882,6 +898,8 @@ const struct chell_handler chell_cache_handler = {
 	.detach = cache_detach,
 	.release = cache_release,
 	.sync_out = cache_sync_out,
+	.sync_in = cache_sync_in,
+	.escape = cache_escape,
 	.read = cache_read,
 	.write = cache_write,
 	.lseek = cache_lseek,

@@ -200,7 +200,9 @@ static void direct_detach(chell_ctx *c)
 static void direct_release(chell_ctx *c)
 {
 	struct direct_ofd *d = D(c);
-	if (d->active && inode_ready) {
+	/* Attached once (dev/ino set), the inode entry counts this OFD, even
+	 * if it moved to the kernel path since (O_DIRECT, escape). */
+	if ((d->dev | d->ino) && inode_ready) {
 		/* The inode entry is found again by identity: the local state of
 		 * the releasing process may already be gone. */
 		struct direct_inode *in = direct_inode_get(d->dev, d->ino, 0);
@@ -212,13 +214,35 @@ static void direct_release(chell_ctx *c)
 	d->active = 0;
 }
 
-/* Before the descriptor may be used outside Chell (exec), the kernel's
- * offset must be ours. */
+/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
+ * locks), the kernel's offset must be ours. */
 static int direct_sync_out(chell_ctx *c)
 {
-	if (D(c)->active)
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
-	return 0;
+	return D(c)->active ? chell_offset_to_kernel(c->f->ofd, c->fd) : 0;
+}
+
+/* The kernel moved its offset (a call Chell let it do): it is ours now. */
+static int direct_sync_in(chell_ctx *c)
+{
+	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
+}
+
+/* From now on this descriptor uses the kernel path, in every process
+ * (they see active == 0 and miss): the application asked for O_DIRECT, or
+ * the descriptor escaped to a process Chell does not serve, which moves the
+ * kernel's offset behind our back. */
+static void go_kernel(chell_ctx *c)
+{
+	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
+		return;
+	if (c->layer == 0)
+		c->f->fast = NULL;
+	DSTAT(kernel_fallbacks, 1);
+}
+
+static void direct_escape(chell_ctx *c)
+{
+	go_kernel(c);
 }
 
 /* --------------------------------------------------------------- helpers */
@@ -629,12 +653,8 @@ static int direct_fsync(chell_ctx *c, int datasync)
 static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
 	int r = chell_down_fcntl(c, cmd, arg);
-	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT)) {
-		/* the application asks for the kernel's I/O path from now on */
-		direct_sync_out(c);
-		D(c)->active = 0;
-		c->f->fast = NULL; /* other processes see active == 0 and miss */
-	}
+	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT))
+		go_kernel(c); /* the application asks for the kernel's I/O path */
 	return r;
 }
 
@@ -649,6 +669,8 @@ const struct chell_handler chell_direct_handler = {
 	.detach = direct_detach,
 	.release = direct_release,
 	.sync_out = direct_sync_out,
+	.sync_in = direct_sync_in,
+	.escape = direct_escape,
 	.read = direct_read,
 	.write = direct_write,
 	.lseek = direct_lseek,
