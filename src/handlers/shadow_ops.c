@@ -18,6 +18,7 @@
 #include "chell/handler.h"
 #include "chell/sys.h"
 #include "shadow.h"
+#include "../nib/nib.h" /* chell_info */
 
 #ifndef RWF_NOWAIT
 #define RWF_NOWAIT 0x00000008
@@ -201,7 +202,7 @@ static ssize_t shadow_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
 
 void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_t len)
 {
-	if (len <= 0 || (o->e->flags & SHADOW_F_MAPPED))
+	if (len <= 0 || (o->e->flags & SHADOW_F_NOCONTENT))
 		return;
 	if (is_writeonly(o->c) && (!verify_fds(o) || below_keeps_data(o->c)))
 		return; /* cannot read it back (no /proc): results and sizes still checked */
@@ -258,6 +259,96 @@ void shadow_check_whole(struct shadow_op *o, int pfd, int sfd, const char *what)
 		pos += r1;
 	}
 	scratch_put(&s);
+}
+
+/* ------------------------------------------------- file-system differences */
+
+static int fs_errno(long r)
+{
+	return r == -EOPNOTSUPP || r == -EINVAL || r == -EFBIG || r == -ENOSPC || r == -EDQUOT;
+}
+
+int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2)
+{
+	if (r1 == r2 || (o->e->flags & SHADOW_F_SAME_FS) || !(fs_errno(r1) || fs_errno(r2)))
+		return 0;
+	char b1[40], b2[40];
+	chell_info("shadow: %s returned %s on %s, %s on its shadow: the file systems differ"
+		  " (not a divergence); the shadow copy follows the file", what,
+		  rn(r1, b1, sizeof(b1)), o->c->f && o->c->f->path ? o->c->f->path : "?",
+		  rn(r2, b2, sizeof(b2)));
+	if (o->h)
+		o->h->r_shadow = r1; /* the history shows it as accepted */
+	shadow_resync(o);
+	return 1;
+}
+
+/* Is this block all zeros? (Left as a hole in the copy.) */
+static int all_zero(const unsigned char *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i])
+			return 0;
+	return 1;
+}
+
+void shadow_resync(struct shadow_op *o)
+{
+	chell_ctx *c = o->c;
+	chell_ctx fc = *c;
+	fc.op = CHELL_OP_FSTAT;
+	struct stat st, sst, wst;
+	char spath[PATH_MAX];
+	shadow_entry_path(o->e, spath, sizeof(spath));
+	int wfd = -1, ok = 0;
+	/* What the application would read: the handler's view, or for a
+	 * write-only description the kernel's (not when the layer below keeps
+	 * data the kernel has not seen yet). */
+	if (chell_down_fstat(&fc, &st) == 0 &&
+	    !(is_writeonly(c) && (!verify_fds(o) || below_keeps_data(c))) &&
+	    sys_fstat(o->sfd, &sst) == 0) {
+		/* A transient descriptor: the shadow's own may be read-only or O_APPEND. */
+		wfd = sys_open(spath, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		if (wfd >= 0 && (sys_fstat(wfd, &wst) < 0 || wst.st_dev != sst.st_dev ||
+				 wst.st_ino != sst.st_ino)) {
+			sys_close(wfd);
+			wfd = -1;
+		}
+	}
+	if (wfd >= 0 && sys_ftruncate(wfd, 0) == 0 && sys_ftruncate(wfd, st.st_size) == 0) {
+		struct scratch s;
+		size_t chunk = 256 * 1024;
+		unsigned char *buf = scratch_get(&s, chunk);
+		ok = buf != NULL;
+		for (off_t pos = 0; ok && pos < st.st_size;) {
+			/* Whole chunks (aligned for an O_DIRECT description). */
+			ssize_t r = primary_pread(o, buf, chunk, pos);
+			if (r <= 0) {
+				ok = r == 0;
+				break;
+			}
+			for (ssize_t b = 0; ok && b < r; b += 4096) {
+				size_t n = (size_t)(r - b) < 4096 ? (size_t)(r - b) : 4096;
+				if (!all_zero(buf + b, n) && sys_pwrite(wfd, buf + b, n, pos + b) != (ssize_t)n)
+					ok = 0;
+			}
+			pos += r;
+		}
+		if (buf)
+			scratch_put(&s);
+	}
+	if (wfd >= 0)
+		sys_close(wfd);
+	if (!ok && !(o->e->flags & SHADOW_F_NODATA)) {
+		__atomic_or_fetch(&o->e->flags, SHADOW_F_NODATA, __ATOMIC_RELAXED);
+		chell_log("shadow: cannot bring the shadow copy %s back in step with %s; its data is"
+			  " no longer compared", spath, c->f && c->f->path ? c->f->path : "?");
+	}
+	chell_ctx lc = *c;
+	lc.op = CHELL_OP_LSEEK;
+	off_t cur = chell_down_lseek(&lc, 0, SEEK_CUR);
+	if (cur >= 0)
+		sys_lseek(o->sfd, cur, SEEK_SET);
 }
 
 /* File offsets after the operation must agree. */
@@ -451,9 +542,14 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	chell_ctx sc = shadow_ref_ctx(&o);
 	ssize_t r2 = POSIX->read(&sc, shadow_iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
+	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2)) {
+		scratch_put(&s);
+		shadow_op_end(&o);
+		return r1;
+	}
 	check_result(&o, chell_op_name(c->op), r1, r2);
 	check_offsets(&o);
-	if (r1 > 0 && data && !(o.e->flags & SHADOW_F_MAPPED)) {
+	if (r1 > 0 && data && !(o.e->flags & SHADOW_F_NOCONTENT)) {
 		/* Where the bytes came from, for the report. */
 		off_t start = off >= 0 ? off : o.h->off_shadow - r2;
 		compare_read(&o, iov, iovcnt, (size_t)r1, data, start);
@@ -489,6 +585,10 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	chell_ctx sc = shadow_ref_ctx(&o);
 	ssize_t r2 = POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
+	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2)) {
+		shadow_op_end(&o);
+		return r1;
+	}
 	check_result(&o, chell_op_name(c->op), r1, r2);
 	check_offsets(&o);
 	off_t size = check_sizes(&o, chell_op_name(c->op));
@@ -526,12 +626,15 @@ off_t shadow_lseek(chell_ctx *c, off_t off, int whence)
 	off_t r2 = POSIX->lseek(&sc, off, whence);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
-	if ((whence == SEEK_DATA || whence == SEEK_HOLE) && !(o.e->flags & SHADOW_F_SAME_FS) &&
-	    r1 != r2) {
+	if ((whence == SEEK_DATA || whence == SEEK_HOLE) &&
+	    (!(o.e->flags & SHADOW_F_SAME_FS) || (o.e->flags & SHADOW_F_NOCONTENT)) && r1 != r2) {
 		/*
 		 * Where holes are is a property of the file system: with the
 		 * shadow on a different kind, both answers can be right (tmpfs
-		 * may see only holes where ext4 keeps zeroed blocks as data).
+		 * may see only holes where ext4 keeps zeroed blocks as data;
+		 * the granularity differs). With stores through a shared
+		 * mapping, or a copy resynced after such a difference, the
+		 * copy's holes are not the file's either.
 		 * What must hold either way: below EOF, the answer lies in
 		 * [off, size] (SEEK_DATA may also say ENXIO); at or past EOF
 		 * both say ENXIO. Then follow the file under test, so later
@@ -614,6 +717,10 @@ int shadow_ftruncate(chell_ctx *c, off_t len)
 	int r2 = POSIX->ftruncate(&sc, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
+	if (shadow_fs_dependent(&o, "ftruncate", r1, r2)) {
+		shadow_op_end(&o);
+		return r1;
+	}
 	check_result(&o, "ftruncate", r1, r2);
 	check_offsets(&o);
 	check_sizes(&o, "ftruncate");
@@ -638,6 +745,10 @@ int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	int r2 = POSIX->fallocate(&sc, mode, off, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
+	if (shadow_fs_dependent(&o, "fallocate", r1, r2)) {
+		shadow_op_end(&o);
+		return r1;
+	}
 	check_result(&o, "fallocate", r1, r2);
 	check_offsets(&o);
 	off_t size = check_sizes(&o, "fallocate");
@@ -665,7 +776,12 @@ int shadow_fstat(chell_ctx *c, struct stat *st)
 	if (closed_meanwhile(&o, r1))
 		return r1;
 	struct stat ref;
-	int r2 = sys_fstat(o.sfd, &ref);
+	/*
+	 * A bad buffer: the reference is the kernel with the application's
+	 * own buffer (it must say EFAULT too, and then writes nothing). With
+	 * our buffer the shadow would succeed and report a false divergence.
+	 */
+	int r2 = sys_fstat(o.sfd, r1 == -EFAULT ? st : &ref);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
 	check_result(&o, "fstat", r1, r2);
@@ -715,12 +831,21 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	int r2 = POSIX->fcntl(&sc, cmd, arg);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
+	if (shadow_fs_dependent(&o, "fcntl(F_SETFL)", r1, r2)) {
+		shadow_op_end(&o);
+		return r1;
+	}
+	/* O_DIRECT is accepted or refused per file system (the shadow may
+	 * have been opened without it, see shadow_open). */
+	int fsmask = (o.e->flags & SHADOW_F_SAME_FS) ? ~0 : ~O_DIRECT;
+	if (cmd == F_GETFL && r1 >= 0 && r2 >= 0 && (r1 & fsmask) == (r2 & fsmask))
+		r2 = r1;
 	check_result(&o, cmd == F_SETFL ? "fcntl(F_SETFL)" : "fcntl(F_GETFL)", r1, r2);
 	if (cmd == F_SETFL) {
 		chell_ctx gc = *c;
 		int g1 = chell_down_fcntl(&gc, F_GETFL, 0);
 		int g2 = sys_fcntl(o.sfd, F_GETFL, 0);
-		if (g1 != g2)
+		if ((g1 & fsmask) != (g2 & fsmask))
 			shadow_diverge(&o, "status flags after F_SETFL(%#lx): %#x under test, %#x on"
 				       " the shadow", arg, g1, g2);
 	}
@@ -739,14 +864,22 @@ void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off
 	o.h->r_test = o.h->r_shadow = (int64_t)(intptr_t)r;
 	long lr = (long)(intptr_t)r;
 	/*
-	 * Stores through a shared writable mapping reach the file but not the
-	 * shadow, and no call tells us when they happen: from now on this
-	 * inode's data is not compared (results, offsets and sizes still are).
+	 * Stores through a shared mapping reach the file but not the shadow,
+	 * and no call tells us when they happen (nor when the mapping goes:
+	 * it outlives close, munmap is not seen). Re-copying the file at every
+	 * later operation would cost its size each time; instead, from now on
+	 * and for the life of the tree, this inode's bytes and holes are not
+	 * compared - results, offsets and sizes still are (a mapping cannot
+	 * change the size). A shared mapping of a description opened for
+	 * writing counts even without PROT_WRITE: mprotect can add it.
 	 */
-	if (!(lr < 0 && lr > -4096) && (prot & PROT_WRITE) && (flags & MAP_SHARED) &&
+	int fl = __atomic_load_n(&c->f->ofd->status_flags, __ATOMIC_RELAXED);
+	if (!(lr < 0 && lr > -4096) && (flags & MAP_TYPE) != MAP_PRIVATE &&
+	    ((prot & PROT_WRITE) || (fl & O_ACCMODE) == O_RDWR) &&
 	    !(o.e->flags & SHADOW_F_MAPPED)) {
 		__atomic_or_fetch(&o.e->flags, SHADOW_F_MAPPED, __ATOMIC_RELAXED);
-		chell_log("shadow: %s is mapped writable; its data is no longer compared",
+		shadow_mark_mapped(o.e->dev, o.e->ino);
+		chell_log("shadow: %s is mapped shared and writable; its data is no longer compared",
 			  c->f && c->f->path ? c->f->path : "?");
 	}
 	shadow_op_end(&o);
