@@ -516,9 +516,11 @@ struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o)
 	 * now (the close itself waits for this lock before the kernel close,
 	 * but the number may already be gone or reused). Whatever the number
 	 * names now, the shadow of *this* description cannot mirror it: pass
-	 * the operation down unchecked.
+	 * the operation down unchecked. The same for a file whose copy could not
+	 * follow it (SHADOW_F_OFF).
 	 */
-	if (c->op != CHELL_OP_CLOSE && c->fd >= 0 && fdt_peek(c->fd) != c->f) {
+	if ((c->op != CHELL_OP_CLOSE && c->fd >= 0 && fdt_peek(c->fd) != c->f) ||
+	    (o->e->flags & SHADOW_F_OFF)) {
 		shadow_lock_pop(&o->e->lock);
 		chell_crit_leave();
 		return NULL;
@@ -975,7 +977,7 @@ static void shadow_release(chell_ctx *c)
 	o.sfd = l && l->sfd >= 0 ? l->sfd : p->sfd;
 	o.h = NULL;
 	shadow_lock_push(&o.e->lock);
-	if (o.e->opens == 1 && c->f->path && !(o.e->flags & SHADOW_F_MAPPED)) {
+	if (o.e->opens == 1 && c->f->path && !(o.e->flags & SHADOW_F_NOCONTENT)) {
 		/*
 		 * The inode's last open description: compare the whole files.
 		 * The application's descriptor is gone, so reach the file by
@@ -1025,6 +1027,10 @@ static struct shadow_inode *path_entry(chell_ctx *c, int at_flags)
 	if (e)
 		shadow_lock_push(&e->lock);
 	shadow_lock_pop(&t->glock);
+	if (e && (e->flags & SHADOW_F_OFF)) { /* no longer checked */
+		shadow_lock_pop(&e->lock);
+		e = NULL;
+	}
 	if (!e)
 		chell_crit_leave();
 	return e;

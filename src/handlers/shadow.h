@@ -137,8 +137,11 @@ struct shadow_inode {
  * result that depends on the file system (see shadow_fs_dependent): data is
  * no longer compared. */
 #define SHADOW_F_NODATA 8u
-/* Either: the bytes of the copy are not those of the file. */
-#define SHADOW_F_NOCONTENT (SHADOW_F_MAPPED | SHADOW_F_NODATA)
+/* The copy cannot even take the file's size (it is beyond what the shadow's
+ * file system allows): the file is no longer checked at all. */
+#define SHADOW_F_OFF 16u
+/* Any: the bytes of the copy are not those of the file. */
+#define SHADOW_F_NOCONTENT (SHADOW_F_MAPPED | SHADOW_F_NODATA | SHADOW_F_OFF)
 
 /*
  * Files mapped shared and writable anywhere in the tree. A mapping outlives
@@ -225,13 +228,18 @@ void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off
  * explain - the copy is on another kind of file system and one side answered
  * EOPNOTSUPP, EINVAL, EFBIG, ENOSPC or EDQUOT (fallocate modes, O_DIRECT
  * alignment, maximum file size). Then the file under test is right by
- * definition: the copy is brought back in step with it (shadow_resync), the
- * history notes it, and 1 is returned (the caller skips its other checks).
+ * definition: the copy is brought back in step with it over [lo, hi)
+ * (shadow_resync), the history notes it, and 1 is returned (the caller skips its other checks).
  * 0 if the difference is a divergence or there is none.
  */
-int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2);
-/* Make the copy's size, bytes and offset those of the file (see above). */
-void shadow_resync(struct shadow_op *o);
+int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2, off_t lo,
+			off_t hi);
+/*
+ * Make the copy's size and offset those of the file, and its bytes in
+ * [lo, hi) (hi < 0: to the end) - the range the operation may have changed
+ * on either side; the rest was in step before it.
+ */
+void shadow_resync(struct shadow_op *o, off_t lo, off_t hi);
 /* Compare [start, start+len) of the file as the handler under test and the shadow see it. */
 void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_t len);
 /* Compare the whole files: sizes, then content (kernel view: read-only fds on both). */

@@ -268,31 +268,23 @@ static int fs_errno(long r)
 	return r == -EOPNOTSUPP || r == -EINVAL || r == -EFBIG || r == -ENOSPC || r == -EDQUOT;
 }
 
-int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2)
+int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2, off_t lo,
+			off_t hi)
 {
 	if (r1 == r2 || (o->e->flags & SHADOW_F_SAME_FS) || !(fs_errno(r1) || fs_errno(r2)))
 		return 0;
 	char b1[40], b2[40];
 	chell_info("shadow: %s returned %s on %s, %s on its shadow: the file systems differ"
-		  " (not a divergence); the shadow copy follows the file", what,
-		  rn(r1, b1, sizeof(b1)), o->c->f && o->c->f->path ? o->c->f->path : "?",
-		  rn(r2, b2, sizeof(b2)));
+		   " (not a divergence); the shadow copy follows the file", what,
+		   rn(r1, b1, sizeof(b1)), o->c->f && o->c->f->path ? o->c->f->path : "?",
+		   rn(r2, b2, sizeof(b2)));
 	if (o->h)
 		o->h->r_shadow = r1; /* the history shows it as accepted */
-	shadow_resync(o);
+	shadow_resync(o, lo, hi);
 	return 1;
 }
 
-/* Is this block all zeros? (Left as a hole in the copy.) */
-static int all_zero(const unsigned char *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		if (p[i])
-			return 0;
-	return 1;
-}
-
-void shadow_resync(struct shadow_op *o)
+void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 {
 	chell_ctx *c = o->c;
 	chell_ctx fc = *c;
@@ -315,23 +307,35 @@ void shadow_resync(struct shadow_op *o)
 			wfd = -1;
 		}
 	}
-	if (wfd >= 0 && sys_ftruncate(wfd, 0) == 0 && sys_ftruncate(wfd, st.st_size) == 0) {
+	int tr = wfd >= 0 ? sys_ftruncate(wfd, st.st_size) : -EBADF;
+	if (wfd >= 0 && tr < 0) {
+		/* The file is larger than the shadow's file system allows: no
+		 * comparison is meaningful any more (shadow_op_begin skips it). */
+		__atomic_or_fetch(&o->e->flags, SHADOW_F_OFF, __ATOMIC_RELAXED);
+		chell_log("shadow: the shadow copy %s cannot take the size %lld of %s (%s on the"
+			  " file system of shadow.dir); the file is no longer checked", spath,
+			  (long long)st.st_size, c->f && c->f->path ? c->f->path : "?", strerror(-tr));
+		sys_close(wfd);
+		return;
+	}
+	if (wfd >= 0) {
+		if (hi < 0 || hi > st.st_size)
+			hi = st.st_size;
+		if (lo < 0)
+			lo = 0;
 		struct scratch s;
 		size_t chunk = 256 * 1024;
-		unsigned char *buf = scratch_get(&s, chunk);
-		ok = buf != NULL;
-		for (off_t pos = 0; ok && pos < st.st_size;) {
-			/* Whole chunks (aligned for an O_DIRECT description). */
+		unsigned char *buf = lo < hi ? scratch_get(&s, chunk) : NULL;
+		ok = lo >= hi || buf != NULL;
+		/* Whole, aligned chunks (an O_DIRECT description reads nothing else). */
+		for (off_t pos = lo & ~(off_t)4095; ok && pos < hi;) {
 			ssize_t r = primary_pread(o, buf, chunk, pos);
 			if (r <= 0) {
 				ok = r == 0;
 				break;
 			}
-			for (ssize_t b = 0; ok && b < r; b += 4096) {
-				size_t n = (size_t)(r - b) < 4096 ? (size_t)(r - b) : 4096;
-				if (!all_zero(buf + b, n) && sys_pwrite(wfd, buf + b, n, pos + b) != (ssize_t)n)
-					ok = 0;
-			}
+			if (sys_pwrite(wfd, buf, (size_t)r, pos) != r)
+				ok = 0;
 			pos += r;
 		}
 		if (buf)
@@ -542,7 +546,7 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	chell_ctx sc = shadow_ref_ctx(&o);
 	ssize_t r2 = POSIX->read(&sc, shadow_iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
-	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2)) {
+	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2, 0, 0)) {
 		scratch_put(&s);
 		shadow_op_end(&o);
 		return r1;
@@ -568,6 +572,19 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	int64_t a[4] = {(int64_t)total, off, flags, iovcnt};
 	o.h = shadow_hist_add(c->op, c->fd, 4, a);
 
+	/*
+	 * With the copy on another kind of file system, the lowest byte this
+	 * write may change on either side (its offset, the shadow's current
+	 * offset, or the end for an append), for shadow_fs_dependent.
+	 */
+	off_t lo = off;
+	if (!(o.e->flags & SHADOW_F_SAME_FS)) {
+		struct stat sst;
+		off_t cur = off >= 0 ? off : sys_lseek(o.sfd, 0, SEEK_CUR);
+		off_t end = sys_fstat(o.sfd, &sst) == 0 ? sst.st_size : 0;
+		lo = cur >= 0 && cur < end ? cur : end;
+	}
+
 	ssize_t r1 = chell_down_write(c, iov, iovcnt, off, flags);
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
@@ -585,7 +602,7 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	chell_ctx sc = shadow_ref_ctx(&o);
 	ssize_t r2 = POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
-	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2)) {
+	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2, lo, -1)) {
 		shadow_op_end(&o);
 		return r1;
 	}
@@ -717,7 +734,7 @@ int shadow_ftruncate(chell_ctx *c, off_t len)
 	int r2 = POSIX->ftruncate(&sc, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
-	if (shadow_fs_dependent(&o, "ftruncate", r1, r2)) {
+	if (shadow_fs_dependent(&o, "ftruncate", r1, r2, old >= 0 && old < len ? old : len, -1)) {
 		shadow_op_end(&o);
 		return r1;
 	}
@@ -745,7 +762,9 @@ int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	int r2 = POSIX->fallocate(&sc, mode, off, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
-	if (shadow_fs_dependent(&o, "fallocate", r1, r2)) {
+	int shifts = (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)) != 0;
+	if (shadow_fs_dependent(&o, "fallocate", r1, r2, off,
+				shifts || off < 0 || len < 0 || len > LLONG_MAX - off ? -1 : off + len)) {
 		shadow_op_end(&o);
 		return r1;
 	}
@@ -831,7 +850,7 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	int r2 = POSIX->fcntl(&sc, cmd, arg);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
-	if (shadow_fs_dependent(&o, "fcntl(F_SETFL)", r1, r2)) {
+	if (shadow_fs_dependent(&o, "fcntl(F_SETFL)", r1, r2, 0, 0)) {
 		shadow_op_end(&o);
 		return r1;
 	}
