@@ -898,7 +898,7 @@ void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off
 	    !(o.e->flags & SHADOW_F_MAPPED)) {
 		__atomic_or_fetch(&o.e->flags, SHADOW_F_MAPPED, __ATOMIC_RELAXED);
 		shadow_mark_mapped(o.e->dev, o.e->ino);
-		chell_log("shadow: %s is mapped shared and writable; its data is no longer compared",
+		chell_log("shadow: %s is mapped writable; its data is no longer compared",
 			  c->f && c->f->path ? c->f->path : "?");
 	}
 	shadow_op_end(&o);
