@@ -1065,9 +1065,29 @@ static int shadow_truncate(chell_ctx *c, const char *path, off_t len)
 		a[1] = sst.st_size;
 	o.h = shadow_hist_add(c->op, -1, 2, a);
 	int r1 = chell_down_truncate(c, path, len);
-	int r2 = (int)CHELL_SC(SYS_truncate, spath, len, 0, 0, 0, 0);
+	/* Permission errors are not asked of the copy (see shadow_open). */
+	int r2 = unmirrored_err(r1) ? r1 : (int)CHELL_SC(SYS_truncate, spath, len, 0, 0, 0, 0);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
+	if (r1 != r2 && (unmirrored_err(r2) || (!(e->flags & SHADOW_F_SAME_FS) &&
+						(shadow_fs_errno(r1) || shadow_fs_errno(r2))))) {
+		/*
+		 * The file's answer stands (another file system's limits, or
+		 * a copy this process may not write): the copy takes the
+		 * file's size - all a truncate changes - or, if it cannot, the
+		 * file is no longer checked.
+		 */
+		int r = -ENOENT;
+		if (sys_fstatat(AT_FDCWD, c->path, &pst, 0) == 0)
+			r = (int)CHELL_SC(SYS_truncate, spath, pst.st_size, 0, 0, 0, 0);
+		if (r < 0) {
+			__atomic_or_fetch(&e->flags, SHADOW_F_OFF, __ATOMIC_RELAXED);
+			chell_log("shadow: truncate of %s gave %s, its copy %s; the copy cannot follow"
+				  " (%s), the file is no longer checked", c->path, strerror(-r1),
+				  strerror(-r2), strerror(-r));
+		}
+		o.h->r_shadow = r2 = r1;
+	}
 	if (r1 != r2) {
 		char b1[32], b2[32];
 		shadow_diverge(&o, "truncate(%lld) returned %s under test, %s on the shadow",

@@ -234,6 +234,8 @@ void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off
  */
 int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2, off_t lo,
 			off_t hi);
+/* -r is one of the errnos above, which a file system may give where another does not. */
+int shadow_fs_errno(long r);
 /*
  * Make the copy's size and offset those of the file, and its bytes in
  * [lo, hi) (hi < 0: to the end) - the range the operation may have changed

@@ -263,7 +263,7 @@ void shadow_check_whole(struct shadow_op *o, int pfd, int sfd, const char *what)
 
 /* ------------------------------------------------- file-system differences */
 
-static int fs_errno(long r)
+int shadow_fs_errno(long r)
 {
 	return r == -EOPNOTSUPP || r == -EINVAL || r == -EFBIG || r == -ENOSPC || r == -EDQUOT;
 }
@@ -271,7 +271,7 @@ static int fs_errno(long r)
 int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2, off_t lo,
 			off_t hi)
 {
-	if (r1 == r2 || (o->e->flags & SHADOW_F_SAME_FS) || !(fs_errno(r1) || fs_errno(r2)))
+	if (r1 == r2 || (o->e->flags & SHADOW_F_SAME_FS) || !(shadow_fs_errno(r1) || shadow_fs_errno(r2)))
 		return 0;
 	char b1[40], b2[40];
 	chell_info("shadow: %s returned %s on %s, %s on its shadow: the file systems differ"

@@ -272,6 +272,10 @@ FSWORK = PRELUDE + textwrap.dedent(r"""
             os.ftruncate(big, off); print("ftruncate far ok")
         except OSError as e:
             print("ftruncate far", e.errno)
+        try:
+            os.truncate(os.path.join(d, "big"), off + 1); print("truncate far ok")
+        except OSError as e:
+            print("truncate far", e.errno)
         print("size", os.fstat(big).st_size)
     os.ftruncate(big, 0); os.close(big)
     os.lseek(fd, 0, os.SEEK_SET)
