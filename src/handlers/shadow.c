@@ -132,6 +132,8 @@ static int make_shadow_dir(const char *dir)
 	return r;
 }
 
+static long fs_magic(int fd);
+
 static int shadow_proc_init(void)
 {
 	const char *d = chell_setting("shadow.dir");
@@ -175,12 +177,7 @@ static int shadow_proc_init(void)
 		chell_log("shadow: shadow.dir %s is not writable: %s", shadow_dir, strerror(-fd));
 		return -1;
 	}
-	shadow_dir_magic = -1;
-	{
-		struct statfs sf;
-		if (CHELL_SC(SYS_fstatfs, fd, &sf, 0, 0, 0, 0) == 0)
-			shadow_dir_magic = (long)sf.f_type;
-	}
+	shadow_dir_magic = fs_magic(fd);
 	sys_close(fd);
 	sys_unlink(probe);
 	const char *k = chell_setting("shadow.keep");
