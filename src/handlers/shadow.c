@@ -351,6 +351,21 @@ static void unmap(void *p, size_t len)
 
 static void mirror_owner(int fd, const struct stat *st);
 
+/*
+ * Every file shadow opens for itself (copies, the file's read-only views,
+ * transient descriptors) is opened here, so that one place decides where
+ * Chell's own descriptors go. Today: the lowest free number, like any open,
+ * then chell_internal_fd moves the ones kept. A descriptor that would not
+ * fit under the application's RLIMIT_NOFILE makes that file go unchecked
+ * (see shadow_open), never a wrong answer. The Nib's
+ * chell_internal_openat (issue 9 item 8) opens outside the application's
+ * limit; this is the call to make it.
+ */
+int shadow_own_open(const char *path, int flags, mode_t mode)
+{
+	return sys_openat(AT_FDCWD, path, flags, mode);
+}
+
 /* Copy [pos, end) of in to out at the same offsets. 0 or -errno. */
 static int copy_extent(int in, int out, off_t pos, off_t end)
 {
@@ -402,7 +417,7 @@ static int copy_extent(int in, int out, off_t pos, off_t end)
  */
 static int copy_file(const char *src, int follow, const char *dst)
 {
-	int in = sys_open(src, O_RDONLY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
+	int in = shadow_own_open(src, O_RDONLY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
 	if (in < 0)
 		return in;
 	struct stat st;
@@ -412,7 +427,7 @@ static int copy_file(const char *src, int follow, const char *dst)
 		return r;
 	}
 	sys_unlink(dst);
-	int out = sys_open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
+	int out = shadow_own_open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
 	if (out < 0) {
 		sys_close(in);
 		return out;
@@ -744,12 +759,12 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 	 * the process's. Neither can be reproduced on the copy: when the file
 	 * says so, the copy is not asked.
 	 */
-	int r2 = unmirrored_err(r1) ? r1 : sys_openat(AT_FDCWD, spath, flags, mode);
+	int r2 = unmirrored_err(r1) ? r1 : shadow_own_open(spath, flags, mode);
 	if (r1 >= 0 && r2 == -EINVAL && (flags & O_DIRECT) && fs_magic(r1) != shadow_dir_magic) {
 		/* O_DIRECT is a property of the file system: the copy does without. */
 		chell_log("shadow: the file system of shadow.dir %s refuses O_DIRECT, which %s"
 			  " accepts: the copy is opened without it", shadow_dir, abs);
-		r2 = sys_openat(AT_FDCWD, spath, flags & ~O_DIRECT, mode);
+		r2 = shadow_own_open(spath, flags & ~O_DIRECT, mode);
 	}
 	o.h->fd = r1;
 	o.h->r_test = r1;
@@ -860,7 +875,7 @@ static int shadow_adopt(chell_ctx *c)
 	char spath[PATH_MAX];
 	shadow_entry_path(e, spath, sizeof(spath));
 	int fl = c->f->ofd->status_flags & ~(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC);
-	int fd = sys_open(spath, fl, 0);
+	int fd = shadow_own_open(spath, fl, 0);
 	struct shadow_local *l = malloc(sizeof(*l));
 	if (fd < 0 || !l) {
 		chell_log("shadow: lost the shadow copy %s across exec; %s is no longer checked",
@@ -980,10 +995,10 @@ static void shadow_release(chell_ctx *c)
 		 * The application's descriptor is gone, so reach the file by
 		 * its path, if that still names the same inode.
 		 */
-		int fd = sys_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		int fd = shadow_own_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		char spath[PATH_MAX];
 		shadow_entry_path(o.e, spath, sizeof(spath));
-		int sfd = sys_open(spath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		int sfd = shadow_own_open(spath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		struct stat st, sst;
 		if (fd >= 0 && sfd >= 0 && sys_fstat(fd, &st) == 0 && st.st_dev == o.e->dev &&
 		    st.st_ino == o.e->ino && sys_fstat(sfd, &sst) == 0 && sst.st_dev == p->sdev &&

@@ -195,6 +195,8 @@ struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o);
 void shadow_op_end(struct shadow_op *o);
 void shadow_lock_push(struct shadow_lock *l);
 void shadow_lock_pop(struct shadow_lock *l);
+/* Open a file for shadow's own use (raw openat from AT_FDCWD; -errno). */
+int shadow_own_open(const char *path, int flags, mode_t mode);
 /* The shadow path of an entry. */
 void shadow_entry_path(const struct shadow_inode *e, char *out, size_t outlen);
 /* The context to run the reference operation through chell_posix_handler. */

@@ -143,7 +143,7 @@ static int reopen_ro(int fd)
 	char num[16];
 	rn(fd, num, sizeof(num));
 	strcat(link, num);
-	int r = sys_open(link, O_RDONLY | O_CLOEXEC, 0);
+	int r = shadow_own_open(link, O_RDONLY | O_CLOEXEC, 0);
 	return r >= 0 ? chell_internal_fd(r, 1) : -1;
 }
 
@@ -300,7 +300,7 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 	    !(is_writeonly(c) && (!verify_fds(o) || below_keeps_data(c))) &&
 	    sys_fstat(o->sfd, &sst) == 0) {
 		/* A transient descriptor: the shadow's own may be read-only or O_APPEND. */
-		wfd = sys_open(spath, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		wfd = shadow_own_open(spath, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		if (wfd >= 0 && (sys_fstat(wfd, &wst) < 0 || wst.st_dev != sst.st_dev ||
 				 wst.st_ino != sst.st_ino)) {
 			sys_close(wfd);
