@@ -440,7 +440,9 @@ def test_copy_of_open_unlinked_file_goes_at_last_close(data, sdir, tmp_path):
 
 FDLIMIT = textwrap.dedent(r"""
     import os, resource, sys
-    resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[2]), int(sys.argv[2])))
+    soft = int(sys.argv[2])
+    hard = soft if sys.argv[3] == "same" else resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     fds = []
     try:
         for i in range(100000):
@@ -453,18 +455,21 @@ FDLIMIT = textwrap.dedent(r"""
 """)
 
 
-def fdlimit(data, sdir, tmp_path, limit=64):
+def fdlimit(data, sdir, tmp_path, limit=64, hard="keep"):
+    """Open files up to a soft RLIMIT_NOFILE of `limit`; the hard limit is
+    the same ("same": no room above it without CAP_SYS_RESOURCE) or kept."""
     script = tmp_path / "fdlimit.py"
     script.write_text(FDLIMIT)
-    return plain_and_shadow(data, sdir, script, [data, limit], setup=fresh_dir(data))
+    return plain_and_shadow(data, sdir, script, [data, limit, hard], setup=fresh_dir(data))
 
 
 def test_open_up_to_the_limit_no_false_error(data, sdir, tmp_path):
     """At the descriptor limit the copy cannot be opened: the file goes
     unchecked (logged), the program gets EMFILE from its own open, never a
     divergence or EIO."""
-    for limit in (50, 63, 64):     # the last free slot falls to the file or to its copy
-        plain, shadow = fdlimit(data, sdir, tmp_path, limit)
+    for limit, hard in [(n, h) for n in (50, 63, 64) for h in ("same", "keep")]:
+        # the last free slot falls to the file or to its copy
+        plain, shadow = fdlimit(data, sdir, tmp_path, limit, hard)
         err = shadow.stderr.decode(errors="replace")
         assert shadow.returncode == 0 and "DIVERGENCE" not in err, (limit, err[-3000:])
         assert shadow.stdout.startswith(b"opened ") and shadow.stdout.endswith(b" then 24\n")
@@ -473,7 +478,8 @@ def test_open_up_to_the_limit_no_false_error(data, sdir, tmp_path):
 
 def test_open_up_to_the_limit_as_many_as_plainly(data, sdir, tmp_path):
     """Shadow keeps one descriptor per open file description (registered
-    with chell_internal_fd); the Nib keeps internal descriptors outside the
-    application's RLIMIT_NOFILE (issue 9 item 8)."""
-    plain, shadow = fdlimit(data, sdir, tmp_path)
+    with chell_internal_fd); the Nib keeps internal descriptors above the
+    application's soft RLIMIT_NOFILE (issue 9 item 8) when the hard limit
+    leaves room."""
+    plain, shadow = fdlimit(data, sdir, tmp_path, 64, "keep")
     assert shadow.stdout == plain.stdout, (plain.stdout, shadow.stdout)
