@@ -1098,7 +1098,8 @@ static int shadow_truncate(chell_ctx *c, const char *path, off_t len)
 				  " (%s), the file is no longer checked", c->path, strerror(-r1),
 				  strerror(-r2), strerror(-r));
 		}
-		o.h->r_shadow = r2 = r1;
+		o.h->note = unmirrored_err(r2) ? SHADOW_NOTE_CREDS : SHADOW_NOTE_FS;
+		r2 = r1;
 	}
 	if (r1 != r2) {
 		char b1[32], b2[32];

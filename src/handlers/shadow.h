@@ -76,7 +76,15 @@ struct shadow_hist {
 	int64_t r_shadow;  /* result on the shadow copy */
 	int64_t off_test;  /* file offsets after the op (-1 if not applicable) */
 	int64_t off_shadow;
+	int32_t note;      /* SHADOW_NOTE_*: why differing results were accepted */
 };
+
+/* The results differ because the file systems differ; the file's stands and
+ * the copy was brought back in step with it (shadow_fs_dependent). */
+#define SHADOW_NOTE_FS 1
+/* The copy may not be changed with this process's credentials; it was made
+ * to follow the file where it could (path truncate). */
+#define SHADOW_NOTE_CREDS 2
 
 /* Allocate the ring (n entries, 0 disables the history). 0 or -errno. */
 int shadow_hist_init(unsigned n);

@@ -278,8 +278,10 @@ int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2,
 		   " (not a divergence); the shadow copy follows the file", what,
 		   rn(r1, b1, sizeof(b1)), o->c->f && o->c->f->path ? o->c->f->path : "?",
 		   rn(r2, b2, sizeof(b2)));
-	if (o->h)
-		o->h->r_shadow = r1; /* the history shows it as accepted */
+	if (o->h) {
+		o->h->r_shadow = r2;
+		o->h->note = SHADOW_NOTE_FS;
+	}
 	shadow_resync(o, lo, hi);
 	return 1;
 }

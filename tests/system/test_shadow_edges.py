@@ -9,6 +9,7 @@ ctypes, so calls with bad pointers and raw fallocate modes reach Chell's
 interposed functions exactly as a C program's would.
 """
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -310,6 +311,41 @@ def test_shadow_dir_on_ext4_files_on_tmpfs(data, ext4, tmp_path):
     """The reverse: files on tmpfs, shadow.dir on ext4 - writes, every
     fallocate mode, SEEK_HOLE/SEEK_DATA, stat and fstat, huge offsets."""
     fswork(data, ext4 / "shadow", tmp_path)
+
+
+FSDIVERGE = PRELUDE + textwrap.dedent(r"""
+    fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"x" * 65536)
+    print("collapse", call(libc.fallocate, fd, 8, 4096, 4096), flush=True)  # not on tmpfs
+    sys.stdin.readline()              # the test tampers with the copy now
+    os.pread(fd, 100, 0)
+    print("not reached", flush=True)
+""")
+
+
+def test_report_says_which_difference_came_from_the_file_system(ext4, sdir, tmp_path):
+    """A real divergence (the copy changed behind Chell's back) after a
+    difference that came from the file systems: the report names both file
+    systems and marks the accepted operation in the history."""
+    data = ext4 / "data"
+    fresh_dir(data)()
+    script = tmp_path / "fsdiv.py"
+    script.write_text(FSDIVERGE)
+    target = data / "f"
+    p = subprocess.Popen(chell_cmd("shadow", [data], [PY, script, target],
+                                   ["--shadow-dir", str(sdir)]),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         env=env_without_shadow_dir())
+    assert p.stdout.readline() == b"collapse 0\n"
+    copy = sdir / str(target).replace("%", "%25").replace("/", "%2F").replace("#", "%23")
+    with open(copy, "r+b") as f:
+        f.write(b"Y")
+    out, err = p.communicate(b"go\n", timeout=60)
+    err = err.decode(errors="replace")
+    assert p.returncode in (-6, 128 + 6), err
+    assert "the file is on ext2/3/4, its shadow on tmpfs" in err
+    assert re.search(r"fallocate fd \d+ mode=8 off=4096 len=4096 -> test=0 "
+                     r"shadow=-EOPNOTSUPP .*differs by file system", err), err
 
 
 # ------------------------------------------------------------------ mmap
