@@ -295,12 +295,13 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 	char spath[PATH_MAX];
 	shadow_entry_path(o->e, spath, sizeof(spath));
 	int wfd = -1, ok = 0;
-	/* What the application would read: the handler's view, or for a
-	 * write-only description the kernel's (not when the layer below keeps
-	 * data the kernel has not seen yet). */
-	if (chell_down_fstat(&fc, &st) == 0 &&
-	    !(is_writeonly(c) && (!verify_fds(o) || below_keeps_data(c))) &&
-	    sys_fstat(o->sfd, &sst) == 0) {
+	int have = chell_down_fstat(&fc, &st) == 0 && sys_fstat(o->sfd, &sst) == 0;
+	if (have && st.st_size == sst.st_size && (hi >= 0 && lo >= hi)) {
+		ok = 1; /* nothing but the offset to follow (a read) */
+	} else if (have && !(is_writeonly(c) && (!verify_fds(o) || below_keeps_data(c)))) {
+		/* Bytes as the application would read them: the handler's view,
+		 * or for a write-only description the kernel's (not when the
+		 * layer below keeps data the kernel has not seen yet). */
 		/* A transient descriptor: the shadow's own may be read-only or O_APPEND. */
 		wfd = shadow_own_open(spath, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		if (wfd >= 0 && (sys_fstat(wfd, &wst) < 0 || wst.st_dev != sst.st_dev ||
