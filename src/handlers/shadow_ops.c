@@ -125,18 +125,21 @@ static size_t iov_total(const struct iovec *iov, int cnt)
 
 /* ----------------------------------------------------------------- checks */
 
-static int is_writeonly(chell_ctx *c)
+/*
+ * Written data is read back for comparison. A write-only open file
+ * description cannot be read, and an O_DIRECT one only at block-aligned
+ * offsets, counts and buffers (ranges of any alignment are checked); so for
+ * those, data is read through read-only, buffered descriptors of our own:
+ * on the primary inode (reopened through /proc/self/fd, which works even if
+ * the file was unlinked) and on the shadow. Opened on first need, kept per
+ * process.
+ */
+static int reads_via_views(chell_ctx *c)
 {
 	int fl = __atomic_load_n(&c->f->ofd->status_flags, __ATOMIC_RELAXED);
-	return (fl & O_ACCMODE) == O_WRONLY;
+	return (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT);
 }
 
-/*
- * Write-only open file descriptions cannot be read back, so written data is
- * checked through read-only descriptors of our own: on the primary inode
- * (reopened through /proc/self/fd, which works even if the file was
- * unlinked) and on the shadow. Opened on first need, kept per process.
- */
 static int reopen_ro(int fd)
 {
 	char link[40] = "/proc/self/fd/";
@@ -168,9 +171,10 @@ static struct shadow_local *verify_fds(struct shadow_op *o)
 
 /* Read the primary at pos as the application would see it, and the shadow. */
 /* The handler under test keeps written data where the kernel does not see
- * it yet (cache mode: in the pool until write-back), so a write-only
- * descriptor's data cannot be read back through a kernel descriptor; the
- * comparison at the last close (after cache mode's write-back) checks it. */
+ * it yet (cache mode: in the pool until write-back), so a write-only or
+ * O_DIRECT description's data cannot be read back through a kernel
+ * descriptor; the comparison at the last close (after cache mode's
+ * write-back) checks it. */
 extern const struct chell_handler chell_cache_handler;
 static int below_keeps_data(chell_ctx *c)
 {
@@ -181,7 +185,7 @@ static int below_keeps_data(chell_ctx *c)
 static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
 {
 	chell_ctx *c = o->c;
-	if (is_writeonly(c)) {
+	if (reads_via_views(c)) {
 		struct shadow_local *l = verify_fds(o);
 		return l ? sys_pread(l->vfd, buf, n, pos) : -EBADF;
 	}
@@ -193,7 +197,7 @@ static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos
 
 static ssize_t shadow_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
 {
-	if (is_writeonly(o->c)) {
+	if (reads_via_views(o->c)) {
 		struct shadow_local *l = verify_fds(o);
 		return l ? sys_pread(l->svfd, buf, n, pos) : -EBADF;
 	}
@@ -204,7 +208,7 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 {
 	if (len <= 0 || (o->e->flags & SHADOW_F_NOCONTENT))
 		return;
-	if (is_writeonly(o->c) && (!verify_fds(o) || below_keeps_data(o->c)))
+	if (reads_via_views(o->c) && (!verify_fds(o) || below_keeps_data(o->c)))
 		return; /* cannot read it back (no /proc): results and sizes still checked */
 	struct scratch s;
 	size_t chunk = len <= SMALL_BYTES / 2 ? SMALL_BYTES / 2 : 256 * 1024;
@@ -298,7 +302,7 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 	int have = chell_down_fstat(&fc, &st) == 0 && sys_fstat(o->sfd, &sst) == 0;
 	if (have && st.st_size == sst.st_size && (hi >= 0 && lo >= hi)) {
 		ok = 1; /* nothing but the offset to follow (a read) */
-	} else if (have && !(is_writeonly(c) && (!verify_fds(o) || below_keeps_data(c)))) {
+	} else if (have && !(reads_via_views(c) && (!verify_fds(o) || below_keeps_data(c)))) {
 		/* Bytes as the application would read them: the handler's view,
 		 * or for a write-only description the kernel's (not when the
 		 * layer below keeps data the kernel has not seen yet). */
@@ -530,12 +534,24 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	if (iovcnt >= 0 && iovcnt <= IOV_MAX && total != (size_t)SSIZE_MAX) {
 		size_t vbytes = (size_t)iovcnt * sizeof(struct iovec);
 		size_t dbytes = total < (size_t)MAX_RW ? total : (size_t)MAX_RW;
-		char *mem = scratch_get(&s, vbytes + dbytes);
+		/*
+		 * O_DIRECT reads need the buffer aligned (to the logical block
+		 * size, at most a page) like the application's, which was if the
+		 * read succeeded: the data starts on a page, and the segments,
+		 * whose lengths O_DIRECT requires to be block multiples, follow.
+		 */
+		int odirect = (__atomic_load_n(&c->f->ofd->status_flags, __ATOMIC_RELAXED) &
+			       O_DIRECT) != 0;
+		size_t pad = odirect ? 4096 : 0;
+		char *mem = scratch_get(&s, vbytes + pad + dbytes);
 		if (!mem)
 			shadow_diverge(&o, "out of memory for the shadow read buffer (%zu bytes)",
 				       dbytes);
 		struct iovec *siov = (struct iovec *)mem;
-		char *q = data = mem + vbytes;
+		data = mem + vbytes;
+		if (odirect)
+			data = (char *)(((uintptr_t)data + 4095) & ~(uintptr_t)4095);
+		char *q = data;
 		for (int i = 0; i < iovcnt; i++) {
 			size_t n = iov[i].iov_len;
 			if (n > dbytes - (size_t)(q - data))
