@@ -56,6 +56,9 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "number of recent operations kept for the divergence report"},
 	{"shadow.report", "CHELL_SHADOW_REPORT", CHELL_T_PATH, "", NULL,
 	 "divergence report file; empty = <shadow.dir>/divergence.%p.txt"},
+	{"shadow.keep", "CHELL_SHADOW_KEEP", CHELL_T_BOOL, "0", NULL,
+	 "keep a shadow copy after its file's last close (for inspection; replaced at the "
+	 "next first open); by default copies are removed then"},
 	{"log.level", "CHELL_LOG_LEVEL", CHELL_T_ENUM, "error", "quiet|error|info|debug",
 	 "how much libchell.so reports about itself on stderr"},
 	{"on_error", "CHELL_ON_ERROR", CHELL_T_ENUM, "passthrough", "passthrough|abort",

@@ -722,6 +722,7 @@ def test_program(name, mode, reference, workdir, shadow_env, tmp_path):
         shadow_dir = Path(shadow_env["CHELL_SHADOW_DIR"])
         shadow_dir.mkdir(parents=True, exist_ok=True)
         env_extra["CHELL_SHADOW_DIR"] = str(shadow_dir)
+        env_extra["CHELL_SHADOW_KEEP"] = "1"   # copies are the evidence of shadowing
     stats_dir = tmp_path / "stats"
     if mode == "direct":
         # per-process counters, outside the run directory (compared below)
