@@ -15,6 +15,7 @@
 #define CHELL_DIRECT_H
 
 #include "../../nib/nib.h"
+#include "../mapped.h"
 
 /* ---- inode.c: one entry per file open in direct mode anywhere in the tree */
 struct direct_inode {
@@ -24,6 +25,7 @@ struct direct_inode {
 	uint32_t used;          /* 0 never used, 1 in use, 2 removed */
 	struct chell_lock lock; /* size changes and O_APPEND writes */
 	uint32_t hole_gen;      /* bumped when Chell may have made holes (atomic) */
+	struct mapped_times times; /* atime/mtime updates owed to the kernel (mapped.h) */
 };
 int direct_inode_init(void);
 struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
@@ -138,6 +140,7 @@ struct direct_ofd {
 struct direct_local {
 	struct direct_map *map;
 	struct direct_inode *inode;
+	struct mapped_rwf rwf;  /* the kernel's answers on preadv2/pwritev2 flags */
 };
 extern const struct chell_handler chell_direct_handler;
 extern const struct chell_fast_ops direct_fast_ops; /* fast.c */

@@ -1,0 +1,100 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What every handler that serves a file from a memory mapping (direct,
+ * cache) owes the kernel besides the bytes: the preadv2/pwritev2 flags the
+ * file system accepts, and the file times a read or write would change.
+ * One copy, used by both (a later mapped-file base will own it).
+ *
+ * Both are decided by the kernel itself, never by a table in Chell:
+ *
+ *  - Flags. kiocb_set_rw_flags() accepts or refuses a flag combination per
+ *    file (FMODE_NOWAIT, FOP_DONTCACHE, DAX, FMODE_CAN_ATOMIC_WRITE, unknown
+ *    bits, RWF_APPEND with RWF_NOAPPEND, NOAPPEND on an append-only inode)
+ *    before any data moves. A preadv2 of one byte at offset LLONG_MAX - 1
+ *    with the same flags asks exactly that question: it fails with the
+ *    kernel's errno, or reads nothing (far beyond any end of file). The
+ *    answer is remembered per file and combination, so a program that
+ *    uses flags pays one probe per combination, not one per call.
+ *
+ *  - Times. A read through the kernel updates atime as the mount says
+ *    (relatime, strictatime, noatime, lazytime) unless the descriptor has
+ *    O_NOATIME; a write updates mtime and ctime. A mapped copy changes
+ *    neither, so the handler asks the kernel to do it: a 1-byte pread at
+ *    the end of file (reads nothing, applies the kernel's own atime rule on
+ *    the application's descriptor) and futimens(UTIME_OMIT, UTIME_NOW) for
+ *    writes. Once per coarse clock tick per file is enough: within one
+ *    tick the kernel's timestamp does not move either, unless someone
+ *    looked at it meanwhile (multigrain ctime): a later event in the same
+ *    tick is left pending and done before an fstat through Chell, at the
+ *    next tick's event, and when the descriptor is closed.
+ */
+#ifndef CHELL_HANDLERS_MAPPED_H
+#define CHELL_HANDLERS_MAPPED_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <time.h>
+
+/* ---- flags: a process-local memo of the kernel's answers for one file */
+#define MAPPED_RWF_MEMO 6
+struct mapped_rwf {
+	uint64_t key[MAPPED_RWF_MEMO]; /* flags, and O_APPEND in bit 32 */
+	int res[MAPPED_RWF_MEMO];
+	unsigned n, next;
+};
+/* 0 if the kernel accepts `flags` on preadv2/pwritev2 of this file, else
+ * -errno as it would answer. `fd` is the application's descriptor (its
+ * O_APPEND and access mode matter); `path` reopens it read-only when it
+ * is write-only. RWF_ATOMIC on a write is not answered here (a read never
+ * accepts it): the caller asks the kernel with the write itself. */
+int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, const char *path, int flags,
+		     bool write);
+
+/* ---- times: shared by the process tree, inside the per-file entry */
+struct mapped_times {
+	uint64_t atime_tick, mtime_tick; /* coarse ns of the last kernel update (atomic) */
+	uint32_t atime_pending, mtime_pending;
+};
+
+static inline uint64_t mapped_tick(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts); /* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void mapped_atime_slow(struct mapped_times *t, int fd, uint64_t tick, uint64_t eof);
+void mapped_mtime_slow(struct mapped_times *t, int fd, uint64_t tick);
+
+/* A read of `fd` was served (or answered at end of file) from the mapping;
+ * `eof` is the file size as last known (where the kernel touch reads). */
+static inline void mapped_read_done(struct mapped_times *t, int fd, int status, uint64_t eof)
+{
+	if (status & 01000000 /* O_NOATIME: the kernel never touches atime */)
+		return;
+	uint64_t tick = mapped_tick();
+	if (__builtin_expect(__atomic_load_n(&t->atime_tick, __ATOMIC_RELAXED) == tick, 1)) {
+		if (!__atomic_load_n(&t->atime_pending, __ATOMIC_RELAXED))
+			__atomic_store_n(&t->atime_pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	mapped_atime_slow(t, fd, tick, eof);
+}
+
+/* Bytes were stored into the file through the mapping. */
+static inline void mapped_write_done(struct mapped_times *t, int fd)
+{
+	uint64_t tick = mapped_tick();
+	if (__builtin_expect(__atomic_load_n(&t->mtime_tick, __ATOMIC_RELAXED) == tick, 1)) {
+		if (!__atomic_load_n(&t->mtime_pending, __ATOMIC_RELAXED))
+			__atomic_store_n(&t->mtime_pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	mapped_mtime_slow(t, fd, tick);
+}
+
+/* Before the times may be looked at (fstat through Chell, close): do what
+ * is pending. */
+void mapped_times_flush(struct mapped_times *t, int fd, int status, uint64_t eof);
+
+#endif
