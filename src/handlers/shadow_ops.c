@@ -399,6 +399,34 @@ static void compare_read(const struct shadow_op *o, const struct iovec *iov, int
 		free(sorted);
 }
 
+/* May the kernel store into byte `at` of the iovecs? Asked with
+ * process_vm_readv/writev of that one byte (same value back), which honour
+ * page protections and fail with EFAULT instead of a signal. */
+static int user_writable(const struct iovec *iov, int cnt, size_t at)
+{
+	for (int i = 0; i < cnt; i++) {
+		if (at >= iov[i].iov_len) {
+			at -= iov[i].iov_len;
+			continue;
+		}
+		unsigned char b;
+		struct iovec mine = {&b, 1}, theirs = {(char *)iov[i].iov_base + at, 1};
+		int pid = (int)CHELL_SC(SYS_getpid, 0, 0, 0, 0, 0, 0);
+		return CHELL_SC(SYS_process_vm_readv, pid, &mine, 1, &theirs, 1, 0) == 1 &&
+		       CHELL_SC(SYS_process_vm_writev, pid, &mine, 1, &theirs, 1, 0) == 1;
+	}
+	return 1;
+}
+
+/* Which preadv2/pwritev2 flags a file accepts (RWF_NOWAIT, RWF_DONTCACHE,
+ * RWF_ATOMIC) is the file system's choice: tmpfs refuses what ext4 takes.
+ * A refusal under test says nothing the shadow copy, maybe on another file
+ * system, can check. */
+static int flags_refused(ssize_t r, int flags)
+{
+	return flags && r == -EOPNOTSUPP;
+}
+
 ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
 {
 	struct shadow_op o;
@@ -412,9 +440,11 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
 		return r1;
-	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
-		/* A bad application buffer or a would-block: the shadow, with
-		 * its own buffer and no such condition, cannot reproduce it. */
+	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
+		/* A bad application buffer, a would-block, or flags the file
+		 * system under test refuses: the shadow, with its own buffer,
+		 * no such condition and maybe another file system, cannot
+		 * reproduce it. */
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
 		return r1;
@@ -450,6 +480,14 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	}
 	chell_ctx sc = shadow_ref_ctx(&o);
 	ssize_t r2 = POSIX->read(&sc, shadow_iov, iovcnt, off, flags & ~RWF_NOWAIT);
+	if (r1 >= 0 && r2 > r1 && !user_writable(iov, iovcnt, (size_t)r1)) {
+		/* The application's buffer ends in a bad page at byte r1: the
+		 * kernel stops there (a partial count), the shadow's own buffer
+		 * does not. Give back what the shadow read beyond it. */
+		if (off < 0)
+			sys_lseek(o.sfd, -(off_t)(r2 - r1), SEEK_CUR);
+		r2 = r1;
+	}
 	o.h->r_shadow = r2;
 	check_result(&o, chell_op_name(c->op), r1, r2);
 	check_offsets(&o);
@@ -476,7 +514,7 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
 		return r1;
-	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
+	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
 		return r1;
