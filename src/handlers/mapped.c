@@ -5,11 +5,15 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <sys/resource.h>
 #include <sys/uio.h>
 
 #include "../nib/nib.h"
 #include "mapped.h"
 
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
 #ifndef RWF_ATOMIC
 #define RWF_ATOMIC 0x00000040
 #endif
@@ -18,7 +22,7 @@
  * so far beyond the end of file that nothing is read (flags are checked
  * before the read starts; atime is touched only if the flags pass, which
  * the caller's own read would do too). */
-static int probe(int fd, int flags)
+static int read_probe(int fd, int flags)
 {
 	char b;
 	struct iovec v = {&b, 1};
@@ -26,20 +30,53 @@ static int probe(int fd, int flags)
 	return r < 0 ? (int)r : 0;
 }
 
+/*
+ * What kiocb_set_rw_flags() checks is the same for reads and writes, except
+ * RWF_ATOMIC (never on a read). Some file systems refuse a flag only on the
+ * write path (ext4: RWF_NOWAIT on a buffered write; no FMODE_BUF_WASYNC:
+ * EINVAL): for RWF_NOWAIT and RWF_ATOMIC on a write, where the read probe
+ * let them through, a write probe asks too. It writes nothing: one byte
+ * from a NULL buffer at LLONG_MAX - 1, which fails with EFAULT (or EAGAIN:
+ * under RWF_NOWAIT the kernel will not stop to update the file times)
+ * once the flags passed. Not with a finite RLIMIT_FSIZE (the kernel would
+ * send SIGXFSZ) and not where the write would append (it would land at the
+ * end of file): there the read probe's answer stands.
+ */
+static int write_probe(int fd, int status, int flags)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur != RLIM_INFINITY)
+		return 0;
+	/* Never where it would append: the read probe has answered for
+	 * RWF_APPEND and O_APPEND already, so the probe writes at its offset. */
+	int pf = flags & ~RWF_APPEND;
+	bool added = (status & O_APPEND) && !(pf & RWF_NOAPPEND);
+	if (added)
+		pf |= RWF_NOAPPEND;
+	struct iovec v = {NULL, 1};
+	ssize_t r = sys_pwritev2(fd, &v, 1, LLONG_MAX - 1, pf);
+	if (r == -EINVAL && (flags & RWF_ATOMIC))
+		return 0; /* the size of this write, not the flag: the real write decides */
+	if (r == -EPERM && added)
+		return 0; /* an append-only file refusing our RWF_NOAPPEND, not theirs */
+	return r < 0 ? (int)r : 0;
+}
+
 int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, const char *path, int flags,
 		     bool write)
 {
-	if (write)
-		flags &= ~RWF_ATOMIC;
 	if (!flags)
 		return 0;
-	uint64_t key = (uint32_t)flags | ((status & O_APPEND) ? 1ull << 32 : 0);
+	uint64_t key = (uint32_t)flags | ((status & O_APPEND) ? 1ull << 32 : 0) | (write ? 1ull << 33 : 0);
 	for (unsigned i = 0; i < m->n; i++)
 		if (m->key[i] == key)
 			return m->res[i];
-	int r;
-	if ((status & O_ACCMODE) != O_WRONLY) {
-		r = probe(fd, flags);
+	int rflags = write ? flags & ~RWF_ATOMIC : flags;
+	int r = 0;
+	if (!rflags) {
+		r = 0;
+	} else if ((status & O_ACCMODE) != O_WRONLY) {
+		r = read_probe(fd, rflags);
 	} else {
 		/* a write-only descriptor cannot be read: ask through a read-only
 		 * one of the same file (the mapping proved we may read it) */
@@ -49,13 +86,15 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, const char *path,
 			rfd = sys_open(path, O_RDONLY | O_CLOEXEC | (status & O_APPEND), 0);
 		if (rfd < 0)
 			return 0; /* cannot ask: let the flags through, as before */
-		r = probe(rfd, flags);
+		r = read_probe(rfd, rflags);
 		sys_close(rfd);
 	}
+	if (r == 0 && write && (flags & (RWF_NOWAIT | RWF_ATOMIC)))
+		r = write_probe(fd, status, flags);
 	/* Only the kernel's flag errors are answers about the flags; anything
-	 * else (EFAULT, EIO) says nothing and is not remembered. */
-	if (r != 0 && r != -EOPNOTSUPP && r != -EINVAL && r != -EPERM)
-		return 0;
+	 * else (EFAULT, EAGAIN, EIO) means they passed. */
+	if (r != -EOPNOTSUPP && r != -EINVAL && r != -EPERM)
+		r = 0;
 	unsigned slot = m->n < MAPPED_RWF_MEMO ? m->n++ : (m->next++ % MAPPED_RWF_MEMO);
 	m->key[slot] = key;
 	m->res[slot] = r;

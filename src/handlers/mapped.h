@@ -45,8 +45,8 @@ struct mapped_rwf {
 /* 0 if the kernel accepts `flags` on preadv2/pwritev2 of this file, else
  * -errno as it would answer. `fd` is the application's descriptor (its
  * O_APPEND and access mode matter); `path` reopens it read-only when it
- * is write-only. RWF_ATOMIC on a write is not answered here (a read never
- * accepts it): the caller asks the kernel with the write itself. */
+ * is write-only. For RWF_ATOMIC the answer is about the flag only (the
+ * size rules are the real write's). */
 int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, const char *path, int flags,
 		     bool write);
 

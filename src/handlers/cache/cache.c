@@ -28,7 +28,9 @@
 #include "cache.h"
 
 #define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
-#define RWF_KNOWN (RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND)
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
 
 static int inode_ready;
 static bool route_check;          /* routing let every file through: check the backings */
@@ -146,7 +148,7 @@ static int attach(chell_ctx *c, int count_open)
 		direct_inode_put(in); /* adoption: the OFD is already counted */
 	else
 		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
-	struct cache_local *l = malloc(sizeof(*l));
+	struct cache_local *l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (count_open)
 			direct_inode_put(in);
@@ -266,9 +268,28 @@ static void cache_release(chell_ctx *c)
 
 static int cache_sync_out(chell_ctx *c)
 {
-	if (D(c)->active)
+	if (D(c)->active) {
 		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+		if (L(c))
+			mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	}
 	return 0;
+}
+
+/* File times owed to the kernel (mapped.h) are settled before they can be
+ * looked at through this descriptor, and before it goes away. */
+static int cache_fstat(chell_ctx *c, struct stat *st)
+{
+	if (active(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_fstat(c, st);
+}
+
+static int cache_close(chell_ctx *c)
+{
+	if (active(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_close(c);
 }
 
 /* From now on this descriptor uses the kernel path (in every process). */
@@ -382,26 +403,38 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 		return -EINVAL;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
 	ssize_t total = iov_total(iov, cnt);
-	if (total <= 0)
-		return total;
 	struct direct_inode *in = L(c)->inode;
+	if (total <= 0) {
+		/* read()/pread() of 0 bytes reach the file system, which touches
+		 * atime; the vector forms stop before it */
+		if (total == 0 && (c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD))
+			mapped_read_done(&in->times, c->fd, status(c), isize(in));
+		return total;
+	}
+	if (flags) {
+		/* the kernel's verdict on the flags (mapped.h), checked last as
+		 * the kernel does */
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), c->f->path, flags, false);
+		if (e < 0)
+			return e;
+	}
 	CSTAT(reads, 1);
 	ssize_t r;
+	uint64_t size = isize(in);
 	if (off >= 0) {
-		uint64_t size = isize(in);
 		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
 			size = direct_inode_refresh(in, c->fd);
-		if ((uint64_t)off >= size)
-			return 0;
-		size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total : (size_t)(size - (uint64_t)off);
-		r = move(c, iov, cnt, (uint64_t)off, n, 0);
+		r = 0;
+		if ((uint64_t)off < size) {
+			size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total
+									: (size_t)(size - (uint64_t)off);
+			r = move(c, iov, cnt, (uint64_t)off, n, 0);
+		}
 	} else {
 		/* reserve [pos, pos+n) of the shared offset, as direct.c does */
 		_Atomic uint64_t *offp = OFFSET(c);
-		uint64_t pos = atomic_load(offp), size = isize(in);
+		uint64_t pos = atomic_load(offp);
 		size_t n;
 		bool refreshed = false;
 		for (;;) {
@@ -413,9 +446,7 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 			if (atomic_compare_exchange_weak(offp, &pos, pos + n))
 				break;
 		}
-		if (n == 0)
-			return 0;
-		r = move(c, iov, cnt, pos, n, 0);
+		r = n ? move(c, iov, cnt, pos, n, 0) : 0;
 		if (r != (ssize_t)n) { /* short: give back what was not read */
 			uint64_t expect = pos + n;
 			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
@@ -425,6 +456,8 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 	}
 	if (r > 0)
 		CSTAT(read_bytes, (uint64_t)r);
+	if (r >= 0 && active(c))
+		mapped_read_done(&in->times, c->fd, status(c), size);
 	return r;
 }
 
@@ -493,16 +526,19 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	int st = status(c);
 	if ((st & O_ACCMODE) == O_RDONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
 	ssize_t total = iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
+	if (flags) {
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, c->f->path, flags, true);
+		if (e < 0)
+			return e;
+	}
 	struct direct_inode *in = L(c)->inode;
 	_Atomic uint64_t *offp = OFFSET(c);
 	CSTAT(writes, 1);
 	ssize_t r;
-	if ((st & O_APPEND) || (flags & RWF_APPEND)) {
+	if (((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND)) {
 		uint64_t end;
 		r = append(c, iov, cnt, (size_t)total, &end);
 		if (r > 0 && off == -1)
@@ -532,6 +568,8 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	if (off < 0 && !active(c))
 		sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
 	if (r > 0) {
+		if (active(c))
+			mapped_write_done(&in->times, c->fd);
 		CSTAT(write_bytes, (uint64_t)r);
 		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
 			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
@@ -735,6 +773,8 @@ const struct chell_handler chell_cache_handler = {
 	.detach = cache_detach,
 	.release = cache_release,
 	.sync_out = cache_sync_out,
+	.close = cache_close,
+	.fstat = cache_fstat,
 	.read = cache_read,
 	.write = cache_write,
 	.lseek = cache_lseek,

@@ -115,6 +115,27 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 	return false;
 }
 
+/* A piece whose user buffer turned out bad somewhere: the kernel's copy
+ * stops at the first byte it cannot access, and read or write returns what
+ * was moved before it (EFAULT only if nothing was). Find that point: again
+ * piece by piece, cut at the buffer's page boundaries (moving the same
+ * bytes twice is harmless). */
+static ssize_t move_to_fault(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in,
+			     unsigned char *u, size_t len, size_t done, int to_file)
+{
+	size_t at = 0;
+	while (at < len) {
+		size_t seg = 4096 - ((uintptr_t)(u + at) & 4095);
+		if (seg > len - at)
+			seg = len - at;
+		if (piece(c, cf, k, in + at, u + at, seg, to_file) != PIECE_OK)
+			break; /* the bad page, or anything else: stop before it */
+		at += seg;
+	}
+	done += at;
+	return done ? (ssize_t)done : -EFAULT;
+}
+
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
 		       int to_file, int *kernel)
 {
@@ -153,6 +174,8 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 				*kernel = 1;
 				return (ssize_t)done;
 			}
+			if (r == -EFAULT)
+				return move_to_fault(c, cf, k, in, u, len, done, to_file);
 			if (r < 0)
 				return done ? (ssize_t)done : r;
 			done += len;
