@@ -140,4 +140,9 @@ void mapped_times_flush(struct mapped_times *t, int fd, int status, uint64_t eof
 		mapped_mtime_slow(t, fd, mapped_tick());
 	if (!(status & O_NOATIME) && __atomic_exchange_n(&t->atime_pending, 0, __ATOMIC_RELAXED))
 		mapped_atime_slow(t, fd, mapped_tick(), eof);
+	/* Whoever looks now makes the kernel stamp the next change finer than
+	 * a tick (multigrain ctime), and may have changed the times itself
+	 * (utimensat by path): the next read and write ask the kernel again. */
+	__atomic_store_n(&t->atime_tick, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&t->mtime_tick, 0, __ATOMIC_RELAXED);
 }
