@@ -5,6 +5,7 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <sys/resource.h>
 #include <sys/uio.h>
 
@@ -62,8 +63,7 @@ static int write_probe(int fd, int status, int flags)
 	return r < 0 ? (int)r : 0;
 }
 
-int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, const char *path, int flags,
-		     bool write)
+int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool write)
 {
 	if (!flags)
 		return 0;
@@ -79,13 +79,14 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, const char *path,
 		r = read_probe(fd, rflags);
 	} else {
 		/* a write-only descriptor cannot be read: ask through a read-only
-		 * one of the same file (the mapping proved we may read it) */
-		int rfd = path ? sys_open(path, O_RDONLY | O_CLOEXEC | O_NOATIME | (status & O_APPEND), 0)
-			       : -EBADF;
-		if (rfd == -EPERM && path) /* O_NOATIME needs ownership */
-			rfd = sys_open(path, O_RDONLY | O_CLOEXEC | (status & O_APPEND), 0);
+		 * reopen of the same file (the mapping proved we may read it) */
+		char self[40];
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+		int rfd = sys_open(self, O_RDONLY | O_CLOEXEC | O_NOATIME | (status & O_APPEND), 0);
+		if (rfd == -EPERM) /* O_NOATIME needs ownership */
+			rfd = sys_open(self, O_RDONLY | O_CLOEXEC | (status & O_APPEND), 0);
 		if (rfd < 0)
-			return 0; /* cannot ask: let the flags through, as before */
+			return 0; /* cannot ask: let the flags through */
 		r = read_probe(rfd, rflags);
 		sys_close(rfd);
 	}

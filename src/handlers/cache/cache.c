@@ -416,7 +416,7 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 	if (flags) {
 		/* the kernel's verdict on the flags (mapped.h), checked last as
 		 * the kernel does */
-		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), c->f->path, flags, false);
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, false);
 		if (e < 0)
 			return e;
 	}
@@ -531,7 +531,7 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	if (total <= 0)
 		return total;
 	if (flags) {
-		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, c->f->path, flags, true);
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, flags, true);
 		if (e < 0)
 			return e;
 	}

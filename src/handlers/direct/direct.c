@@ -254,7 +254,7 @@ static int direct_close(chell_ctx *c)
  */
 static int check_flags(chell_ctx *c, int flags, bool write)
 {
-	return mapped_rwf_check(&L(c)->rwf, c->fd, status(c), c->f->path, flags, write);
+	return mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, write);
 }
 
 /* Flags the mapped copy cannot honour itself: RWF_NOWAIT (a copy may fault
