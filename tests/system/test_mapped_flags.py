@@ -7,6 +7,7 @@ blocks or hangs, and file times follow the mount's atime option.
   busy. Plainly it ends at once on tmpfs; under direct mode it used to spin
   forever (the flag was accepted and ignored). A hang fails the test at the
   timeout.
+- sem_rwf and sem_times on a disk file system under direct mode (--path).
 - tests/progs/sem_times under tmpfs mounts with strictatime, noatime,
   relatime and lazytime (the test mounts them: root only): the transcript
   under direct mode must be the kernel's for every option, which Chell
@@ -127,3 +128,23 @@ def test_times_follow_mount_options(mount_tmpfs, options):
     assert got.stdout == plain.stdout, (
         f"sem_times on a tmpfs mounted {options}: under direct\n{got.stdout.decode()}\n"
         f"plainly\n{plain.stdout.decode()}")
+
+
+@pytest.mark.parametrize("name", ["sem_rwf", "sem_times"])
+def test_direct_on_a_disk_file_system(name, tmp_path):
+    """Direct mode also serves files of any file system named with --path.
+    On /tmp (a disk file system here) the kernel takes flags tmpfs refuses
+    (RWF_NOWAIT on reads, RWF_DONTCACHE) and leaves atime alone on 0-byte
+    reads: the transcripts must still be the kernel's."""
+    base = Path(tempfile.mkdtemp(prefix="chell-disk-", dir="/tmp"))
+    try:
+        (base / "plain").mkdir()
+        (base / "data").mkdir()
+        plain = run([PROGS / name, base / "plain"], env=PLAIN_ENV)
+        assert plain.returncode == 0, describe(plain)
+        got = run(chell_cmd("direct", [base / "data"], [PROGS / name, base / "data"]),
+                  env=PLAIN_ENV)
+        assert got.returncode == 0, describe(got)
+        assert got.stdout == plain.stdout, describe(got)
+    finally:
+        subprocess.run(["rm", "-rf", str(base)])
