@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 
 #include "../nib/nib.h"
+#include "direct/direct.h"
 #include "mapped.h"
 
 #ifndef RWF_NOAPPEND
@@ -100,6 +101,42 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
 	m->key[slot] = key;
 	m->res[slot] = r;
 	return r;
+}
+
+#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
+
+ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
+{
+	if (cnt < 0 || cnt > IOV_MAX)
+		return -EINVAL;
+	struct iovec v[32];
+	size_t total = 0;
+	for (int i = 0; i < cnt; i += 32) {
+		int k = cnt - i < 32 ? cnt - i : 32, fault;
+		if (direct_copy(v, iov + i, (size_t)k * sizeof(*v), &fault) == 0)
+			return -EFAULT;
+		for (int j = 0; j < k; j++) {
+			if ((ssize_t)v[j].iov_len < 0)
+				return -EINVAL;
+			total += v[j].iov_len < (size_t)MAX_RW_COUNT ? v[j].iov_len : (size_t)MAX_RW_COUNT;
+			if (total > (size_t)MAX_RW_COUNT)
+				total = MAX_RW_COUNT;
+		}
+	}
+	return (ssize_t)total;
+}
+
+bool mapped_iov_readable(const struct iovec *iov, int cnt)
+{
+	if (cnt <= 0)
+		return true;
+	if (cnt > IOV_MAX)
+		cnt = IOV_MAX;
+	static __thread struct iovec scratch[IOV_MAX];
+	struct iovec mine = {scratch, (size_t)cnt * sizeof(*iov)};
+	struct iovec theirs = {(void *)iov, mine.iov_len};
+	int pid = (int)CHELL_SC(SYS_getpid, 0, 0, 0, 0, 0, 0);
+	return CHELL_SC(SYS_process_vm_readv, pid, &mine, 1, &theirs, 1, 0) == (long)mine.iov_len;
 }
 
 /* The kernel's own atime update for a read of fd: a 1-byte read at the end

@@ -33,6 +33,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <time.h>
 
 /* ---- flags: a process-local memo of the kernel's answers for one file */
@@ -48,6 +49,18 @@ struct mapped_rwf {
  * read-only through /proc/self/fd for the question. For RWF_ATOMIC the answer is about the flag only (the
  * size rules are the real write's). */
 int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool write);
+
+/* ---- iovecs: the kernel copies the array in first (EFAULT if it cannot),
+ * rejects more than IOV_MAX entries and negative lengths (EINVAL, for every
+ * entry), and clamps the sum to MAX_RW_COUNT. The same here, reading the
+ * array only inside a fault guard (direct/copy.c), so a bad pointer is
+ * EFAULT and never a signal. The sum, or -errno. */
+struct iovec;
+ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
+/* Can the array of cnt iovecs be read? Asked of the kernel
+ * (process_vm_readv), for layers that run without a fault guard (trace,
+ * shadow) and only look at the lengths. */
+bool mapped_iov_readable(const struct iovec *iov, int cnt);
 
 /* ---- times: shared by the process tree, inside the per-file entry */
 struct mapped_times {

@@ -16,6 +16,7 @@
 #include <sys/mman.h>
 
 #include "chell/handler.h"
+#include "mapped.h"
 #include "chell/sys.h"
 #include "shadow.h"
 
@@ -112,8 +113,8 @@ static void scratch_put(struct scratch *s)
 static size_t iov_total(const struct iovec *iov, int cnt)
 {
 	size_t n = 0;
-	if (cnt < 0 || cnt > IOV_MAX)
-		return 0;
+	if (cnt < 0 || cnt > IOV_MAX || !mapped_iov_readable(iov, cnt))
+		return 0; /* unreadable: the layers below answer EFAULT, not compared */
 	for (int i = 0; i < cnt; i++) {
 		if (iov[i].iov_len > (size_t)SSIZE_MAX - n)
 			return SSIZE_MAX;

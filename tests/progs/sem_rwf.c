@@ -172,6 +172,25 @@ static void bad_cases(void)
 	T(pwritev(fd, v4, 2, 12 * PG + 3));
 	T(pwritev2(fd, v4, 2, 13 * PG + 3, RWF_DSYNC));
 	OFF(fd);
+
+	say("[iovec arrays that are bad]\n");
+	struct iovec *edge = (struct iovec *)(bad - sizeof(struct iovec));
+	edge->iov_base = p; /* the last good slot before the PROT_NONE page */
+	edge->iov_len = 8;
+	T(readv(fd, (struct iovec *)bad, 1));
+	T(readv(fd, edge, 2)); /* the second entry is unreadable */
+	T(readv(fd, edge, 1));
+	T(preadv(fd, (struct iovec *)-1L, 1, 0));
+	T(preadv2(fd, (struct iovec *)bad, 1, 0, RWF_HIPRI));
+	T(preadv2(fd, (struct iovec *)bad, 1, 0, 0x40000000)); /* EFAULT before the flags */
+	T(writev(fd, (struct iovec *)bad, 1));
+	T(writev(fd, edge, 2));
+	T(pwritev(fd, edge, 1, 64));
+	T(pwritev2(fd, (struct iovec *)bad, 1, 0, RWF_DSYNC));
+	T(readv(fd, NULL, 0));
+	struct iovec neg[3] = {{p, 0x7ffff000}, {p, 0x7ffff000}, {p, (size_t)-1}};
+	T(preadv(fd, neg, 3, 0)); /* a negative length after the clamp: EINVAL */
+	OFF(fd);
 	sem_fsize("g", fd);
 	close(fd);
 	sem_content("g");

@@ -41,8 +41,8 @@ static __thread unsigned tls_first, tls_nb;
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	if (!tls_in)
-		return false; /* not ours: the application's own fault */
+	if (!tls_in) /* not a cache copy: direct_copy's guard (mapped.c), or the application's */
+		return direct_fault_fixup(sig, si, uc_);
 	tls_in = 0;
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
@@ -257,7 +257,8 @@ int cache_copy_init(void)
 {
 	/* direct_copy_init picks the cache-line flush instruction (DAX pools)
 	 * and installs direct's fault hook; cache mode replaces the hook with
-	 * its own, since it never uses direct's guarded copies. */
+	 * its own, which passes what is not a cache copy's fault on to
+	 * direct's (the guarded reads of mapped.c). */
 	direct_copy_init();
 	chell_set_fault_hook(fault_fixup);
 	return 0;

@@ -76,8 +76,9 @@ __attribute__((noinline)) size_t direct_copy_nt(void *dst, const void *src, size
 	return n - left;
 }
 
-/* Called by the signal layer for every synchronous SIGBUS/SIGSEGV. */
-static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
+/* Called by the signal layer for every synchronous SIGBUS/SIGSEGV (in cache
+ * mode through the cache's own hook, for mapped.c's guarded reads). */
+bool direct_fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
 	greg_t ip = uc->uc_mcontext.gregs[REG_RIP];
@@ -118,6 +119,6 @@ void direct_fence(void)
 int direct_copy_init(void)
 {
 	persist = chell_persist_default();
-	chell_set_fault_hook(fault_fixup);
+	chell_set_fault_hook(direct_fault_fixup);
 	return 0;
 }

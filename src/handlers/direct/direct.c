@@ -274,22 +274,6 @@ static inline int at_pos_flags(chell_ctx *c)
 	return (status(c) & O_APPEND) ? RWF_NOAPPEND : 0;
 }
 
-/* Sum of iovec lengths as the kernel checks and clamps it, or -errno. */
-static ssize_t iov_total(const struct iovec *iov, int cnt)
-{
-	if (cnt < 0 || cnt > IOV_MAX)
-		return -EINVAL;
-	size_t total = 0;
-	for (int i = 0; i < cnt; i++) {
-		if ((ssize_t)iov[i].iov_len < 0)
-			return -EINVAL;
-		total += iov[i].iov_len;
-		if (total > (size_t)MAX_RW_COUNT)
-			return MAX_RW_COUNT;
-	}
-	return (ssize_t)total;
-}
-
 static bool positional(enum chell_op op)
 {
 	return op == CHELL_OP_PREAD || op == CHELL_OP_PREADV || op == CHELL_OP_PWRITE ||
@@ -469,7 +453,7 @@ static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 		return -EINVAL;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	ssize_t total = iov_total(iov, cnt);
+	ssize_t total = mapped_iov_total(iov, cnt);
 	struct direct_inode *in = L(c)->inode;
 	if (total <= 0) {
 		/* read()/pread() of 0 bytes reach the file system, which may
@@ -543,7 +527,7 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 	int st = status(c);
 	if ((st & O_ACCMODE) == O_RDONLY)
 		return -EBADF;
-	ssize_t total = iov_total(iov, cnt);
+	ssize_t total = mapped_iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
 	if (flags) {

@@ -112,6 +112,8 @@ size_t direct_copy_nt(void *dst, const void *src, size_t n, int *fault);
 void direct_flush(const void *addr, size_t len);
 void direct_fence(void);
 int direct_copy_init(void);
+/* The fault hook behind direct_copy: true if the fault was its own. */
+bool direct_fault_fixup(int sig, siginfo_t *si, void *uc);
 extern size_t direct_nt_threshold;
 
 /* ---- stats.c: per-thread counters, summed on demand */
