@@ -74,22 +74,26 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
 			return m->res[i];
 	int rflags = write ? flags & ~RWF_ATOMIC : flags;
 	int r = 0;
-	if (!rflags) {
-		r = 0;
-	} else if ((status & O_ACCMODE) != O_WRONLY) {
-		r = read_probe(fd, rflags);
-	} else {
-		/* a write-only descriptor cannot be read: ask through a read-only
-		 * reopen of the same file (the mapping proved we may read it) */
-		char self[40];
-		snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
-		int rfd = sys_open(self, O_RDONLY | O_CLOEXEC | O_NOATIME | (status & O_APPEND), 0);
-		if (rfd == -EPERM) /* O_NOATIME needs ownership */
-			rfd = sys_open(self, O_RDONLY | O_CLOEXEC | (status & O_APPEND), 0);
-		if (rfd < 0)
-			return 0; /* cannot ask: let the flags through */
-		r = read_probe(rfd, rflags);
-		sys_close(rfd);
+	if (rflags) {
+		/* For a read the probe runs on the application's descriptor: if
+		 * the flags pass, it touches atime as the read itself will. A
+		 * write must not touch atime, and a write-only descriptor cannot
+		 * be read: those ask through a read-only reopen of the same file,
+		 * with O_NOATIME where we may (owner or CAP_FOWNER). */
+		int pfd = fd;
+		if (write || (status & O_ACCMODE) == O_WRONLY) {
+			char self[40];
+			snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+			int base = O_RDONLY | O_CLOEXEC | (status & O_APPEND);
+			pfd = sys_open(self, base | O_NOATIME, 0);
+			if (pfd == -EPERM)
+				pfd = (status & O_ACCMODE) != O_WRONLY ? fd : sys_open(self, base, 0);
+			if (pfd < 0)
+				return 0; /* cannot ask: let the flags through */
+		}
+		r = read_probe(pfd, rflags);
+		if (pfd != fd)
+			sys_close(pfd);
 	}
 	if (r == 0 && write && (flags & (RWF_NOWAIT | RWF_ATOMIC)))
 		r = write_probe(fd, status, flags);
@@ -128,15 +132,18 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 
 bool mapped_iov_readable(const struct iovec *iov, int cnt)
 {
-	if (cnt <= 0)
-		return true;
 	if (cnt > IOV_MAX)
 		cnt = IOV_MAX;
-	static __thread struct iovec scratch[IOV_MAX];
-	struct iovec mine = {scratch, (size_t)cnt * sizeof(*iov)};
-	struct iovec theirs = {(void *)iov, mine.iov_len};
 	int pid = (int)CHELL_SC(SYS_getpid, 0, 0, 0, 0, 0, 0);
-	return CHELL_SC(SYS_process_vm_readv, pid, &mine, 1, &theirs, 1, 0) == (long)mine.iov_len;
+	for (int i = 0; i < cnt; i += 32) {
+		struct iovec scratch[32];
+		int k = cnt - i < 32 ? cnt - i : 32;
+		struct iovec mine = {scratch, (size_t)k * sizeof(*iov)};
+		struct iovec theirs = {(void *)(iov + i), mine.iov_len};
+		if (CHELL_SC(SYS_process_vm_readv, pid, &mine, 1, &theirs, 1, 0) != (long)mine.iov_len)
+			return false;
+	}
+	return true;
 }
 
 /* The kernel's own atime update for a read of fd: a 1-byte read at the end

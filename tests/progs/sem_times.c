@@ -183,6 +183,25 @@ int main(int argc, char **argv)
 	T(pwritev(fd, v, 2, 30));
 	after("after pwritev", fd, b);
 
+	say("[preadv2/pwritev2 with flags: the flags change no time rule]\n");
+	/* atime in the future: only strictatime (a mount variant of this test)
+	 * would show a read hidden in the write, such as shadow mode's check */
+	set_times(fd, 1, 0);
+	b = by_fstat(fd);
+	struct iovec fv = {"mn", 2};
+	T(pwritev2(fd, &fv, 1, 50, RWF_DSYNC));
+	after("after pwritev2(RWF_DSYNC)", fd, b);
+	set_times(fd, 0, 1);
+	b = by_fstat(fd);
+	struct iovec rv = {buf, 10};
+	T(preadv2(fd, &rv, 1, 0, RWF_HIPRI));
+	after("after preadv2(RWF_HIPRI)", fd, b);
+	set_times(fd, 0, 0);
+	b = by_fstat(fd);
+	T(preadv2(fd, &rv, 1, 0, 0x40000000));
+	T(pwritev2(fd, &fv, 1, 0, 0x40000000));
+	after("after refused flags", fd, b);
+
 	say("[write, then read: relatime sees atime <= mtime]\n");
 	set_times(fd, 0, 0);
 	T(pread(fd, buf, 10, 0));
