@@ -13,12 +13,6 @@
 #include "direct/direct.h"
 #include "mapped.h"
 
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
-#ifndef RWF_ATOMIC
-#define RWF_ATOMIC 0x00000040
-#endif
 
 /* The kernel's verdict on `flags` for a read of `fd`: preadv2 of one byte
  * so far beyond the end of file that nothing is read (flags are checked

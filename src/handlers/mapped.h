@@ -35,6 +35,15 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
+#include <sys/uio.h>
+
+/* Newer than some installed kernel headers (linux/fs.h) */
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+#ifndef RWF_ATOMIC
+#define RWF_ATOMIC 0x00000040
+#endif
 
 /* ---- flags: a process-local memo of the kernel's answers for one file */
 #define MAPPED_RWF_MEMO 6
@@ -55,7 +64,6 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
  * entry), and clamps the sum to MAX_RW_COUNT. The same here, reading the
  * array only inside a fault guard (direct/copy.c), so a bad pointer is
  * EFAULT and never a signal. The sum, or -errno. */
-struct iovec;
 ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
 /* Can the array of cnt iovecs be read? Asked of the kernel
  * (process_vm_readv), for layers that run without a fault guard (trace,

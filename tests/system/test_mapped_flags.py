@@ -22,14 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import PROGS, chell_cmd, run
+from test_direct import PLAIN_ENV, describe
 
-PLAIN_ENV = {
-    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-    "HOME": os.environ.get("HOME", "/root"),
-    "LC_ALL": "C",
-    "TZ": "UTC",
-}
-PLAIN_ENV.update({k: v for k, v in os.environ.items() if k in ("ASAN_OPTIONS", "UBSAN_OPTIONS")})
 HANG_TIMEOUT = 60
 
 NOWAIT_PY = r"""
@@ -63,12 +57,6 @@ finally:
     for t in threads:
         t.join()
 """
-
-
-def describe(res):
-    return (f"exit status {res.returncode}\n--- stdout ---\n"
-            + res.stdout.decode(errors="replace")[-3000:]
-            + "\n--- stderr ---\n" + res.stderr.decode(errors="replace")[-3000:])
 
 
 def test_nowait_read_never_hangs(workdir, tmp_path):

@@ -28,9 +28,6 @@
 #include "cache.h"
 
 #define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
 
 static int inode_ready;
 static bool route_check;          /* routing let every file through: check the backings */

@@ -23,12 +23,6 @@
 #include "direct.h"
 
 #define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
-#ifndef RWF_ATOMIC
-#define RWF_ATOMIC 0x00000040
-#endif
 
 static int inode_ready;
 
