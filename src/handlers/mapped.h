@@ -31,6 +31,7 @@
 #ifndef CHELL_HANDLERS_MAPPED_H
 #define CHELL_HANDLERS_MAPPED_H
 
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -90,7 +91,7 @@ void mapped_mtime_slow(struct mapped_times *t, int fd, uint64_t tick);
  * `eof` is the file size as last known (where the kernel touch reads). */
 static inline void mapped_read_done(struct mapped_times *t, int fd, int status, uint64_t eof)
 {
-	if (status & 01000000 /* O_NOATIME: the kernel never touches atime */)
+	if (status & O_NOATIME) /* the kernel never touches atime for it */
 		return;
 	uint64_t tick = mapped_tick();
 	if (__builtin_expect(__atomic_load_n(&t->atime_tick, __ATOMIC_RELAXED) == tick, 1)) {
