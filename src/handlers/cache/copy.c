@@ -100,7 +100,7 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			memcpy(dst, base + off, n);
+			direct_guarded_memcpy(dst, base + off, n);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (state(ctl) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
@@ -165,7 +165,7 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			memcpy(base + off, src, n);
+			direct_guarded_memcpy(base + off, src, n);
 			if (cache_dax)
 				direct_flush(base + off, n);
 			/* after the data (policy.h: a mark that precedes a
@@ -212,7 +212,7 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 	if (state(ctl) == CACHE_CHUNK_LIVE && all_invalid(ctl, off, n)) {
 		*slot = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		*incarnation = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
-		memcpy(base + off, src, n);
+		direct_guarded_memcpy(base + off, src, n);
 		if (cache_dax)
 			direct_flush(base + off, n);
 		r = COPY_HIT;

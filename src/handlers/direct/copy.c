@@ -40,7 +40,7 @@ __attribute__((noinline)) size_t direct_copy(void *dst, const void *src, size_t 
 	}
 	tls_in_copy = 1;
 	__asm__ volatile("" ::: "memory"); /* the flag is set before the copy starts */
-	memcpy(dst, src, n);
+	direct_guarded_memcpy(dst, src, n);
 	__asm__ volatile("" ::: "memory");
 	tls_in_copy = 0;
 	*fault = 0;

@@ -14,6 +14,8 @@
 #ifndef CHELL_DIRECT_H
 #define CHELL_DIRECT_H
 
+#include <string.h>
+
 #include "../../nib/nib.h"
 #include "../mapped.h"
 
@@ -102,6 +104,20 @@ static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
 }
 
 /* ---- copy.c */
+/*
+ * The copy inside a fault guard. Under AddressSanitizer, memcpy is ASan's
+ * interceptor, which checks both ranges first and aborts on exactly what the
+ * guard is for (a bad user pointer, such as (void *)-1): there the copy is a
+ * plain `rep movsb`, which faults like the real one.
+ */
+static inline void direct_guarded_memcpy(void *dst, const void *src, size_t n)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+#else
+	memcpy(dst, src, n);
+#endif
+}
 /* Copy n bytes; a fault on either side (a page truncated away by another
  * process, a bad user buffer) stops the copy: returns n, or 0 with *fault
  * set to the signal number (the caller has the kernel redo the piece). */
