@@ -101,7 +101,6 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
 	return r;
 }
 
-#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
 
 ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 {
@@ -116,9 +115,10 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 		for (int j = 0; j < k; j++) {
 			if ((ssize_t)v[j].iov_len < 0)
 				return -EINVAL;
-			total += v[j].iov_len < (size_t)MAX_RW_COUNT ? v[j].iov_len : (size_t)MAX_RW_COUNT;
-			if (total > (size_t)MAX_RW_COUNT)
-				total = MAX_RW_COUNT;
+			const size_t max = (size_t)MAPPED_MAX_RW_COUNT;
+			total += v[j].iov_len < max ? v[j].iov_len : max;
+			if (total > max)
+				total = max;
 		}
 	}
 	return (ssize_t)total;

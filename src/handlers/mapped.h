@@ -32,11 +32,15 @@
 #define CHELL_HANDLERS_MAPPED_H
 
 #include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 #include <time.h>
 #include <sys/uio.h>
+
+/* What the kernel clamps one read or write to (fs.h MAX_RW_COUNT) */
+#define MAPPED_MAX_RW_COUNT (INT_MAX & ~4095L)
 
 /* Newer than some installed kernel headers (linux/fs.h) */
 #ifndef RWF_NOAPPEND

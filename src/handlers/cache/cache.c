@@ -27,7 +27,6 @@
 
 #include "cache.h"
 
-#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
 
 static int inode_ready;
 static bool route_check;          /* routing let every file through: check the backings */

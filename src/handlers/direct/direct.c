@@ -22,7 +22,6 @@
 
 #include "direct.h"
 
-#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
 
 static int inode_ready;
 
@@ -781,8 +780,8 @@ ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **bu
 	chell_ctx *c = &cc;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	if (count > (size_t)MAX_RW_COUNT)
-		count = MAX_RW_COUNT;
+	if (count > (size_t)MAPPED_MAX_RW_COUNT)
+		count = MAPPED_MAX_RW_COUNT;
 	struct direct_local *l = L(c);
 	_Atomic uint64_t *offp = OFFSET(c);
 	size_t chunk = (size_t)1 << direct_chunk_shift;
