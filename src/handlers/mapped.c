@@ -150,11 +150,15 @@ static void touch_atime(int fd, uint64_t eof)
 }
 
 /* mtime and ctime to the kernel's current time, as a write's
- * file_update_time() sets them. */
+ * file_update_time() sets them. Setting mtime alone is for the owner
+ * (EPERM otherwise); a writer that is not the owner may still set both
+ * times to now (write permission), which moves atime too: the kernel's
+ * next read would do that under relatime anyway. */
 static void touch_mtime(int fd)
 {
 	struct timespec ts[2] = {{0, UTIME_OMIT}, {0, UTIME_NOW}};
-	CHELL_SC(SYS_utimensat, fd, NULL, ts, 0, 0, 0);
+	if (CHELL_SC(SYS_utimensat, fd, NULL, ts, 0, 0, 0) == -EPERM)
+		CHELL_SC(SYS_utimensat, fd, NULL, NULL, 0, 0, 0);
 }
 
 void mapped_atime_slow(struct mapped_times *t, int fd, uint64_t tick, uint64_t eof)

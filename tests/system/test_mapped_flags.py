@@ -14,6 +14,7 @@ blocks or hangs, and file times follow the mount's atime option.
   never reads itself (the kernel applies it to the touches Chell asks for).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -136,3 +137,43 @@ def test_direct_on_a_disk_file_system(name, tmp_path):
         assert got.stdout == plain.stdout, describe(got)
     finally:
         subprocess.run(["rm", "-rf", str(base)])
+
+
+NON_OWNER_SH = r"""
+f=$1
+before=$(stat -c '%.9Y %.9Z' "$f")
+printf abc | dd of="$f" bs=3 seek=3 conv=notrunc status=none
+after=$(stat -c '%.9Y %.9Z' "$f")
+set -- $before $after
+[ "$3" != "$1" ] && echo "mtime changed" || echo "mtime same"
+[ "$4" != "$2" ] && echo "ctime changed" || echo "ctime same"
+"""
+
+
+def test_mtime_after_a_write_by_a_non_owner(workdir):
+    """A writer that does not own the file (mode 0666): its mapped writes
+    still change mtime and ctime, as its kernel writes would."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as another user")
+    workdir.chmod(0o777)
+    script = workdir / "w.sh"
+    script.write_text(NON_OWNER_SH)
+    script.chmod(0o755)
+    out = {}
+    for label in ("plain", "data"):
+        d = workdir / label
+        d.mkdir()
+        d.chmod(0o777)
+        f = d / "f"
+        f.write_bytes(b"x" * 8192)
+        f.chmod(0o666)
+        os.utime(f, ns=(1000 * 10**9, 1000 * 10**9))
+        argv = ["/bin/sh", script, f]
+        if label == "data":
+            argv = chell_cmd("direct", [d], argv)
+        res = run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + argv,
+                  env=PLAIN_ENV)
+        assert res.returncode == 0, describe(res)
+        out[label] = res.stdout
+    assert out["plain"] == b"mtime changed\nctime changed\n", out["plain"]
+    assert out["data"] == out["plain"], out
