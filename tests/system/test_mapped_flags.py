@@ -12,6 +12,7 @@ blocks or hangs, and file times follow the mount's atime option.
   relatime and lazytime (the test mounts them: root only): the transcript
   under direct mode must be the kernel's for every option, which Chell
   never reads itself (the kernel applies it to the touches Chell asks for).
+- A writer that does not own the file changes mtime and ctime as plainly.
 """
 import os
 import shutil
