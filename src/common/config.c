@@ -87,6 +87,9 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "cache mode: ... and stops at this percent"},
 	{"cache.readahead", "CHELL_CACHE_READAHEAD", CHELL_T_SIZE, "64K", NULL,
 	 "cache mode: a miss fills at least this much of the chunk from the backing file"},
+	{"cache.max_fds", "CHELL_CACHE_MAX_FDS", CHELL_T_UINT, "256", NULL,
+	 "cache mode: descriptors chelld keeps of files no client has open while they hold "
+	 "dirty data (read-only ones); past that the least recently used is written back"},
 	{NULL, NULL, CHELL_T_STRING, NULL, NULL, NULL},
 };
 

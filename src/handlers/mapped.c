@@ -102,12 +102,26 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
 }
 
 
+/* The user address range of x86-64 with 4-level page tables
+ * (TASK_SIZE_MAX): what the kernel's access_ok() accepts. */
+#define USER_TOP 0x7ffffffff000ull
+
+static inline bool user_range(const void *p, size_t n)
+{
+	return n <= USER_TOP && (uintptr_t)p <= USER_TOP - n;
+}
+
 ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 {
 	if (cnt < 0 || cnt > IOV_MAX)
 		return -EINVAL;
+	const size_t max = (size_t)MAPPED_MAX_RW_COUNT;
 	struct iovec v[32];
 	size_t total = 0;
+	bool outside = false;
+	/* The array is copied in with every length checked (EINVAL), then each
+	 * segment must lie in the user range (EFAULT for the whole call,
+	 * before a byte moves); the sum is clamped. */
 	for (int i = 0; i < cnt; i += 32) {
 		int k = cnt - i < 32 ? cnt - i : 32, fault;
 		if (direct_copy(v, iov + i, (size_t)k * sizeof(*v), &fault) == 0)
@@ -115,13 +129,13 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 		for (int j = 0; j < k; j++) {
 			if ((ssize_t)v[j].iov_len < 0)
 				return -EINVAL;
-			const size_t max = (size_t)MAPPED_MAX_RW_COUNT;
+			outside |= !user_range(v[j].iov_base, v[j].iov_len);
 			total += v[j].iov_len < max ? v[j].iov_len : max;
 			if (total > max)
 				total = max;
 		}
 	}
-	return (ssize_t)total;
+	return outside ? -EFAULT : (ssize_t)total;
 }
 
 bool mapped_iov_readable(const struct iovec *iov, int cnt)

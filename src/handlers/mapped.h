@@ -66,7 +66,8 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
 
 /* ---- iovecs: the kernel copies the array in first (EFAULT if it cannot),
  * rejects more than IOV_MAX entries and negative lengths (EINVAL, for every
- * entry), and clamps the sum to MAX_RW_COUNT. The same here, reading the
+ * entry), then a segment outside the user address range (EFAULT, access_ok)
+ * and clamps the sum to MAX_RW_COUNT. The same here, reading the
  * array only inside a fault guard (direct/copy.c), so a bad pointer is
  * EFAULT and never a signal. The sum, or -errno. */
 ssize_t mapped_iov_total(const struct iovec *iov, int cnt);

@@ -11,6 +11,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -89,10 +90,12 @@ struct scratch {
 	char small[SMALL_BYTES];
 };
 
-static void *scratch_get(struct scratch *s, size_t n)
+/* `aligned`: page-aligned memory even for a small request (O_DIRECT reads
+ * need an aligned buffer, or the shadow copy's read fails with EINVAL). */
+static void *scratch_get_(struct scratch *s, size_t n, bool aligned)
 {
 	s->map = NULL;
-	if (n <= sizeof(s->small))
+	if (n <= sizeof(s->small) && !aligned)
 		return s->small;
 	s->maplen = (n + 4095) & ~(size_t)4095;
 	long r = CHELL_SC(SYS_mmap, 0, s->maplen, PROT_READ | PROT_WRITE,
@@ -101,6 +104,11 @@ static void *scratch_get(struct scratch *s, size_t n)
 		return NULL;
 	s->map = (void *)r;
 	return s->map;
+}
+
+static void *scratch_get(struct scratch *s, size_t n)
+{
+	return scratch_get_(s, n, false);
 }
 
 static void scratch_put(struct scratch *s)
@@ -463,12 +471,15 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	if (iovcnt >= 0 && iovcnt <= IOV_MAX && total != (size_t)SSIZE_MAX) {
 		size_t vbytes = (size_t)iovcnt * sizeof(struct iovec);
 		size_t dbytes = total < (size_t)MAX_RW ? total : (size_t)MAX_RW;
-		char *mem = scratch_get(&s, vbytes + dbytes);
+		size_t dspace = (dbytes + 15) & ~(size_t)15;
+		bool direct = __atomic_load_n(&c->f->ofd->status_flags, __ATOMIC_RELAXED) & O_DIRECT;
+		/* the data first, so that it starts page-aligned when it is mapped */
+		char *mem = scratch_get_(&s, dspace + vbytes, direct);
 		if (!mem)
 			shadow_diverge(&o, "out of memory for the shadow read buffer (%zu bytes)",
 				       dbytes);
-		struct iovec *siov = (struct iovec *)mem;
-		char *q = data = mem + vbytes;
+		struct iovec *siov = (struct iovec *)(mem + dspace);
+		char *q = data = mem;
 		for (int i = 0; i < iovcnt; i++) {
 			size_t n = iov[i].iov_len;
 			if (n > dbytes - (size_t)(q - data))

@@ -100,7 +100,7 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 	uint32_t slot;
 	unsigned char *base;
 	if (!l || off < 0 || n == 0 || !(base = writable(l, st, (uint64_t)off, n)) ||
-	    cache_copy_in(base, (size_t)((uint64_t)off & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot) !=
+	    cache_copy_in(base, (size_t)((uint64_t)off & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) !=
 		    COPY_HIT)
 		return CHELL_FAST_MISS; /* the general path stores the same bytes again */
 	hit(l->cf, slot, 1, n);
@@ -120,7 +120,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	if (!base || !atomic_compare_exchange_strong(offp, &pos, pos + n))
 		return CHELL_FAST_MISS;
 	uint32_t slot;
-	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot) == COPY_HIT) {
+	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) == COPY_HIT) {
 		hit(l->cf, slot, 1, n);
 		mapped_write_done(&l->inode->times, fd);
 		return (ssize_t)n;
