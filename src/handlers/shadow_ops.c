@@ -17,6 +17,7 @@
 #include <sys/mman.h>
 
 #include "chell/handler.h"
+#include "mapped.h"
 #include "chell/sys.h"
 #include "shadow.h"
 #include "../nib/nib.h" /* chell_info */
@@ -114,8 +115,8 @@ static void scratch_put(struct scratch *s)
 static size_t iov_total(const struct iovec *iov, int cnt)
 {
 	size_t n = 0;
-	if (cnt < 0 || cnt > IOV_MAX)
-		return 0;
+	if (cnt < 0 || cnt > IOV_MAX || !mapped_iov_readable(iov, cnt))
+		return 0; /* unreadable: the layers below answer EFAULT, not compared */
 	for (int i = 0; i < cnt; i++) {
 		if (iov[i].iov_len > (size_t)SSIZE_MAX - n)
 			return SSIZE_MAX;
@@ -526,6 +527,15 @@ static int faulted_at(struct shadow_op *o, const struct iovec *iov, int cnt, siz
 	return 0;
 }
 
+/* Which preadv2/pwritev2 flags a file accepts (RWF_NOWAIT, RWF_DONTCACHE,
+ * RWF_ATOMIC) is the file system's choice: tmpfs refuses what ext4 takes.
+ * A refusal under test says nothing the shadow copy, maybe on another file
+ * system, can check. */
+static int flags_refused(ssize_t r, int flags)
+{
+	return flags && r == -EOPNOTSUPP;
+}
+
 ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
 {
 	struct shadow_op o;
@@ -539,9 +549,11 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
 		return r1;
-	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
-		/* A bad application buffer or a would-block: the shadow, with
-		 * its own buffer and no such condition, cannot reproduce it. */
+	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
+		/* A bad application buffer, a would-block, or flags the file
+		 * system under test refuses: the shadow, with its own buffer,
+		 * no such condition and maybe another file system, cannot
+		 * reproduce it. */
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
 		return r1;
@@ -639,7 +651,7 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
 		return r1;
-	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT))) {
+	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
 		return r1;

@@ -185,6 +185,36 @@ static void fill_random(unsigned char *p, size_t n, int newlines)
 }
 
 /* Size of one I/O: often small, sometimes up to 64 KiB, sometimes empty. */
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+#define RWF_UNKNOWN 0x40000000 /* a bit no kernel defines (yet) */
+
+/* The kernel's verdict on preadv2/pwritev2 flags that every file system
+ * shares, given after the access mode, a negative offset and a zero length
+ * (which returns 0 whatever the flags): unknown bits EOPNOTSUPP, RWF_APPEND
+ * with RWF_NOAPPEND EINVAL. */
+static int rwf_err(int flags, size_t n)
+{
+	if (n == 0)
+		return 0;
+	if (flags & RWF_UNKNOWN)
+		return EOPNOTSUPP;
+	if ((flags & RWF_APPEND) && (flags & RWF_NOAPPEND))
+		return EINVAL;
+	return 0;
+}
+
+/* Flags for a read: mostly none, sometimes harmless or refused ones. */
+static int read_flags(void)
+{
+	static const int fls[6] = {0, 0, 0, RWF_HIPRI, RWF_UNKNOWN, RWF_APPEND | RWF_NOAPPEND};
+	return fls[below(6)];
+}
+
+static const int write_fls[9] = {0, 0, RWF_DSYNC, RWF_SYNC, RWF_APPEND, RWF_NOAPPEND,
+				 RWF_NOAPPEND | RWF_DSYNC, RWF_APPEND | RWF_NOAPPEND, RWF_UNKNOWN};
+
 static size_t rsize(void)
 {
 	unsigned c = (unsigned)below(100);
@@ -577,10 +607,13 @@ static int op_read(void)
 	struct mofd *o = OF(fd);
 	size_t n = rsize();
 	int v = (int)below(3), experr = rd_ok(o->acc) ? 0 : EBADF;
+	int flags = v == 2 ? read_flags() : 0;
+	if (!experr)
+		experr = rwf_err(flags, n);
 	uint64_t pos = o->off;
 	size_t exp = experr ? 0 : m_avail(o->file, pos, n);
 	struct iovec iov[8];
-	int cnt = 0, flags = 0;
+	int cnt = 0;
 	ssize_t r;
 	const char *name;
 	begin_op();
@@ -594,7 +627,6 @@ static int op_read(void)
 	} else {
 		name = "preadv2(-1)";
 		cnt = mkiov(iov, buf1, n, 8);
-		flags = chance(30) ? RWF_HIPRI : 0;
 		r = preadv2(fd, iov, cnt, -1, flags);
 	}
 	int e = errno;
@@ -625,9 +657,12 @@ static int op_pread(void)
 		experr = EINVAL;
 	else if (!rd_ok(o->acc))
 		experr = EBADF;
+	int flags = v == 2 ? read_flags() : 0;
+	if (!experr)
+		experr = rwf_err(flags, n);
 	size_t exp = experr ? 0 : m_avail(o->file, (uint64_t)off, n);
 	struct iovec iov[8];
-	int cnt = 0, flags = 0;
+	int cnt = 0;
 	ssize_t r;
 	const char *name;
 	begin_op();
@@ -641,7 +676,6 @@ static int op_pread(void)
 	} else {
 		name = "preadv2";
 		cnt = mkiov(iov, buf1, n, 8);
-		flags = chance(30) ? RWF_HIPRI : 0;
 		r = preadv2(fd, iov, cnt, off, flags);
 	}
 	int e = errno;
@@ -664,11 +698,10 @@ static int op_write(void)
 	struct mofd *o = OF(fd);
 	int v = (int)below(3), experr = wr_ok(o->acc) ? 0 : EBADF;
 	int flags = 0;
-	if (v == 2) {
-		static const int fls[5] = { 0, 0, RWF_DSYNC, RWF_SYNC, RWF_APPEND };
-		flags = fls[below(5)];
-	}
-	int append = (o->flags & O_APPEND) || (flags & RWF_APPEND);
+	if (v == 2)
+		flags = write_fls[below(9)];
+	/* RWF_NOAPPEND writes at the offset even on an O_APPEND descriptor */
+	int append = ((o->flags & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND);
 	uint64_t pos = append ? sh->fsize[o->file] : o->off;
 	size_t n = rsize();
 	if (!append && pos >= sh->max_size)
@@ -676,6 +709,8 @@ static int op_write(void)
 		return op_lseek_to(fd, (long long)below(sh->max_size + 1));
 	if (pos + n > sh->cap)
 		n = (size_t)(sh->cap - pos);
+	if (!experr)
+		experr = rwf_err(flags, n);
 	fill_random(buf1, n, 0);
 	struct iovec iov[8];
 	int cnt = 0;
@@ -696,7 +731,7 @@ static int op_write(void)
 	}
 	int e = errno;
 	rec(name, fd, (long long)n, (long long)pos, flags, r, e);
-	want(name, r, e, (long long)n, experr);
+	want(name, r, e, experr ? 0 : (long long)n, experr);
 	if (r > 0) {
 		m_write(o->file, pos, buf1, (size_t)r);
 		o->off = pos + (uint64_t)r;
@@ -713,10 +748,8 @@ static int op_pwrite(void)
 	bufs_init();
 	struct mofd *o = OF(fd);
 	int v = (int)below(3), experr = 0, flags = 0;
-	if (v == 2) {
-		static const int fls[5] = { 0, 0, RWF_DSYNC, RWF_SYNC, RWF_APPEND };
-		flags = fls[below(5)];
-	}
+	if (v == 2)
+		flags = write_fls[below(9)];
 	long long off = (long long)roff(o->file);
 	if (chance(5))
 		off = -2 - (long long)below(100000);
@@ -724,11 +757,13 @@ static int op_pwrite(void)
 		experr = EINVAL;
 	else if (!wr_ok(o->acc))
 		experr = EBADF;
-	int append = (o->flags & O_APPEND) || (flags & RWF_APPEND);
+	int append = ((o->flags & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND);
 	uint64_t pos = append ? sh->fsize[o->file] : (uint64_t)(off < 0 ? 0 : off);
 	size_t n = rsize();
 	if (pos + n > sh->cap)
 		n = pos >= sh->cap ? 0 : (size_t)(sh->cap - pos);
+	if (!experr)
+		experr = rwf_err(flags, n);
 	fill_random(buf1, n, 0);
 	struct iovec iov[8];
 	int cnt = 0;
@@ -749,7 +784,7 @@ static int op_pwrite(void)
 	}
 	int e = errno;
 	rec(name, fd, (long long)n, off, flags, r, e);
-	want(name, r, e, (long long)n, experr);
+	want(name, r, e, experr ? 0 : (long long)n, experr);
 	if (r > 0)
 		m_write(o->file, pos, buf1, (size_t)r);
 	return 1;

@@ -27,8 +27,6 @@
 
 #include "cache.h"
 
-#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
-#define RWF_KNOWN (RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND)
 
 static int inode_ready;
 static bool route_check;          /* routing let every file through: check the backings */
@@ -179,7 +177,7 @@ static int attach(chell_ctx *c, int count_open)
 		direct_inode_put(in); /* adoption: the OFD is already counted */
 	else
 		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
-	struct cache_local *l = malloc(sizeof(*l));
+	struct cache_local *l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (count_open)
 			direct_inode_put(in);
@@ -301,13 +299,33 @@ static void cache_release(chell_ctx *c)
  * locks), the kernel's offset must be ours (direct.c: direct_sync_out). */
 static int cache_sync_out(chell_ctx *c)
 {
-	return D(c)->active ? chell_offset_to_kernel(c->f->ofd, c->fd) : 0;
+	if (!D(c)->active)
+		return 0;
+	if (L(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_offset_to_kernel(c->f->ofd, c->fd);
 }
 
 /* The kernel moved its offset (a call Chell let it do): it is ours now. */
 static int cache_sync_in(chell_ctx *c)
 {
 	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
+}
+
+/* File times owed to the kernel (mapped.h) are settled before they can be
+ * looked at through this descriptor, and before it goes away. */
+static int cache_fstat(chell_ctx *c, struct stat *st)
+{
+	if (active(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_fstat(c, st);
+}
+
+static int cache_close(chell_ctx *c)
+{
+	if (active(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_close(c);
 }
 
 /* From now on this descriptor uses the kernel path (in every process). */
@@ -321,34 +339,6 @@ static void go_kernel(chell_ctx *c)
 }
 
 /* --------------------------------------------------------------- helpers */
-
-/* The user address range of x86-64 with 4-level page tables
- * (TASK_SIZE_MAX): what the kernel's access_ok() accepts. */
-#define USER_TOP 0x7ffffffff000ull
-
-static inline bool user_range(const void *p, size_t n)
-{
-	return n <= USER_TOP && (uintptr_t)p <= USER_TOP - n;
-}
-
-/* The kernel's import of an iovec array: EINVAL for a bad count or a
- * negative length, then EFAULT if any segment is outside the user range
- * (the whole call fails, before a byte moves); the total is clamped. */
-static ssize_t iov_total(const struct iovec *iov, int cnt)
-{
-	if (cnt < 0 || cnt > IOV_MAX)
-		return -EINVAL;
-	for (int i = 0; i < cnt; i++)
-		if ((ssize_t)iov[i].iov_len < 0)
-			return -EINVAL;
-	size_t total = 0;
-	for (int i = 0; i < cnt; i++) {
-		if (!user_range(iov[i].iov_base, iov[i].iov_len))
-			return -EFAULT;
-		total += iov[i].iov_len;
-	}
-	return total > (size_t)MAX_RW_COUNT ? MAX_RW_COUNT : (ssize_t)total;
-}
 
 static bool positional(enum chell_op op)
 {
@@ -487,7 +477,7 @@ static int publish(chell_ctx *c, struct direct_inode *in, uint64_t new_end, stru
  * got as far as the file but could copy nothing (EFAULT on a buffer in the
  * user address range) still moves the end up to pos, as the kernel's
  * write_end does for a copy of 0 bytes. (A pointer outside the user range
- * never reaches the file: iov_total refused the call before.) */
+ * never reaches the file: mapped_iov_total refused the call before.) */
 static uint64_t end_after(uint64_t pos, ssize_t r)
 {
 	return r > 0 ? pos + (uint64_t)r : r == -EFAULT ? pos : 0;
@@ -504,26 +494,39 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 		return -EINVAL;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
-	ssize_t total = iov_total(iov, cnt);
-	if (total <= 0)
-		return total;
+	ssize_t total = mapped_iov_total(iov, cnt);
 	struct direct_inode *in = L(c)->inode;
+	if (total <= 0) {
+		/* read()/pread() of 0 bytes reach the file system, which may
+		 * touch atime (tmpfs does, ext4 does not); the vector forms
+		 * stop before it. The kernel's own 0-byte read answers. */
+		if (total == 0 && (c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD))
+			sys_pread(c->fd, iov[0].iov_base, 0, 0);
+		return total;
+	}
+	if (flags) {
+		/* the kernel's verdict on the flags (mapped.h), checked last as
+		 * the kernel does */
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, false);
+		if (e < 0)
+			return e;
+	}
 	CSTAT(reads, 1);
 	ssize_t r;
+	uint64_t size = isize(in);
 	if (off >= 0) {
-		uint64_t size = isize(in);
 		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
 			size = direct_inode_refresh(in, c->fd);
-		if ((uint64_t)off >= size)
-			return 0;
-		size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total : (size_t)(size - (uint64_t)off);
-		r = move(c, iov, cnt, (uint64_t)off, n, 0);
+		r = 0;
+		if ((uint64_t)off < size) {
+			size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total
+									: (size_t)(size - (uint64_t)off);
+			r = move(c, iov, cnt, (uint64_t)off, n, 0);
+		}
 	} else {
 		/* reserve [pos, pos+n) of the shared offset, as direct.c does */
 		_Atomic uint64_t *offp = OFFSET(c);
-		uint64_t pos = atomic_load(offp), size = isize(in);
+		uint64_t pos = atomic_load(offp);
 		size_t n;
 		bool refreshed = false;
 		for (;;) {
@@ -535,9 +538,7 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 			if (atomic_compare_exchange_weak(offp, &pos, pos + n))
 				break;
 		}
-		if (n == 0)
-			return 0;
-		r = move(c, iov, cnt, pos, n, 0);
+		r = n ? move(c, iov, cnt, pos, n, 0) : 0;
 		if (r != (ssize_t)n) { /* short: give back what was not read */
 			uint64_t expect = pos + n;
 			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
@@ -547,6 +548,8 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 	}
 	if (r > 0)
 		CSTAT(read_bytes, (uint64_t)r);
+	if (r >= 0 && active(c))
+		mapped_read_done(&in->times, c->fd, status(c), size);
 	return r;
 }
 
@@ -612,16 +615,19 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	int st = status(c);
 	if ((st & O_ACCMODE) == O_RDONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
-	ssize_t total = iov_total(iov, cnt);
+	ssize_t total = mapped_iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
+	if (flags) {
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, flags, true);
+		if (e < 0)
+			return e;
+	}
 	struct direct_inode *in = L(c)->inode;
 	_Atomic uint64_t *offp = OFFSET(c);
 	CSTAT(writes, 1);
 	ssize_t r;
-	if ((st & O_APPEND) || (flags & RWF_APPEND)) {
+	if (((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND)) {
 		uint64_t end;
 		r = append(c, iov, cnt, (size_t)total, &end);
 		if (r > 0 && off == -1)
@@ -659,6 +665,8 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	if (off < 0 && !active(c))
 		sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
 	if (r > 0) {
+		if (active(c))
+			mapped_write_done(&in->times, c->fd);
 		CSTAT(write_bytes, (uint64_t)r);
 		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
 			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
@@ -900,6 +908,8 @@ const struct chell_handler chell_cache_handler = {
 	.sync_out = cache_sync_out,
 	.sync_in = cache_sync_in,
 	.escape = cache_escape,
+	.close = cache_close,
+	.fstat = cache_fstat,
 	.read = cache_read,
 	.write = cache_write,
 	.lseek = cache_lseek,

@@ -209,6 +209,7 @@ struct cache_ofd {
 struct cache_local {
 	struct cache_file *cf;
 	struct direct_inode *inode;
+	struct mapped_rwf rwf; /* the kernel's answers on preadv2/pwritev2 flags */
 };
 extern const struct chell_handler chell_cache_handler;
 extern const struct chell_fast_ops cache_fast_ops;

@@ -42,8 +42,8 @@ static __thread uint64_t tls_ext_prev, tls_ext_new; /* ext_end before/after cach
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	if (!tls_in)
-		return false; /* not ours: the application's own fault */
+	if (!tls_in) /* not a cache copy: direct_copy's guard (mapped.c), or the application's */
+		return direct_fault_fixup(sig, si, uc_);
 	tls_in = 0;
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
@@ -101,7 +101,7 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			memcpy(dst, base + off, n);
+			direct_guarded_memcpy(dst, base + off, n);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (state(ctl) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
@@ -193,7 +193,7 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 		if (valid(ctl, off, n)) {
 			if (ext_end)
 				ext_raise(ctl, ext_end);
-			memcpy(base + off, src, n);
+			direct_guarded_memcpy(base + off, src, n);
 			if (cache_dax)
 				direct_flush(base + off, n);
 			/* after the data (policy.h: a mark that precedes a
@@ -242,7 +242,7 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 		*incarnation = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (ext_end) /* the blocks stay invalid if this faults: no bytes of ours */
 			ext_raise(ctl, ext_end);
-		memcpy(base + off, src, n);
+		direct_guarded_memcpy(base + off, src, n);
 		if (cache_dax)
 			direct_flush(base + off, n);
 		r = COPY_HIT;
@@ -310,7 +310,8 @@ int cache_copy_init(void)
 {
 	/* direct_copy_init picks the cache-line flush instruction (DAX pools)
 	 * and installs direct's fault hook; cache mode replaces the hook with
-	 * its own, since it never uses direct's guarded copies. */
+	 * its own, which passes what is not a cache copy's fault on to
+	 * direct's (the guarded reads of mapped.c). */
 	direct_copy_init();
 	chell_set_fault_hook(fault_fixup);
 	return 0;

@@ -118,6 +118,28 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 	return false;
 }
 
+/* A read piece whose user buffer turned out bad somewhere: the kernel's
+ * copy_to_user stops at the first byte it cannot store, and read returns
+ * what was stored before it (EFAULT only if nothing was). Find that point:
+ * again piece by piece, cut at the buffer's page boundaries (a page that is
+ * readable but not writable faults too, so cache_user_readable, the
+ * write side's answer, would not do). */
+static ssize_t read_to_fault(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in,
+			     unsigned char *u, size_t len, size_t done)
+{
+	size_t at = 0;
+	while (at < len) {
+		size_t seg = 4096 - ((uintptr_t)(u + at) & 4095);
+		if (seg > len - at)
+			seg = len - at;
+		if (piece(c, cf, k, in + at, u + at, seg, 0) != PIECE_OK)
+			break; /* the bad page, or anything else: stop before it */
+		at += seg;
+	}
+	done += at;
+	return done ? (ssize_t)done : -EFAULT;
+}
+
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
 		       int to_file, int *kernel)
 {
@@ -165,6 +187,8 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 				*kernel = 1;
 				return (ssize_t)done;
 			}
+			if (r == -EFAULT && !to_file)
+				return read_to_fault(c, cf, k, in, u, len, done);
 			if (r < 0)
 				return done ? (ssize_t)done : r;
 			done += len;
