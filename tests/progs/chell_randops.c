@@ -6,7 +6,8 @@
  *                 [--procs P] [--no-fork] [--no-exec] [--no-threads]
  *                 [--no-stdio] [--no-locks] [--no-rwf] [--no-copy]
  *                 [--no-limits] [--no-badwrite] [--no-unshare]
- *                 [--kernel K1:...] [--max-size BYTES] [--verbose]
+ *                 [--kernel K1:...] [--max-size BYTES] [--progress N]
+ *                 [--verbose]
  *   chell_randops --probe --dir DIR
  *
  * Performs N pseudo-random operations on K files in DIR using only plain
@@ -115,7 +116,7 @@ static char foreign[MAXFD]; /* open descriptors that are not the generator's */
 
 /* Options. */
 static struct {
-	uint64_t seed, ops, max_size;
+	uint64_t seed, ops, max_size, progress;
 	int files, threads, procs;
 	int no_fork, no_exec, no_threads, no_stdio, verbose;
 	int no_locks, no_rwf, no_copy, no_limits, no_badwrite, no_unshare, probe;
@@ -3403,7 +3404,7 @@ static void usage(void)
 		"usage: chell_randops --seed S --ops N --dir DIR [--files K] [--threads T] [--procs P]\n"
 		"       [--no-fork] [--no-exec] [--no-threads] [--no-stdio] [--no-locks] [--no-rwf]\n"
 		"       [--no-copy] [--no-limits] [--no-badwrite] [--no-unshare] [--kernel K1:...]\n"
-		"       [--max-size BYTES] [--verbose]\n"
+		"       [--max-size BYTES] [--progress N] [--verbose]\n"
 		"       chell_randops --probe --dir DIR   (plainly: print the kernel's RWF answers)\n");
 	exit(2);
 }
@@ -3494,6 +3495,8 @@ int main(int argc, char **argv)
 			opt.probe = 1;
 		else if (ARG("--kernel"))
 			opt.kernel = v;
+		else if (ARG("--progress"))
+			opt.progress = num(v, "progress");
 		else if (!strcmp(a, "--verbose"))
 			opt.verbose = 1;
 		else
@@ -3590,7 +3593,13 @@ int main(int argc, char **argv)
 		{ op_exec, 1 },    { op_threads, 3 }, { op_procs, 3 }, { op_limits, 2 },
 		{ op_unshare, 2 },
 	};
+	/* --progress N: a line on stderr each time another N operations are done */
+	uint64_t next_progress = opt.progress ? (atomic_load(&sh->done) / opt.progress + 1) * opt.progress : 0;
 	while (remaining() > 0) {
+		if (next_progress && atomic_load(&sh->done) >= next_progress) {
+			fprintf(stderr, "randops: progress %" PRIu64 "/%" PRIu64 "\n", atomic_load(&sh->done), opt.ops);
+			next_progress = (atomic_load(&sh->done) / opt.progress + 1) * opt.progress;
+		}
 		int x = (int)below(1000);
 		for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
 			if (x < tab[i].w) {
