@@ -2008,10 +2008,13 @@ static int op_copy_file_range(void)
 		n = pin >= 0 && (uint64_t)pin >= size ? 0 : size - (uint64_t)pin;
 		if (n > (uint64_t)len)
 			n = (uint64_t)len;
-		/* "offsets don't wrap" compares as unsigned: a negative one
-		 * overflows with any count, and fails rw_verify_area() without */
-		if (pin < 0 || pout < 0)
-			experr = len ? EOVERFLOW : EINVAL;
+		/* "offsets don't wrap" adds the count to the offset as unsigned:
+		 * a negative offset wraps when the count reaches its magnitude;
+		 * otherwise it fails rw_verify_area() */
+		if ((pin < 0 && len >= -pin) || (pout < 0 && len >= -pout))
+			experr = EOVERFLOW;
+		else if (pin < 0 || pout < 0)
+			experr = EINVAL;
 		else if (oi->file == oo->file && pout + (long long)n > pin && pout < pin + (long long)n)
 			experr = EINVAL;
 		else if ((uint64_t)pout >= sh->max_size && n) {
