@@ -2404,6 +2404,21 @@ static int op_badwrite(void)
 	if (fstat(fd, &st))
 		fail("fstat after %s: %s", name, strerror(errno));
 	check_size(name, f, st.st_size);
+	/* and the bytes around the write are exactly the model's, read through
+	 * a descriptor of their own (the generator's may be write-only) */
+	int expfd = lowest_free(0);
+	int rfd = open(fpath[f], O_RDONLY);
+	e = errno;
+	want("open(check bad write)", rfd, e, expfd, 0);
+	uint64_t from = pos > 64 ? pos - 64 : 0;
+	size_t window = (size_t)(pos - from) + (r > 0 ? (size_t)r : 0) + 64;
+	size_t want_n = m_avail(f, from, window);
+	ssize_t g = pread(rfd, buf2, window, (off_t)from);
+	e = errno;
+	want("pread after a bad write", g, e, (long long)want_n, 0);
+	check_bytes(name, f, from, buf2, (size_t)g);
+	if (close(rfd))
+		fail("close: %s", strerror(errno));
 	return 1;
 }
 
