@@ -9,7 +9,11 @@ validates the generator; a run under Chell validates Chell.
 Every failure prints a one-line reproducer: the exact command line.
 
 The big shadow run executes CHELL_RANDOPS_OPS operations in total (default
-200000), split across several seeds.
+200000), split across several seeds. The edge classes (EDGE_CLASSES: locks,
+RWF flags, sendfile/copy_file_range/splice, RLIMIT_NOFILE, failed and short
+writes, unshared descriptor tables) are checked plainly on tmpfs and /tmp
+(test_plain_edges) and under every mode (test_edges_mode); the 1,000,000
+operation runs are scripts/randops_soak.sh's, outside CI.
 """
 import os
 import subprocess
