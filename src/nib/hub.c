@@ -129,6 +129,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 		}
 	}
 	chell_hazard_init();
+	chell_uaccess_init();
 	chell_fork_init();
 	chell_active = 1;
 	handoff_note_startup_env();

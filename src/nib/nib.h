@@ -46,6 +46,13 @@ void chell_signals_flush_pending(void);
 /* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct mode copies). */
 void chell_set_fault_hook(bool (*hook)(int sig, siginfo_t *si, void *uc));
 void chell_signals_after_fork_child(void);
+/* Application pointers that Chell reads before the kernel would (signals.c).
+ * On -EFAULT (or -ENAMETOOLONG) the caller gives the call to the kernel. */
+void chell_uaccess_init(void); /* at start-up: the guard needs the trampoline */
+/* strnlen of s, -EFAULT if it faults, -ENAMETOOLONG if no NUL within max. */
+long chell_user_strnlen(const char *s, size_t max);
+/* 0 if [p, p+len) can be read (write: written) without a fault, else -EFAULT. */
+int chell_user_check(const void *p, size_t len, bool write);
 pid_t chell_tid(void);
 void chell_tid_reset(void);
 

@@ -274,7 +274,10 @@ int router_abspath(int dirfd, const char *path, char *out, size_t outlen)
 
 const struct chell_stack *router_route(int dirfd, const char *path, char *abs, size_t abslen)
 {
-	if (!path[0] || router_abspath(dirfd, path, abs, abslen) < 0)
+	/* The application's pointer is read here, before the kernel sees it: a
+	 * bad one (EFAULT), a name the kernel rejects as too long, or an empty
+	 * one leaves the call unrouted, and the kernel gives its answer. */
+	if (chell_user_strnlen(path, PATH_MAX) <= 0 || router_abspath(dirfd, path, abs, abslen) < 0)
 		return NULL;
 	return router_route_abs(abs);
 }
