@@ -269,8 +269,11 @@ int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op
 	int r;
 	int newfd = kind == HUB_DUP2 || kind == HUB_DUP3 ? arg : -1;
 	if (newfd >= 0 && chell_is_internal_fd(newfd)) {
-		/* Chell holds that number for a file of its own (see docs). */
-		*err = EBUSY;
+		/* Chell holds that number for a file of its own (see docs). It
+		 * lies above the application's soft limit, where the kernel
+		 * would say EBADF; only if there was no room there is it a
+		 * number the application could have, and then it is busy. */
+		*err = newfd >= chell_nofile_soft() ? EBADF : EBUSY;
 		return -1;
 	}
 	fdt_lock();

@@ -35,6 +35,7 @@ static void after_fork_child(pid_t parent)
 	chell_signals_after_fork_child();
 	chell_hazard_after_fork_child();
 	fdt_lock_reinit_child();
+	chell_nofile_reinit_child();
 	fdt_unlock();
 	hub_proc_event(CHELL_OP_FORK, parent);
 }
@@ -56,6 +57,7 @@ static void atfork_prepare(void)
 		return;
 	tls_fork_parent = sys_getpid();
 	fdt_lock();
+	chell_nofile_hold(); /* the child gets the application's RLIMIT_NOFILE */
 	refs_adjust(+1);
 	tls_fork_locked = 1;
 }
@@ -64,6 +66,7 @@ static void atfork_parent(void)
 {
 	if (tls_fork_locked) {
 		tls_fork_locked = 0;
+		chell_nofile_release();
 		fdt_unlock();
 	}
 }
@@ -131,14 +134,15 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
 	struct clone_tramp t = {fn, arg, sys_getpid()};
 	fdt_lock();
+	chell_nofile_hold();
 	refs_adjust(+1);
 	int r = real_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
-	if (r < 0) {
-		int e = errno;
+	int e = errno;
+	if (r < 0)
 		refs_adjust(-1);
-		errno = e;
-	}
+	chell_nofile_release();
 	fdt_unlock();
+	errno = e;
 	return r;
 }
 
@@ -150,8 +154,10 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 	do {                                                               \
 		char **env = handoff_prepare_exec(envp);                   \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
+		chell_nofile_hold(); /* the application's RLIMIT_NOFILE */ \
 		int r_ = (call);                                           \
 		int e_ = errno;                                            \
+		chell_nofile_release();                                    \
 		handoff_exec_failed(env);                                  \
 		errno = e_;                                                \
 		return r_;                                                 \

@@ -155,6 +155,15 @@ static inline void file_leave(struct chell_file *f)
 }
 
 /* ---- internal fds ---- */
+/* interpose_rlimit.c: RLIMIT_NOFILE and Chell's descriptors above it. */
+void chell_nofile_lock(void);
+void chell_nofile_unlock(void);
+void chell_nofile_hold(void);    /* fork, clone, exec */
+void chell_nofile_release(void);
+void chell_nofile_reinit_child(void);
+int chell_nofile_soft(void);
+/* fd moved to a number >= the soft limit (FD_CLOEXEC = cloexec), or -1. */
+int chell_nofile_place(int fd, int cloexec);
 bool chell_is_internal_fd(int fd);
 int chell_internal_list(int *out, int max);
 

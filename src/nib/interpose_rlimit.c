@@ -1,0 +1,155 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * RLIMIT_NOFILE: Chell's own descriptors live above the application's soft
+ * limit, so they never take a number the application could have had.
+ *
+ * The kernel enforces the limit for every call that allocates a descriptor,
+ * including those Chell cannot see (glibc-internal opens, opendir, accept,
+ * raw system calls, children); so the kernel's soft limit always stays the
+ * application's own, and Chell never emulates EMFILE/EBADF/EINVAL. To put an
+ * internal descriptor above it, chell_nofile_place raises the soft limit for
+ * the length of one F_DUPFD (and the hard limit too when it equals the soft
+ * one and the process may raise it), then restores both. Existing
+ * descriptors above a limit are allowed by the kernel; only new ones count.
+ *
+ * During that window the kernel's limit is not the application's, so every
+ * way the application can observe or change it waits for the window to
+ * close: getrlimit/setrlimit/prlimit (interposed here), fork (atfork
+ * handlers), clone and exec (their wrappers) all take nofile_mutex.
+ */
+#include <limits.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+
+#include "nib.h"
+
+/* Above the soft limit there is room for every internal descriptor. */
+#define NOFILE_RESERVE 512
+
+/* Recursive: exec holds it without deferring signals (a signal deferred
+ * across a successful exec would stay blocked in the new image), so an
+ * application handler that runs meanwhile may take it again. */
+static pthread_mutex_t nofile_mutex = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+void chell_nofile_lock(void)
+{
+	chell_crit_enter();
+	pthread_mutex_lock(&nofile_mutex);
+}
+
+void chell_nofile_unlock(void)
+{
+	pthread_mutex_unlock(&nofile_mutex);
+	chell_crit_leave();
+}
+
+/* fork, clone and exec: no window is open while the kernel copies or
+ * replaces the process (the caller may not be in a critical section). */
+void chell_nofile_hold(void)
+{
+	pthread_mutex_lock(&nofile_mutex);
+}
+
+void chell_nofile_release(void)
+{
+	pthread_mutex_unlock(&nofile_mutex);
+}
+
+void chell_nofile_reinit_child(void)
+{
+	pthread_mutex_t fresh = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+	nofile_mutex = fresh;
+}
+
+static long prlim(pid_t pid, int res, const struct rlimit *nw, struct rlimit *old)
+{
+	return CHELL_SC(SYS_prlimit64, pid, res, nw, old, 0, 0);
+}
+
+int chell_nofile_soft(void)
+{
+	struct rlimit rl;
+	if (prlim(0, RLIMIT_NOFILE, NULL, &rl) < 0 || rl.rlim_cur > INT_MAX)
+		return INT_MAX;
+	return (int)rl.rlim_cur;
+}
+
+/* Caller holds the lock. fd at or above the soft limit with FD_CLOEXEC =
+ * cloexec; -1 if there is no room (the soft limit equals a hard limit that
+ * this process may not raise). */
+static int place_locked(int fd, int cloexec)
+{
+	struct rlimit rl;
+	if (prlim(0, RLIMIT_NOFILE, NULL, &rl) < 0 || rl.rlim_cur > INT_MAX - NOFILE_RESERVE)
+		return -1;
+	int soft = (int)rl.rlim_cur;
+	if (fd >= soft) /* already out of the application's range */
+		return sys_fcntl(fd, F_SETFD, cloexec ? FD_CLOEXEC : 0) < 0 ? -1 : fd;
+	struct rlimit up = rl;
+	up.rlim_cur = rl.rlim_cur + NOFILE_RESERVE;
+	if (up.rlim_max != RLIM_INFINITY && up.rlim_max < up.rlim_cur)
+		up.rlim_max = up.rlim_cur; /* needs CAP_SYS_RESOURCE; else EPERM */
+	if (prlim(0, RLIMIT_NOFILE, &up, NULL) < 0)
+		return -1;
+	int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, soft);
+	prlim(0, RLIMIT_NOFILE, &rl, NULL); /* lowering is always allowed */
+	return nfd;
+}
+
+int chell_nofile_place(int fd, int cloexec)
+{
+	chell_nofile_lock();
+	int r = place_locked(fd, cloexec);
+	chell_nofile_unlock();
+	return r;
+}
+
+/* ------------------------------------------------------------ interposed */
+
+static bool own_nofile(pid_t pid, int res)
+{
+	return res == RLIMIT_NOFILE && (pid == 0 || pid == sys_getpid());
+}
+
+/* glibc's getrlimit/setrlimit/prlimit are this one system call on x86-64
+ * (struct rlimit is struct rlimit64); errno convention as glibc's. */
+static int do_prlimit(pid_t pid, int res, const struct rlimit *nw, struct rlimit *old)
+{
+	bool lock = own_nofile(pid, res);
+	if (lock)
+		chell_nofile_lock();
+	long r = prlim(pid, res, nw, old);
+	if (lock)
+		chell_nofile_unlock();
+	return (int)hub_ret(r);
+}
+
+CHELL_EXPORT int getrlimit(__rlimit_resource_t res, struct rlimit *rl)
+{
+	return do_prlimit(0, (int)res, NULL, rl);
+}
+CHELL_EXPORT int getrlimit64(__rlimit_resource_t res, struct rlimit64 *rl)
+{
+	return do_prlimit(0, (int)res, NULL, (struct rlimit *)rl);
+}
+
+CHELL_EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
+{
+	return do_prlimit(0, (int)res, rl, NULL);
+}
+CHELL_EXPORT int setrlimit64(__rlimit_resource_t res, const struct rlimit64 *rl)
+{
+	return do_prlimit(0, (int)res, (const struct rlimit *)rl, NULL);
+}
+
+CHELL_EXPORT int prlimit(pid_t pid, enum __rlimit_resource res, const struct rlimit *nw,
+			 struct rlimit *old)
+{
+	return do_prlimit(pid, (int)res, nw, old);
+}
+CHELL_EXPORT int prlimit64(pid_t pid, enum __rlimit_resource res, const struct rlimit64 *nw,
+			   struct rlimit64 *old)
+{
+	return do_prlimit(pid, (int)res, (const struct rlimit *)nw, (struct rlimit *)old);
+}
