@@ -189,9 +189,12 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 		return (int)hub_ret(fd);
 	}
 	struct stat sb;
-	if ((unsigned)fd >= chell_fdt_cap || sys_fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-		/* Not a regular file (a device, a FIFO): handlers let go, the
-		 * descriptor stays open on the plain kernel path. */
+	if ((unsigned)fd >= chell_fdt_cap || sys_fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
+	    !router_dev_fast(sb.st_dev)) {
+		/* Not a regular file (a device, a FIFO), or routed by mount type
+		 * but on a file system mounted there since the mount table was
+		 * read: handlers let go, the descriptor stays open on the plain
+		 * kernel path. */
 		f->release_pending = 1;
 		atomic_store((_Atomic uint32_t *)&f->ofd->refs, 0);
 		file_put(f);

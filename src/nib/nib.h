@@ -218,6 +218,9 @@ const struct chell_stack *router_route_abs(const char *abs);
 /* Route a (dirfd, path) pair; fills abs. NULL if unrouted. */
 const struct chell_stack *router_route(int dirfd, const char *path, char *abs, size_t abslen);
 int router_init(void);
+/* Is a file on device dev served? Always when routed by prefix; by mount
+ * type, only on a fast-tier mount (re-reads the mount table for a new dev). */
+bool router_dev_fast(dev_t dev);
 
 /* ---- handoff.c ---- */
 /* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the
