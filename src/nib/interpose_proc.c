@@ -148,10 +148,33 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 
 /* ------------------------------------------------------------------- exec */
 
+/* Chell reads the path (for the handlers' exec event) and the environment
+ * (to build the new one) before the kernel would. If either would fault (or
+ * the path is longer than the kernel takes), the call goes to the kernel as
+ * it is, which fails it with EFAULT (ENAMETOOLONG) and execs nothing. */
+static bool exec_args_ok(const char *path, char *const envp[])
+{
+	if (chell_user_strnlen(path, PATH_MAX) < 0)
+		return false;
+	for (size_t i = 0; envp; i++) {
+		if (chell_user_check(&envp[i], sizeof(envp[i]), false) < 0)
+			return false;
+		if (!envp[i])
+			break;
+		if (chell_user_strnlen(envp[i], SIZE_MAX) < 0)
+			return false;
+	}
+	return true;
+}
+
 /* Run `call` (which uses `env`) with the descriptor handoff in place, and
  * undo the bookkeeping if the exec fails. */
 #define EXEC_WITH_HANDOFF(what, envp, call)                                \
 	do {                                                               \
+		if (!exec_args_ok(what, envp)) {                           \
+			char **env = (char **)(envp);                      \
+			return (call);                                     \
+		}                                                          \
 		char **env = handoff_prepare_exec(envp);                   \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
 		chell_nofile_hold(); /* the application's RLIMIT_NOFILE */ \

@@ -85,6 +85,9 @@ static void paths(void)
 		T(unlink(p));
 		T(rename(p, P("x")));
 		T(rename(P("x"), p));
+		char *argv0[] = {"x", NULL};
+		T(execve(p, argv0, environ));
+		T(execv(p, argv0));
 		FILE *fp = fopen(p, "r");
 		say("fopen(%s) = %s %s\n", names[i], fp ? "FILE" : "NULL", fp ? "" : ename(errno));
 		if (fp)
@@ -95,6 +98,19 @@ static void paths(void)
 			fclose(fp);
 	}
 	close(dfd);
+}
+
+static void exec_env(void)
+{
+	say("# exec environments\n");
+	char *argv0[] = {"true", NULL};
+	char *bad_entry[] = {"A=1", none, NULL};
+	char *edge_entry[] = {edge, NULL};
+	T(execve("/bin/true", argv0, (char **)none));
+	T(execve("/bin/true", argv0, BAD1));
+	T(execve("/bin/true", argv0, bad_entry));
+	T(execve("/bin/true", argv0, edge_entry));
+	T(execle("/bin/true", "true", (char *)NULL, bad_entry));
 }
 
 static void locks(int fd)
@@ -185,6 +201,7 @@ int main(int argc, char **argv)
 	T(write(fd, "0123456789", 10));
 	int wfd = (int)T(open(P("f"), O_WRONLY));
 	paths();
+	exec_env();
 	locks(fd);
 	iovecs(fd, wfd);
 	statbufs(fd);
