@@ -151,7 +151,8 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 /* Chell reads the path (for the handlers' exec event) and the environment
  * (to build the new one) before the kernel would. If either would fault (or
  * the path is longer than the kernel takes), the call goes to the kernel as
- * it is, which fails it with EFAULT (ENAMETOOLONG) and execs nothing. */
+ * it is, which fails it with EFAULT (ENAMETOOLONG) and execs nothing.
+ * (Inactive, Chell reads neither, and the probes' guard is not installed.) */
 static bool exec_args_ok(const char *path, char *const envp[])
 {
 	if (chell_user_strnlen(path, PATH_MAX) < 0)
@@ -171,7 +172,7 @@ static bool exec_args_ok(const char *path, char *const envp[])
  * undo the bookkeeping if the exec fails. */
 #define EXEC_WITH_HANDOFF(what, envp, call)                                \
 	do {                                                               \
-		if (!exec_args_ok(what, envp)) {                           \
+		if (chell_active && !exec_args_ok(what, envp)) {           \
 			char **env = (char **)(envp);                      \
 			return (call);                                     \
 		}                                                          \
