@@ -771,3 +771,58 @@ def test_late_mount_under_tmpfs_uses_kernel(workdir, tmp_path):
     assert len(st) == 1 and st[0]["mode"] == "direct", st
     # the tmpfs file was served by direct; the ext4 file by the kernel
     assert st[0]["writes"] == 1 and st[0]["reads"] == 1, st[0]
+
+
+# A second tmpfs with a size limit, mounted after start-up under the first:
+# still the fast tier, so direct serves it (its device is new: the mount
+# table is re-read), and running out of its space gives the kernel's ENOSPC
+# at the kernel's byte count.
+LATE_TMPFS_PY = r"""
+import os, sys
+mnt = sys.argv[1]
+sys.stdin.readline()  # the test mounts the small tmpfs now
+fd = os.open(mnt + "/f", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+n = 0
+try:
+    for i in range(400):
+        n += os.write(fd, b"x" * 4096)
+except OSError as e:
+    print("error", e.errno)
+print("wrote", n, os.fstat(fd).st_size, os.lseek(fd, 0, os.SEEK_END))
+os.close(fd)
+"""
+
+
+def test_late_tmpfs_mount_under_tmpfs_served_like_kernel(workdir, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    script = tmp_path / "late_tmpfs.py"
+    script.write_text(LATE_TMPFS_PY)
+    stats = workdir / "stats"
+    stats.mkdir()
+    outs = []
+    for under_chell in (False, True):
+        mnt = workdir / f"mnt{int(under_chell)}"
+        mnt.mkdir()
+        argv = [sys.executable, script, mnt]
+        if under_chell:
+            argv = chell_cmd("direct", [], argv, ["--set", f"stats.file={stats}/stats.%p.json"])
+        p = subprocess.Popen([str(a) for a in argv], env=PLAIN_ENV, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        m = run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt])
+        try:
+            if m.returncode != 0:
+                pytest.skip("cannot mount a tmpfs here: " + m.stderr.decode())
+            out, err = p.communicate(b"go\n", timeout=120)
+            assert p.returncode == 0, (out, err)
+            outs.append(out)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if m.returncode == 0:
+                run(["umount", mnt])
+    assert outs[0].startswith(b"error 28\n"), outs[0]
+    assert outs[1] == outs[0], outs
+    st = load_stats(stats)
+    assert len(st) == 1 and st[0]["writes"] > 0, st
