@@ -24,7 +24,7 @@
 
 #include "nib.h"
 
-/* Above the soft limit there is room for every internal descriptor. */
+/* Room above the limit when the hard limit must be raised too. */
 #define NOFILE_RESERVE 512
 
 /* Recursive: exec holds it without deferring signals (a signal deferred
@@ -86,10 +86,14 @@ static int place_locked(int fd, int cloexec)
 	int soft = (int)rl.rlim_cur;
 	if (fd >= soft) /* already out of the application's range */
 		return sys_fcntl(fd, F_SETFD, cloexec ? FD_CLOEXEC : 0) < 0 ? -1 : fd;
+	/* Only the window's limit: the number F_DUPFD picks is the lowest free
+	 * one from `soft` up, whatever the limit allows above it. */
 	struct rlimit up = rl;
-	up.rlim_cur = rl.rlim_cur + NOFILE_RESERVE;
-	if (up.rlim_max != RLIM_INFINITY && up.rlim_max < up.rlim_cur)
-		up.rlim_max = up.rlim_cur; /* needs CAP_SYS_RESOURCE; else EPERM */
+	if (rl.rlim_max > rl.rlim_cur) {
+		up.rlim_cur = rl.rlim_max;
+	} else {
+		up.rlim_cur = up.rlim_max = rl.rlim_cur + NOFILE_RESERVE; /* needs CAP_SYS_RESOURCE */
+	}
 	if (prlim(0, RLIMIT_NOFILE, &up, NULL) < 0)
 		return -1;
 	int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, soft);
