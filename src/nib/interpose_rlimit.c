@@ -75,38 +75,80 @@ int chell_nofile_soft(void)
 	return (int)rl.rlim_cur;
 }
 
-/* Caller holds the lock. fd at or above the soft limit with FD_CLOEXEC =
- * cloexec; -1 if there is no room (the soft limit equals a hard limit that
- * this process may not raise). */
-static int place_locked(int fd, int cloexec)
+/* Caller holds the lock. Open the window: the kernel's limit raised above
+ * the application's soft limit (returned in *soft; *saved is what to
+ * restore). -1 if there is no room (the soft limit equals a hard limit this
+ * process may not raise: CAP_SYS_RESOURCE). */
+static int window_open(struct rlimit *saved, int *soft)
 {
-	struct rlimit rl;
-	if (prlim(0, RLIMIT_NOFILE, NULL, &rl) < 0 || rl.rlim_cur > INT_MAX - NOFILE_RESERVE)
+	if (prlim(0, RLIMIT_NOFILE, NULL, saved) < 0 || saved->rlim_cur > INT_MAX - NOFILE_RESERVE)
 		return -1;
-	int soft = (int)rl.rlim_cur;
-	if (fd >= soft) /* already out of the application's range */
-		return sys_fcntl(fd, F_SETFD, cloexec ? FD_CLOEXEC : 0) < 0 ? -1 : fd;
+	*soft = (int)saved->rlim_cur;
 	/* Only the window's limit: the number F_DUPFD picks is the lowest free
 	 * one from `soft` up, whatever the limit allows above it. */
-	struct rlimit up = rl;
-	if (rl.rlim_max > rl.rlim_cur) {
-		up.rlim_cur = rl.rlim_max;
-	} else {
-		up.rlim_cur = up.rlim_max = rl.rlim_cur + NOFILE_RESERVE; /* needs CAP_SYS_RESOURCE */
+	struct rlimit up = *saved;
+	if (saved->rlim_max > saved->rlim_cur)
+		up.rlim_cur = saved->rlim_max;
+	else
+		up.rlim_cur = up.rlim_max = saved->rlim_cur + NOFILE_RESERVE;
+	return prlim(0, RLIMIT_NOFILE, &up, NULL) < 0 ? -1 : 0;
+}
+
+static void window_close(const struct rlimit *saved)
+{
+	prlim(0, RLIMIT_NOFILE, saved, NULL); /* lowering is always allowed */
+}
+
+/* Caller holds the lock. fd moved to a number at or above the soft limit,
+ * with FD_CLOEXEC = cloexec; -1 if there is no room. */
+static int place_locked(int fd, int cloexec, bool window_is_open, int soft)
+{
+	struct rlimit saved;
+	if (!window_is_open) {
+		if (prlim(0, RLIMIT_NOFILE, NULL, &saved) < 0 || saved.rlim_cur > INT_MAX)
+			return -1;
+		soft = (int)saved.rlim_cur;
 	}
-	if (prlim(0, RLIMIT_NOFILE, &up, NULL) < 0)
+	if (fd >= soft) /* already out of the application's range */
+		return sys_fcntl(fd, F_SETFD, cloexec ? FD_CLOEXEC : 0) < 0 ? -1 : fd;
+	if (!window_is_open && window_open(&saved, &soft) < 0)
 		return -1;
 	int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, soft);
-	prlim(0, RLIMIT_NOFILE, &rl, NULL); /* lowering is always allowed */
+	if (!window_is_open)
+		window_close(&saved);
 	return nfd;
 }
 
 int chell_nofile_place(int fd, int cloexec)
 {
 	chell_nofile_lock();
-	int r = place_locked(fd, cloexec);
+	int r = place_locked(fd, cloexec, false, 0);
 	chell_nofile_unlock();
 	return r;
+}
+
+/* A file of Chell's own, opened inside the window: it opens even when the
+ * application has used up its limit, and lands above it. */
+CHELL_EXPORT int chell_internal_openat(int dirfd, const char *path, int flags, mode_t mode)
+{
+	chell_nofile_lock();
+	struct rlimit saved;
+	int soft;
+	if (window_open(&saved, &soft) < 0) {
+		chell_nofile_unlock();
+		return sys_openat(dirfd, path, flags, mode); /* no room: a number below */
+	}
+	int fd = sys_openat(dirfd, path, flags, mode);
+	if (fd >= 0 && fd < soft) {
+		int nfd = place_locked(fd, (flags & O_CLOEXEC) != 0, true, soft);
+		if (nfd >= 0) {
+			sys_close(fd);
+			fd = nfd;
+		}
+	}
+	window_close(&saved);
+	chell_nofile_unlock();
+	return fd;
 }
 
 /* ------------------------------------------------------------ interposed */
