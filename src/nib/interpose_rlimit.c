@@ -7,9 +7,10 @@
  * including those Chell cannot see (glibc-internal opens, opendir, accept,
  * raw system calls, children); so the kernel's soft limit always stays the
  * application's own, and Chell never emulates EMFILE/EBADF/EINVAL. To put an
- * internal descriptor above it, chell_nofile_place raises the soft limit for
- * the length of one F_DUPFD (and the hard limit too when it equals the soft
- * one and the process may raise it), then restores both. Existing
+ * internal descriptor above it, the "window" raises the soft limit for the
+ * length of one F_DUPFD (or one open, socket, recvmsg of Chell's: see
+ * chell_internal_window_enter), and the hard limit too when it equals the
+ * soft one and the process may raise it, then restores both. Existing
  * descriptors above a limit are allowed by the kernel; only new ones count.
  *
  * During that window the kernel's limit is not the application's, so every
@@ -75,54 +76,63 @@ int chell_nofile_soft(void)
 	return (int)rl.rlim_cur;
 }
 
-/* Caller holds the lock. Open the window: the kernel's limit raised above
- * the application's soft limit (returned in *soft; *saved is what to
- * restore). -1 if there is no room (the soft limit equals a hard limit this
- * process may not raise: CAP_SYS_RESOURCE). */
-static int window_open(struct rlimit *saved, int *soft)
+/*
+ * The window, re-entrant under the (recursive) lock: the outermost enter
+ * raises the kernel's limit above the application's soft limit (win_soft,
+ * as it was: where Chell's descriptors go), the outermost leave restores it.
+ * win_ok is false when there is no room (the soft limit equals a hard limit
+ * this process may not raise: CAP_SYS_RESOURCE).
+ */
+static int win_depth;
+static bool win_ok;
+static int win_soft;
+static struct rlimit win_saved;
+
+CHELL_EXPORT void chell_internal_window_enter(void)
 {
-	if (prlim(0, RLIMIT_NOFILE, NULL, saved) < 0 || saved->rlim_cur > INT_MAX - NOFILE_RESERVE)
-		return -1;
-	*soft = (int)saved->rlim_cur;
+	chell_nofile_lock();
+	if (win_depth++ > 0)
+		return;
+	win_ok = false;
+	if (prlim(0, RLIMIT_NOFILE, NULL, &win_saved) < 0 ||
+	    win_saved.rlim_cur > INT_MAX - NOFILE_RESERVE)
+		return;
+	win_soft = (int)win_saved.rlim_cur;
 	/* Only the window's limit: the number F_DUPFD picks is the lowest free
-	 * one from `soft` up, whatever the limit allows above it. */
-	struct rlimit up = *saved;
-	if (saved->rlim_max > saved->rlim_cur)
-		up.rlim_cur = saved->rlim_max;
+	 * one from win_soft up, whatever the limit allows above it. */
+	struct rlimit up = win_saved;
+	if (win_saved.rlim_max > win_saved.rlim_cur)
+		up.rlim_cur = win_saved.rlim_max;
 	else
-		up.rlim_cur = up.rlim_max = saved->rlim_cur + NOFILE_RESERVE;
-	return prlim(0, RLIMIT_NOFILE, &up, NULL) < 0 ? -1 : 0;
+		up.rlim_cur = up.rlim_max = win_saved.rlim_cur + NOFILE_RESERVE;
+	win_ok = prlim(0, RLIMIT_NOFILE, &up, NULL) == 0;
 }
 
-static void window_close(const struct rlimit *saved)
+CHELL_EXPORT void chell_internal_window_leave(void)
 {
-	prlim(0, RLIMIT_NOFILE, saved, NULL); /* lowering is always allowed */
-}
-
-/* Caller holds the lock. fd moved to a number at or above the soft limit,
- * with FD_CLOEXEC = cloexec; -1 if there is no room. */
-static int place_locked(int fd, int cloexec, bool window_is_open, int soft)
-{
-	struct rlimit saved;
-	if (!window_is_open) {
-		if (prlim(0, RLIMIT_NOFILE, NULL, &saved) < 0 || saved.rlim_cur > INT_MAX)
-			return -1;
-		soft = (int)saved.rlim_cur;
+	if (--win_depth == 0 && win_ok) {
+		prlim(0, RLIMIT_NOFILE, &win_saved, NULL); /* lowering is always allowed */
+		win_ok = false;
 	}
-	if (fd >= soft) /* already out of the application's range */
-		return sys_fcntl(fd, F_SETFD, cloexec ? FD_CLOEXEC : 0) < 0 ? -1 : fd;
-	if (!window_is_open && window_open(&saved, &soft) < 0)
-		return -1;
-	int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, soft);
-	if (!window_is_open)
-		window_close(&saved);
-	return nfd;
+	chell_nofile_unlock();
 }
 
 int chell_nofile_place(int fd, int cloexec)
 {
 	chell_nofile_lock();
-	int r = place_locked(fd, cloexec, false, 0);
+	struct rlimit rl;
+	int soft = win_depth > 0 ? win_soft
+		   : prlim(0, RLIMIT_NOFILE, NULL, &rl) == 0 && rl.rlim_cur <= INT_MAX ? (int)rl.rlim_cur
+											  : -1;
+	int r = -1;
+	if (soft >= 0 && fd >= soft) { /* already out of the application's range */
+		r = sys_fcntl(fd, F_SETFD, cloexec ? FD_CLOEXEC : 0) < 0 ? -1 : fd;
+	} else {
+		chell_internal_window_enter();
+		if (win_ok)
+			r = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, win_soft);
+		chell_internal_window_leave();
+	}
 	chell_nofile_unlock();
 	return r;
 }
@@ -131,23 +141,16 @@ int chell_nofile_place(int fd, int cloexec)
  * application has used up its limit, and lands above it. */
 CHELL_EXPORT int chell_internal_openat(int dirfd, const char *path, int flags, mode_t mode)
 {
-	chell_nofile_lock();
-	struct rlimit saved;
-	int soft;
-	if (window_open(&saved, &soft) < 0) {
-		chell_nofile_unlock();
-		return sys_openat(dirfd, path, flags, mode); /* no room: a number below */
-	}
+	chell_internal_window_enter();
 	int fd = sys_openat(dirfd, path, flags, mode);
-	if (fd >= 0 && fd < soft) {
-		int nfd = place_locked(fd, (flags & O_CLOEXEC) != 0, true, soft);
+	if (fd >= 0 && win_ok && fd < win_soft) {
+		int nfd = sys_fcntl(fd, (flags & O_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD, win_soft);
 		if (nfd >= 0) {
 			sys_close(fd);
 			fd = nfd;
 		}
 	}
-	window_close(&saved);
-	chell_nofile_unlock();
+	chell_internal_window_leave();
 	return fd;
 }
 

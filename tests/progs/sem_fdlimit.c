@@ -16,6 +16,11 @@
 
 #define LIMIT 64
 
+/* A write-only descriptor: Chell may need a descriptor of its own to serve
+ * it (a mapping needs read access), and must not take it from the
+ * application, which is at its limit when this is used. */
+static int wo_fd = -1;
+
 /* dup fd until the kernel refuses; print how many and why; close them again */
 static int fill(int fd, const char *who)
 {
@@ -36,6 +41,15 @@ static int fill(int fd, const char *who)
 	T(fcntl(fd, F_DUPFD_CLOEXEC, 10));
 	int pfd[2];
 	T(pipe(pfd));
+	if (wo_fd >= 0) {
+		/* I/O on handled files still works at the limit, far into a new
+		 * part of the file, then the descriptors are still all used */
+		T(pwrite(wo_fd, "wxyz", 4, 3 << 20));
+		T(pwrite(wo_fd, "ab", 2, 1 << 20));
+		T(write(wo_fd, "12345", 5));
+		T(pwrite(fd, "Q", 1, 5 << 20));
+		T(dup(fd));
+	}
 	for (int i = 0; i < n; i++)
 		close(got[i]);
 	return n;
@@ -79,6 +93,7 @@ int main(int argc, char **argv)
 	int fd2 = (int)T(open(P("g"), O_RDWR | O_CREAT | O_TRUNC, 0644));
 	T(write(fd2, "abc", 3));
 	T(lseek(fd2, 1, SEEK_SET));
+	wo_fd = (int)T(open(P("w"), O_WRONLY | O_CREAT | O_TRUNC, 0644));
 
 	say("# dup to the limit\n");
 	fill(fd, "parent");
@@ -152,6 +167,8 @@ int main(int argc, char **argv)
 	OFF(fd2);
 	sem_content("f");
 	sem_content("g");
+	sem_content("w");
+	OFF(wo_fd);
 	T(close(fd2));
 	T(close(fd));
 	say("done\n");
