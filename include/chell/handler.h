@@ -152,9 +152,19 @@ struct chell_handler {
 	void (*detach)(chell_ctx *c);
 	/* The last descriptor of this OFD in every process went away (ofd->priv cleanup). */
 	void (*release)(chell_ctx *c);
-	/* The descriptor may next be used outside Chell (it survives an exec):
-	 * bring the kernel's view of it (the file offset) up to date. */
+	/* The kernel is about to evaluate the descriptor's own state (the
+	 * file offset): a lock relative to SEEK_CUR, lockf, an exec'd image
+	 * that adopts the descriptor. Bring the kernel's view up to date. */
 	int (*sync_out)(chell_ctx *c);
+	/* The kernel moved the descriptor's offset in a call Chell passed to
+	 * it (e.g. an in-kernel copy with a NULL offset): take it as ours. */
+	int (*sync_in)(chell_ctx *c);
+	/* The descriptor is handed to a process Chell does not serve (an
+	 * exec'd program Chell does not load into, a descriptor sent over a
+	 * socket, a spawn Chell cannot see). From now on the kernel's offset
+	 * is the only one, in every process: a handler that keeps it in user
+	 * space moves the OFD to the kernel path for good. NULL: sync_out. */
+	void (*escape)(chell_ctx *c);
 
 	ssize_t (*read)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
 	ssize_t (*write)(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags);
@@ -209,6 +219,24 @@ int chell_down_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, 
 
 /* The reference handler (the kernel). Usable directly, e.g. on a shadow fd. */
 extern const struct chell_handler chell_posix_handler;
+
+/*
+ * For handlers that keep the file offset in ofd->offset (the kernel's own
+ * offset of the descriptor then lags behind):
+ *   chell_offset_to_kernel    store ours as the kernel's (0 or -errno); a
+ *                             racing call may move ours meanwhile, so it
+ *                             stores again until what it stored was
+ *                             current afterwards: two racing syncs never
+ *                             leave an older offset behind;
+ *   chell_offset_from_kernel  take the kernel's as ours (0 or -errno);
+ *   chell_offset_go_kernel    the description leaves user space for good:
+ *                             clear the handler's shared `active` word and
+ *                             store ours as the kernel's. False if it had
+ *                             already left (someone else did it).
+ */
+int chell_offset_to_kernel(struct chell_ofd *ofd, int fd);
+int chell_offset_from_kernel(struct chell_ofd *ofd, int fd);
+int chell_offset_go_kernel(uint32_t *active, struct chell_ofd *ofd, int fd);
 
 /* Per-OFD lock, shared by all processes (see struct chell_lock). */
 static inline void chell_ofd_lock(struct chell_ofd *ofd) { chell_lock_acquire(&ofd->lock); }

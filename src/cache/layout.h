@@ -73,8 +73,9 @@
  *   - the client dies before OVERWRITE: the blocks stay invalid and hold
  *     garbage nobody can read; the next fill of them overwrites it. (Zeros
  *     past the end of a file are only assumed of blocks that were never
- *     below it while the chunk file lived: clients grow the file before an
- *     overwrite, and only TRUNCATE - which revokes - shrinks it.)
+ *     below it while the chunk file lived: only TRUNCATE - which revokes -
+ *     shrinks a file, and an extending write publishes its size only after
+ *     its blocks are valid and dirty, see "Extending writes".)
  *   - the manager dies between validating and replying: the client's call
  *     fails and it redoes the write on the restarted manager (the blocks
  *     are valid then: a normal hit). Recovery sees only valid dirty blocks.
@@ -92,10 +93,21 @@
  * one chunk file for the life of the pool - incarnation grows every time
  * the slot's file is created, across restarts - so a client that maps a
  * new chunk file over an old one at the same address tells them apart by
- * reading the pair before and after a copy. Clients grow backing files
- * themselves (fallocate, or ftruncate where it is unsupported) before
- * storing past the end, and shrink them only through TRUNCATE; write-back
- * never writes past the backing file's size. Dirty blocks of a backing
+ * reading the pair before and after a copy.
+ *
+ * Extending writes: a client publishes a file's new size only after the
+ * bytes below it are stored, as the kernel does (a reader that reads up to
+ * the size it sees must never see bytes that were not written). It
+ * reserves the blocks in the backing file first (fallocate KEEP_SIZE),
+ * raises ext_end in the control page of each chunk it is about to store
+ * into past the end, stores, then grows the backing file (fallocate) and
+ * the size shared by its process tree. Clients shrink files only through
+ * TRUNCATE. Write-back writes dirty bytes below max(the backing file's
+ * size, the job's ext_end), never past: a dirty block past both belongs
+ * to a file that was truncated since. So a chunk written back (by the
+ * cleaner, or evicted) between a client's store and its publication puts
+ * the stored bytes in the backing file, which then grows to end after
+ * them: the size still never runs ahead of the bytes. Dirty blocks of a backing
  * file that no longer exists (unlinked, and no registration holds it open)
  * have nowhere to go and must be discarded, not kept: kept chunks that can
  * never be evicted fill the pool, and every client's MAP then fails with
@@ -149,7 +161,12 @@ struct cache_ctl {
 	uint64_t dev, ino;   /* backing file identity */
 	uint64_t file_chunk; /* backing offset / CACHE_CHUNK_BYTES */
 	uint64_t incarnation; /* how many times the slot was (re)used */
-	uint64_t reserved0;   /* 0; pads line 0 to 64 bytes so valid[] is line 1 */
+	/* The end (file offset) of the latest extending write a client stored
+	 * into this chunk, raised (atomic max) before its store: bytes below it
+	 * may lie past the backing file's size until the client publishes the
+	 * size, and write-back writes them (see "Extending writes" above).
+	 * 0 when none; also pads line 0 to 64 bytes so valid[] is line 1. */
+	uint64_t ext_end;
 	/* line 1: 4 KB blocks holding the backing file's data (bit b = block b) */
 	uint64_t valid[CACHE_BLOCKS / 64];
 	/* line 2 on: dirty_table_init(&dirty, 1) */

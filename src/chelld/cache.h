@@ -84,8 +84,10 @@ struct slot {
 /* Volatile state of a Cnode (a cached backing file). */
 struct cfile {
 	uint32_t cnode;
-	int fd;                 /* the manager's own descriptor, -1 until needed */
-	bool readonly;          /* ... could only be opened for reading (EROFS) */
+	int fd;                 /* the manager's own read-only descriptor, or -1 (files.c) */
+	uint64_t fd_used;       /* when fd was last used (cache.fd_clock) */
+	bool trimming;          /* being written back to release fd */
+	bool readonly;          /* on a read-only mount: not writable back (EROFS) */
 	uint64_t dev, ino;
 	char path[META_PATH_MAX];
 	uint32_t nregs;         /* live registrations, all connections */
@@ -114,6 +116,8 @@ struct cache {
 	uint64_t cap, used;
 	int64_t pinned;         /* slot evictions must not take now, or -1 */
 	struct cfile **files;   /* by Cnode id */
+	uint32_t open_fds;      /* cfile descriptors held (files.c), at most cfg->max_fds */
+	uint64_t fd_clock;      /* ticks of cfile_fd, for its LRU */
 	policy *pol;
 	const struct chell_persist_ops *pops;
 	struct chelld_stats_reply *st; /* the server's counters */
@@ -153,9 +157,12 @@ struct cfile *cfile_get(struct cache *c, uint32_t cnode);
 /* The manager's descriptor of the backing file, opened by path and checked
  * against the Cnode's identity: >= 0, or -errno. */
 int cfile_fd(struct cache *c, struct cfile *f);
-/* The same, falling back to a reopen of a client's registered descriptor
- * (the file may have been renamed since). */
+/* The same, falling back to a reopen of a client's descriptor (the file
+ * may have been renamed since the path was recorded). */
 int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd);
+/* A new write descriptor of the file for one job (write-back, truncate):
+ * the caller closes it. >= 0, or -errno. */
+int cfile_wfd(struct cache *c, struct cfile *f);
 /* Register a client's descriptor: find or create the Cnode, detect an
  * outside writer if nobody has it registered. Returns the Cnode id or
  * -errno with a reason in detail. */
@@ -165,8 +172,8 @@ int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_
 void cfile_unregister(struct cache *c, struct cfile *f);
 /* Record the backing file's size and times in the Cnode (a transaction). */
 void cfile_record(struct cache *c, struct cfile *f);
-/* Close the manager's descriptor once nobody has the file registered and
- * it has no chunk left. */
+/* Close the manager's descriptor once nobody has the file registered (or
+ * it is bypassed) and it has no dirty block left. */
 void cfile_release_fd(struct cache *c, struct cfile *f);
 /* The file was deleted (no name left) and nobody has it registered: its
  * data has nowhere to go and nobody can read it again. */

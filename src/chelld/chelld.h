@@ -27,11 +27,12 @@ struct chelld_config {
 	uint64_t append_threshold; /* sent in the HELLO reply */
 	unsigned dirty_high, dirty_low; /* percent of the slots */
 	uint64_t readahead;        /* bytes filled past what a MAP asks */
+	uint32_t max_fds;          /* descriptors of unregistered dirty files (files.c) */
 };
 
-/* One backing file a client registered with OPEN_FILE. The daemon keeps
- * the client's own descriptor: it is the proof of access, and what the
- * data path will read and write the backing file through. */
+/* One backing file a client registered with OPEN_FILE: the client's own
+ * descriptor is the proof of access (auth.c); the daemon closes it once
+ * checked (a descriptor it held would be visible to everyone: files.c). */
 struct chelld_file {
 	int fd;
 	uint32_t access; /* CHELLD_ACC_* */

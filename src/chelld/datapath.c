@@ -63,7 +63,8 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
 	return ok;
 }
 
-/* Add (or count again) a registration; 0 or an errno. Takes fd. */
+/* Add (or count again) a registration; 0 or an errno. Takes fd (the
+ * checked proof), and closes it. */
 static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, uint32_t access)
 {
 	struct cfile *f = cfile_get(&s->cache, cnode);
@@ -72,14 +73,14 @@ static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, u
 		close(fd);
 		return ENOMEM;
 	}
+	/* The proof was checked (auth.c); the manager reads through its own
+	 * descriptor, opened now unless the file is bypassed (files.c: a
+	 * held descriptor is visible to everyone, so none is kept). */
+	if (!f->bypass)
+		cfile_fd_via(&s->cache, f, fd);
+	close(fd);
+	fd = -1;
 	if (r) {
-		/* Keep the descriptor that proves the most. */
-		if ((access | r->access) != r->access && (access & r->access) == r->access) {
-			close(r->fd);
-			r->fd = fd;
-		} else {
-			close(fd);
-		}
 		r->access |= access;
 		r->count++;
 		f->nregs++;
@@ -88,14 +89,12 @@ static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, u
 	if (c->nregs == c->cap) {
 		uint32_t cap = c->cap ? c->cap * 2 : 16;
 		struct reg *n = realloc(c->regs, cap * sizeof *n);
-		if (!n) {
-			close(fd);
+		if (!n)
 			return ENOMEM;
-		}
 		c->regs = n;
 		c->cap = cap;
 	}
-	c->regs[c->nregs++] = (struct reg){cnode, access, 1, fd};
+	c->regs[c->nregs++] = (struct reg){cnode, access, 1, -1};
 	f->nregs++;
 	f->nconns++;
 	return 0;
@@ -141,12 +140,13 @@ bool do_open(struct server *s, struct client *c, const struct chelld_open *m, in
 	if (st == 0) {
 		struct stat sb;
 		const struct reg *g = client_reg(c, (uint32_t)id);
-		const struct cfile *cf = cfile_get(&s->cache, (uint32_t)id);
+		struct cfile *cf = cfile_get(&s->cache, (uint32_t)id);
+		int bfd = cf && !cf->bypass ? cfile_fd(&s->cache, cf) : -1;
 		r.file_id = (uint32_t)id;
 		r.access = g->access;
 		r.dev = (uint64_t)f.dev;
 		r.ino = (uint64_t)f.ino;
-		r.size = fstat(g->fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+		r.size = bfd >= 0 && fstat(bfd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
 		r.flags = cf && cf->bypass ? CHELLD_FILE_BYPASS : 0;
 		s->st.opens++;
 		chelld_log("client %llu (pid %d uid %d): open %s -> id %u access %s%s",
@@ -179,7 +179,7 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	}
 	if (m->first_block >= CACHE_BLOCKS || m->nblocks > CACHE_BLOCKS - m->first_block)
 		return EINVAL;
-	int bfd = cfile_fd_via(c, f, g->fd);
+	int bfd = cfile_fd(c, f);
 	if (bfd < 0)
 		return -bfd;
 	/* Data written to the cache must be writable back. */
@@ -223,13 +223,13 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 			st = EACCES;
 		else if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)
 			st = ERANGE;
-		else if (fstat(g->fd, &sb) < 0)
-			st = errno;
 		else
 			st = map_chunk(s, g, m, &r, &fd);
-		if (st == 0) {
-			/* The size after the fill, on the client's own descriptor. */
-			if (fstat(g->fd, &sb) == 0)
+		if (st == 0 && !(r.flags & CHELLD_FILE_BYPASS)) {
+			/* The size after the fill. */
+			struct cfile *f = cfile_get(&s->cache, g->cnode);
+			int bfd = f ? cfile_fd(&s->cache, f) : -1;
+			if (bfd >= 0 && fstat(bfd, &sb) == 0)
 				r.file_size = (uint64_t)sb.st_size;
 			r.backing_offset = m->chunk * CHELLD_CHUNK_SIZE;
 			uint64_t left = r.file_size > r.backing_offset ? r.file_size - r.backing_offset : 0;

@@ -3,10 +3,31 @@
  * Cached files: the Cnode of each backing file a client registers, the
  * manager's own descriptor of it, and outside-writer detection.
  *
- * The manager reads and writes a backing file through a descriptor it
+ * The manager reads and writes a backing file through descriptors it
  * opens itself, by the file's resolved path, and only after checking that
  * the path still names the Cnode's (dev, ino): a client's descriptor only
- * proves the client's access, and may be read-only or O_APPEND.
+ * proves the client's access (auth.c), and is closed once checked.
+ *
+ * Descriptors are held only as long as needed, because a descriptor of a
+ * file is visible to everyone: a write descriptor makes exec of the file
+ * fail with ETXTBSY and a remount read-only fail with EBUSY, any
+ * descriptor makes an unmount of the file system under a backing
+ * directory fail with EBUSY and a file lease (F_SETLEASE) fail with
+ * EAGAIN. So:
+ *  - the manager's own descriptor of a file (f->fd) is read-only, for
+ *    fills, sizes and noticing a deletion; it is held while a client has
+ *    the file registered or the file has dirty blocks, and never for a
+ *    file the manager bypasses;
+ *  - write-back and TRUNCATE get a write descriptor for the job
+ *    (cfile_wfd, a reopen of f->fd through /proc, so a rename since does
+ *    not matter) and close it after;
+ *  - at most cfg->max_fds descriptors of files nobody has registered are
+ *    kept (they hold dirty data): past that, the least recently used such
+ *    file is written back and its descriptor closed (cfile_fd).
+ *
+ * Opens use O_NONBLOCK: a file leased by an application (F_SETLEASE) makes
+ * a conflicting open fail with EWOULDBLOCK at once (the lease is broken)
+ * instead of stalling every client for the lease-break time.
  *
  * Outside writers: a process writing the backing file without Chell
  * changes its size, mtime or ctime. The Cnode records them when the last
@@ -23,6 +44,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "chelld/cache.h"
@@ -53,16 +75,10 @@ struct cfile *cfile_get(struct cache *c, uint32_t cnode)
 	return f;
 }
 
-int cfile_fd(struct cache *c, struct cfile *f)
+/* Open `path` with flags and check it is the Cnode's file: fd or -errno. */
+static int open_checked(const struct cfile *f, const char *path, int flags)
 {
-	(void)c;
-	if (f->fd >= 0)
-		return f->fd;
-	if (!f->path[0])
-		return -ENOENT;
-	int fd = open(f->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0 && (errno == EROFS || errno == EACCES || errno == ETXTBSY))
-		fd = open(f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	int fd = open(path, flags | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return -errno;
 	struct stat st;
@@ -70,10 +86,68 @@ int cfile_fd(struct cache *c, struct cfile *f)
 		close(fd);
 		return -ESTALE; /* the path now names another file */
 	}
-	int fl = fcntl(fd, F_GETFL);
-	f->readonly = fl >= 0 && (fl & O_ACCMODE) == O_RDONLY;
-	f->fd = fd;
 	return fd;
+}
+
+/* Keep the read-only descriptor fd as f's own. */
+static int adopt_fd(struct cache *c, struct cfile *f, int fd)
+{
+	struct statvfs sv;
+	/* data cached for writing must be writable back: not on a read-only mount */
+	f->readonly = fstatvfs(fd, &sv) == 0 && (sv.f_flag & ST_RDONLY);
+	f->fd = fd;
+	f->fd_used = ++c->fd_clock;
+	c->open_fds++;
+	return fd;
+}
+
+static void close_fd(struct cache *c, struct cfile *f)
+{
+	if (f->fd < 0)
+		return;
+	close(f->fd);
+	f->fd = -1;
+	c->open_fds--;
+}
+
+/* Until `room` more descriptors fit under the bound: the least recently
+ * used descriptor of a file nobody has registered is written back and
+ * closed (caller holds the lock). */
+static void trim_fds(struct cache *c, const struct cfile *keep, uint32_t room)
+{
+	while (c->open_fds + room > c->cfg->max_fds) {
+		struct cfile *lru = NULL;
+		for (uint32_t id = 0; id < c->pool.max_cnodes; id++) {
+			struct cfile *g = c->files[id];
+			if (g && g != keep && g->fd >= 0 && g->nregs == 0 && !g->trimming &&
+			    (!lru || g->fd_used < lru->fd_used))
+				lru = g;
+		}
+		if (!lru)
+			return; /* every held descriptor is of a registered file */
+		lru->trimming = true;
+		int rc = wb_file(c, lru, NULL, NULL, NULL);
+		lru->trimming = false;
+		if (rc < 0) {
+			chelld_log("file %s: write-back to release its descriptor failed: %s",
+				   lru->path, strerror(-rc));
+			return; /* its dirty blocks still need it */
+		}
+		close_fd(c, lru);
+	}
+}
+
+int cfile_fd(struct cache *c, struct cfile *f)
+{
+	if (f->fd >= 0) {
+		f->fd_used = ++c->fd_clock;
+		return f->fd;
+	}
+	if (!f->path[0])
+		return -ENOENT;
+	trim_fds(c, f, 1);
+	int fd = open_checked(f, f->path, O_RDONLY | O_NOFOLLOW);
+	return fd < 0 ? fd : adopt_fd(c, f, fd);
 }
 
 int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd)
@@ -81,21 +155,22 @@ int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd)
 	int fd = cfile_fd(c, f);
 	if (fd >= 0 || client_fd < 0)
 		return fd;
-	/* Renamed since it was registered: reopen the client's file through
-	 * /proc (the same inode, with the manager's own access). */
+	/* Renamed since the path was recorded: reopen the client's file
+	 * through /proc (the same inode, with the manager's own access). */
 	char p[64];
 	snprintf(p, sizeof p, "/proc/self/fd/%d", client_fd);
-	int nfd = open(p, O_RDWR | O_CLOEXEC);
-	struct stat st;
-	if (nfd < 0)
+	int nfd = open_checked(f, p, O_RDONLY);
+	return nfd < 0 ? fd : adopt_fd(c, f, nfd);
+}
+
+int cfile_wfd(struct cache *c, struct cfile *f)
+{
+	int fd = cfile_fd(c, f);
+	if (fd < 0)
 		return fd;
-	if (fstat(nfd, &st) < 0 || (uint64_t)st.st_dev != f->dev || (uint64_t)st.st_ino != f->ino) {
-		close(nfd);
-		return fd;
-	}
-	f->fd = nfd;
-	f->readonly = false;
-	return nfd;
+	char p[64];
+	snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+	return open_checked(f, p, O_RDWR);
 }
 
 void cfile_record(struct cache *c, struct cfile *f)
@@ -123,8 +198,7 @@ static bool reclaim_cnode(struct cache *c)
 		if (meta_cnode_remove(c->m, id) < 0)
 			continue;
 		if (f) {
-			if (f->fd >= 0)
-				close(f->fd);
+			close_fd(c, f);
 			free(f);
 			c->files[id] = NULL;
 		}
@@ -146,8 +220,12 @@ static void outside_change(struct cache *c, struct cfile *f, const struct meta_c
 	if (!slots)
 		return;
 	uint32_t n = cache_file_slots(c, f->cnode, slots);
+	/* Dirty bytes past the file's end as the outside writer left it are
+	 * not written back (nobody has the file registered, so no client is
+	 * between storing an extension and publishing its size: an ext_end
+	 * mark past the end is stale, the file was truncated behind us). */
 	for (uint32_t i = 0; i < n; i++)
-		if (chunk_revoke(c, slots[i], UINT64_MAX) < 0)
+		if (chunk_revoke(c, slots[i], (uint64_t)st->st_size) < 0)
 			chelld_log("file %s: chunk %llu kept (write-back failed)", f->path,
 				   (unsigned long long)c->slots[slots[i]].file_chunk);
 	free(slots);
@@ -180,10 +258,7 @@ int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_
 	 * may have been renamed since the Cnode was made). */
 	if (strlen(resolved) < sizeof f->path && strcmp(resolved, f->path) != 0) {
 		snprintf(f->path, sizeof f->path, "%s", resolved);
-		if (f->fd >= 0) {
-			close(f->fd);
-			f->fd = -1;
-		}
+		close_fd(c, f);
 	}
 	struct stat st;
 	if (f->nregs == 0 && fstat(client_fd, &st) == 0) {
@@ -198,16 +273,22 @@ int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_
 	return id;
 }
 
-/* The manager's descriptor stays open while the file has chunks: it is how
- * a deletion is noticed (st_nlink 0), and how the data gets written back
- * even after a rename. */
+/* The manager's descriptor stays open while the file is registered (not
+ * bypassed) or has dirty blocks: it is how a deletion is noticed (st_nlink
+ * 0), and how the data gets written back even after a rename. Clean
+ * chunks need no descriptor: a fill reopens it. */
 void cfile_release_fd(struct cache *c, struct cfile *f)
 {
-	struct meta_cnode_info ci;
-	if (f->fd < 0 || f->nregs || (meta_cnode_info(c->m, f->cnode, &ci) == 0 && ci.chunks))
+	if (f->fd < 0 || f->trimming || (f->nregs && !f->bypass))
 		return;
-	close(f->fd);
-	f->fd = -1;
+	struct meta_cnode_info ci;
+	if (meta_cnode_info(c->m, f->cnode, &ci) == 0 && ci.chunks) {
+		for (uint32_t s = 0; s < c->nslots; s++)
+			if (c->slots[s].map && c->slots[s].cnode == f->cnode &&
+			    (chunk_ndirty(&c->slots[s]) || c->slots[s].busy))
+				return;
+	}
+	close_fd(c, f);
 }
 
 bool cfile_deleted(struct cache *c, struct cfile *f)
@@ -224,4 +305,6 @@ void cfile_unregister(struct cache *c, struct cfile *f)
 	f->bypass = false;
 	cfile_record(c, f);
 	cfile_release_fd(c, f);
+	if (f->fd >= 0) /* kept for its dirty blocks: now one of the bounded ones */
+		trim_fds(c, NULL, 0);
 }

@@ -22,6 +22,8 @@
 #include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -69,6 +71,9 @@ static void usage(FILE *f)
 	      "      --dirty-low PCT   ... and stop at this percentage (default 25)\n"
 	      "      --readahead SIZE  largest read-ahead window of a sequential reader\n"
 	      "                      (default 64K; random misses read only what they ask)\n"
+	      "      --max-fds N     descriptors of files no client has open that are kept\n"
+	      "                      while they hold dirty data (default 256); past that the\n"
+	      "                      least recently used is written back and closed\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
@@ -236,9 +241,30 @@ static int write_pid_file(const struct chelld_config *cfg)
 	return r;
 }
 
+/*
+ * What fsync means for the files it caches, said where it starts: fsync
+ * on a cached file leaves the data in the pool (by design: the slow
+ * device is written by write-back, docs/CACHE.md "Durability"). A pool in
+ * memory (tmpfs, ramfs) therefore survives the death of programs and of
+ * chelld, not a power loss or a reboot.
+ */
+static void print_durability(const char *pool)
+{
+	struct statfs sf;
+	if (statfs(pool, &sf) == 0 && (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC))
+		printf("chelld: durability: fsync keeps data in this pool, which is in memory (%s):\n"
+		       "chelld:   it survives programs and chelld dying, NOT a power loss or reboot.\n"
+		       "chelld:   'chell cache flush' (or 'chell cache stop') writes it to the backing files.\n",
+		       sf.f_type == TMPFS_MAGIC ? "tmpfs" : "ramfs");
+	else
+		printf("chelld: durability: fsync keeps data in this pool (not on the backing files):\n"
+		       "chelld:   it survives a power loss only as far as the pool's own storage does\n"
+		       "chelld:   (persistent memory with DAX); 'chell cache flush' writes it back.\n");
+}
+
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
-	const char *policy, *high, *low, *readahead;
+	const char *policy, *high, *low, *readahead, *max_fds;
 };
 
 static int parse_pct(const char *s, unsigned *out)
@@ -267,6 +293,16 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 			     cfg->readahead > CACHE_CHUNK_BYTES))
 		return fail(CHELLD_EXIT_USAGE, "invalid --readahead '%s' (a size up to 2M)",
 			    o->readahead);
+	cfg->max_fds = 256;
+	if (o->max_fds) {
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(o->max_fds, &end, 10);
+		if (errno || end == o->max_fds || *end || *o->max_fds == '-' || v < 1 || v > 65536)
+			return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)",
+				    o->max_fds);
+		cfg->max_fds = (uint32_t)v;
+	}
 	cfg->dirty_high = 50;
 	cfg->dirty_low = 25;
 	if (o->high && parse_pct(o->high, &cfg->dirty_high) < 0)
@@ -362,6 +398,7 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 			_exit(CHELLD_EXIT_FAIL);
 		}
 		printf("chelld: serving pool %s on %s (pid %d)\n", cfg->pool, cfg->sock_path, child);
+		print_durability(cfg->pool);
 		fflush(stdout);
 		_exit(0);
 	}
@@ -387,7 +424,7 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 int main(int argc, char **argv)
 {
 	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_HIGH, OPT_LOW,
-	       OPT_RA };
+	       OPT_RA, OPT_MAXFDS };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
 		{"size", required_argument, NULL, O_SIZE},
@@ -398,6 +435,7 @@ int main(int argc, char **argv)
 		{"dirty-high", required_argument, NULL, OPT_HIGH},
 		{"dirty-low", required_argument, NULL, OPT_LOW},
 		{"readahead", required_argument, NULL, OPT_RA},
+		{"max-fds", required_argument, NULL, OPT_MAXFDS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -421,6 +459,7 @@ int main(int argc, char **argv)
 		case OPT_HIGH: co.high = optarg; break;
 		case OPT_LOW: co.low = optarg; break;
 		case OPT_RA: co.readahead = optarg; break;
+		case OPT_MAXFDS: co.max_fds = optarg; break;
 		case 'h': usage(stdout); free(backing); return 0;
 		default:
 			fputs("Try 'chelld --help'.\n", stderr);

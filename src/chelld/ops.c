@@ -65,7 +65,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, EACCES);
 	if (m->size > (uint64_t)INT64_MAX)
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, EFBIG);
-	int fd = cfile_fd_via(k, f, g->fd);
+	int fd = cfile_wfd(k, f); /* for this call only (files.c) */
 	if (fd < 0)
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, -fd);
 	uint32_t *slots = malloc(((size_t)k->nslots + 1) * sizeof *slots);
@@ -87,6 +87,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 	free(slots);
 	if (st == 0 && ftruncate(fd, (off_t)m->size) < 0)
 		st = errno;
+	close(fd);
 	if (st == 0) {
 		cfile_record(k, f);
 		s->st.truncates++;
@@ -145,6 +146,7 @@ bool do_flush(struct server *s, struct client *c, const struct chelld_flush *m)
 		s->st.bypassed++;
 		chelld_log("file %s: bypassing the cache until its last registration closes",
 			   f->path);
+		cfile_release_fd(k, f); /* the kernel's path has it: hold nothing of it */
 	}
 	chelld_log("client %llu (pid %d): flush %s%s: %llu blocks, %llu bytes written, %u chunk(s) "
 		   "dropped: %s", (unsigned long long)c->serial, (int)c->pid,

@@ -183,7 +183,8 @@ void client_unregister(struct server *s, struct client *c, struct reg *r, bool a
 		return;
 	if (f && f->nconns)
 		f->nconns--;
-	close(r->fd);
+	if (r->fd >= 0)
+		close(r->fd);
 	*r = c->regs[--c->nregs];
 }
 

@@ -9,10 +9,13 @@
  * lost (bankshot.md §4.3.2). On any error the check-out is abandoned and
  * the blocks stay dirty.
  *
- * Extents are clamped to the backing file's size: the client extends the
- * backing file before it writes past its end, so a dirty block past the
- * end belongs to a file that was truncated since, and writing it would
- * bring the truncated bytes back.
+ * Extents are clamped to the backing file's size, or to the ext_end mark
+ * of the chunks when it is beyond: a client stores an extending write
+ * before it publishes the new size, and marks the chunk first (cache/
+ * layout.h, "Extending writes"), so those bytes are written and the file
+ * grows to end after them. Any other dirty block past the end belongs to
+ * a file that was truncated since, and writing it would bring the
+ * truncated bytes back.
  */
 #include <errno.h>
 #include <limits.h>
@@ -105,7 +108,18 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 	j->slots = malloc((n ? n : 1) * sizeof *j->slots);
 	j->bits = calloc(n ? n : 1, sizeof *j->bits);
 	j->in = calloc(n ? n : 1, sizeof *j->in);
-	j->fd = dup(fd); /* the cleaner writes without the lock: f->fd may close */
+	/* its own write descriptor, for this job only (files.c): the cleaner
+	 * writes without the lock, and f->fd is read-only and may close */
+	j->fd = cfile_wfd(c, f);
+	if (j->fd == -ENOMEM)
+		j->fd = -1;
+	else if (j->fd < 0) {
+		free(keep);
+		int e = j->fd;
+		memset(j, 0, sizeof *j);
+		j->fd = -1;
+		return e;
+	}
 	if (!j->slots || !j->bits || !j->in || j->fd < 0) {
 		free(j->slots);
 		free(j->bits);
@@ -139,7 +153,16 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 		chelld_log("file %s was deleted: discarding its %u dirty block(s)", f->path, total);
 		return 0;
 	}
-	j->limit = (uint64_t)st.st_size < clamp ? (uint64_t)st.st_size : clamp;
+	/* after the check-out: a client marks ext_end before its store and
+	 * dirty_mark after it, so a block checked out here has its mark */
+	uint64_t end = (uint64_t)st.st_size;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t x = __atomic_load_n(&c->slots[slots[i]].ctl->ext_end, __ATOMIC_ACQUIRE);
+		uint64_t chunk_end = (c->slots[slots[i]].file_chunk + 1) * CACHE_CHUNK_BYTES;
+		x = x < chunk_end ? x : chunk_end; /* a client's word: bounded by its chunk */
+		end = x > end ? x : end;
+	}
+	j->limit = end < clamp ? end : clamp;
 	j->rc = wb_plan_build(j->in, n, WB_MAX_EXTENT, &j->plan);
 	j->planned = j->rc == 0;
 	return 0;
@@ -184,12 +207,15 @@ int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes)
 			*bytes += j->written;
 		cfile_record(c, j->f); /* our own write is not an outside change */
 	}
+	struct cfile *f = j->f;
 	free(j->slots);
 	free(j->bits);
 	free(j->in);
 	close(j->fd);
 	memset(j, 0, sizeof *j);
 	j->fd = -1;
+	if (rc == 0)
+		cfile_release_fd(c, f); /* clean and nobody's: no descriptor needed */
 	return rc;
 }
 

@@ -28,6 +28,7 @@ static const struct {
 	{"cache.dirty_high", "--dirty-high"},
 	{"cache.dirty_low", "--dirty-low"},
 	{"cache.readahead", "--readahead"},
+	{"cache.max_fds", "--max-fds"},
 };
 
 static int push(struct cache_argv *a, const char *s)

@@ -34,6 +34,7 @@ void cache_start_usage(FILE *f)
 	fputs("Usage: chell cache start [--pool DIR] [--size SIZE] [--backing DIR...]\n"
 	      "                         [--policy lru|fifo]\n"
 	      "                         [--dirty-high PCT] [--dirty-low PCT] [--readahead SIZE]\n"
+	      "                         [--max-fds N]\n"
 	      "                         [--socket PATH] [--foreground] [--config FILE] [-n]\n"
 	      "\n"
 	      "Start chelld for the pool directory DIR. It runs in the background unless\n"
@@ -51,6 +52,8 @@ void cache_start_usage(FILE *f)
 	      "                              when this percent of chunks are dirty\n"
 	      "      --dirty-low PCT         cache.dirty_low: ... and stops at this percent\n"
 	      "      --readahead SIZE        cache.readahead: a miss fills at least this much\n"
+	      "      --max-fds N             cache.max_fds: descriptors chelld keeps of files\n"
+	      "                              no client has open, while they hold dirty data\n"
 	      "\n"
 	      "Other options:\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
@@ -66,7 +69,7 @@ void cache_start_usage(FILE *f)
 
 static const char *const tunable_keys[CACHE_T_COUNT] = {
 	"cache.policy", "cache.dirty_high", "cache.dirty_low",
-	"cache.readahead",
+	"cache.readahead", "cache.max_fds",
 };
 
 int cache_start(int argc, char **argv)
@@ -82,6 +85,7 @@ int cache_start(int argc, char **argv)
 		{"dirty-high", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_HIGH},
 		{"dirty-low", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_LOW},
 		{"readahead", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_READAHEAD},
+		{"max-fds", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_MAX_FDS},
 		{"dry-run", no_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},

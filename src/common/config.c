@@ -56,6 +56,9 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "number of recent operations kept for the divergence report"},
 	{"shadow.report", "CHELL_SHADOW_REPORT", CHELL_T_PATH, "", NULL,
 	 "divergence report file; empty = <shadow.dir>/divergence.%p.txt"},
+	{"shadow.keep", "CHELL_SHADOW_KEEP", CHELL_T_BOOL, "0", NULL,
+	 "keep a shadow copy after its file's last close (for inspection; replaced at the "
+	 "next first open); by default copies are removed then"},
 	{"log.level", "CHELL_LOG_LEVEL", CHELL_T_ENUM, "error", "quiet|error|info|debug",
 	 "how much libchell.so reports about itself on stderr"},
 	{"on_error", "CHELL_ON_ERROR", CHELL_T_ENUM, "passthrough", "passthrough|abort",
@@ -87,6 +90,9 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "cache mode: ... and stops at this percent"},
 	{"cache.readahead", "CHELL_CACHE_READAHEAD", CHELL_T_SIZE, "64K", NULL,
 	 "cache mode: a miss fills at least this much of the chunk from the backing file"},
+	{"cache.max_fds", "CHELL_CACHE_MAX_FDS", CHELL_T_UINT, "256", NULL,
+	 "cache mode: descriptors chelld keeps of files no client has open while they hold "
+	 "dirty data (read-only ones); past that the least recently used is written back"},
 	{NULL, NULL, CHELL_T_STRING, NULL, NULL, NULL},
 };
 

@@ -37,6 +37,8 @@ struct shadow_table *shadow_tab;
 char shadow_dir[PATH_MAX];
 static char report_tmpl[PATH_MAX];
 static const char *under_test = "posix";
+static int keep_copies; /* shadow.keep */
+static long shadow_dir_magic = -1; /* file system type of shadow.dir */
 
 /* ------------------------------------------------------------ lock tracking */
 
@@ -87,7 +89,15 @@ static int parse_uint(const char *s, unsigned long *out)
 	return 0;
 }
 
-/* mkdir -p with raw calls; 0 or -errno. */
+/*
+ * mkdir -p with raw calls; 0 or -errno. The last component, if created
+ * here, is made world-writable (0777, whatever the umask): every process of
+ * the tree keeps its copies there, including one that has changed its user
+ * or group since (setuid, seteuid, setgid) - like the file system it mirrors,
+ * which let it create the file. A directory that already exists is left as
+ * it is; a process that cannot create or open its copy there leaves that
+ * file unchecked (logged), never reports a divergence for it.
+ */
 static int mkdir_p(const char *dir)
 {
 	char buf[PATH_MAX];
@@ -111,6 +121,18 @@ static int mkdir_p(const char *dir)
 		return r;
 	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
 }
+
+static int make_shadow_dir(const char *dir)
+{
+	struct stat st;
+	int existed = sys_fstatat(AT_FDCWD, dir, &st, 0) == 0;
+	int r = mkdir_p(dir);
+	if (r == 0 && !existed)
+		CHELL_SC(SYS_fchmodat, AT_FDCWD, dir, 0777, 0, 0, 0);
+	return r;
+}
+
+static long fs_magic(int fd);
 
 static int shadow_proc_init(void)
 {
@@ -138,7 +160,7 @@ static int shadow_proc_init(void)
 		chell_log("shadow: shadow.dir %s is too long", shadow_dir);
 		return -1;
 	}
-	int r = mkdir_p(shadow_dir);
+	int r = make_shadow_dir(shadow_dir);
 	if (r < 0) {
 		chell_log("shadow: cannot create shadow.dir %s: %s", shadow_dir, strerror(-r));
 		return -1;
@@ -155,8 +177,11 @@ static int shadow_proc_init(void)
 		chell_log("shadow: shadow.dir %s is not writable: %s", shadow_dir, strerror(-fd));
 		return -1;
 	}
+	shadow_dir_magic = fs_magic(fd);
 	sys_close(fd);
 	sys_unlink(probe);
+	const char *k = chell_setting("shadow.keep");
+	keep_copies = k && *k && !(k[0] == '0' || k[0] == 'f' || k[0] == 'n' || !strcmp(k, "off"));
 
 	unsigned long hist = 64;
 	const char *h = chell_setting("shadow.history");
@@ -274,6 +299,35 @@ static void pick_name(struct shadow_table *t, const char *path, char name[SHADOW
 			break;
 }
 
+void shadow_mark_mapped(uint64_t dev, uint64_t ino)
+{
+	struct shadow_table *t = shadow_table_get();
+	if (!t)
+		return;
+	uint32_t n = __atomic_fetch_add(&t->nmapped, 1, __ATOMIC_RELAXED);
+	if (n >= SHADOW_MAPPED_MAX) {
+		/* Full: this inode is unmarked once its entry is freed (logged). */
+		chell_log("shadow: more than %d files mapped shared; a reopen of one may report"
+			  " stores made through an old mapping", SHADOW_MAPPED_MAX);
+		return;
+	}
+	t->mapped[n].dev = dev;
+	t->mapped[n].ino = ino;
+	__atomic_store_n(&t->mapped[n].ready, 1, __ATOMIC_RELEASE);
+}
+
+static int was_mapped(struct shadow_table *t, uint64_t dev, uint64_t ino)
+{
+	uint32_t n = __atomic_load_n(&t->nmapped, __ATOMIC_RELAXED);
+	if (n > SHADOW_MAPPED_MAX)
+		n = SHADOW_MAPPED_MAX;
+	for (uint32_t i = 0; i < n; i++)
+		if (__atomic_load_n(&t->mapped[i].ready, __ATOMIC_ACQUIRE) &&
+		    t->mapped[i].dev == dev && t->mapped[i].ino == ino)
+			return 1;
+	return 0;
+}
+
 static struct shadow_inode *alloc_entry(struct shadow_table *t)
 {
 	for (int i = 0; i < SHADOW_INODES; i++)
@@ -293,6 +347,23 @@ static void *map_anon(size_t len)
 static void unmap(void *p, size_t len)
 {
 	CHELL_SC(SYS_munmap, p, len, 0, 0, 0, 0);
+}
+
+static void mirror_owner(int fd, const struct stat *st);
+
+/*
+ * Every file shadow opens for itself (copies, the file's read-only views,
+ * transient descriptors) is opened here, so that one place decides where
+ * Chell's own descriptors go. Today: the lowest free number, like any open,
+ * then chell_internal_fd moves the ones kept. A descriptor that would not
+ * fit under the application's RLIMIT_NOFILE makes that file go unchecked
+ * (see shadow_open), never a wrong answer. The Nib's
+ * chell_internal_openat (issue 9 item 8) opens outside the application's
+ * limit; this is the call to make it.
+ */
+int shadow_own_open(const char *path, int flags, mode_t mode)
+{
+	return sys_openat(AT_FDCWD, path, flags, mode);
 }
 
 /* Copy [pos, end) of in to out at the same offsets. 0 or -errno. */
@@ -346,7 +417,7 @@ static int copy_extent(int in, int out, off_t pos, off_t end)
  */
 static int copy_file(const char *src, int follow, const char *dst)
 {
-	int in = sys_open(src, O_RDONLY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
+	int in = shadow_own_open(src, O_RDONLY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW), 0);
 	if (in < 0)
 		return in;
 	struct stat st;
@@ -356,7 +427,7 @@ static int copy_file(const char *src, int follow, const char *dst)
 		return r;
 	}
 	sys_unlink(dst);
-	int out = sys_open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
+	int out = shadow_own_open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 07777);
 	if (out < 0) {
 		sys_close(in);
 		return out;
@@ -376,13 +447,27 @@ static int copy_file(const char *src, int follow, const char *dst)
 	}
 	if (r == 0)
 		r = sys_ftruncate(out, size);
-	if (r == 0) /* exact mode bits whatever the umask */
-		r = (int)CHELL_SC(SYS_fchmod, out, st.st_mode & 07777, 0, 0, 0, 0);
+	if (r == 0)
+		mirror_owner(out, &st);
 	sys_close(in);
 	sys_close(out);
 	if (r < 0)
 		sys_unlink(dst);
 	return r;
+}
+
+/*
+ * Give the copy the file's owner, group and mode, so that a later open by a
+ * process with other credentials (after setuid/setgid, or one that created
+ * the file in a set-group-ID directory) meets the same permission checks on
+ * both. The owner can be set only with the privilege to do so; without it
+ * the copy is ours, like the file that we were allowed to create or open.
+ * Mode last: chown clears the set-ID bits.
+ */
+static void mirror_owner(int fd, const struct stat *st)
+{
+	CHELL_SC(SYS_fchown, fd, st->st_uid, st->st_gid, 0, 0, 0);
+	CHELL_SC(SYS_fchmod, fd, st->st_mode & 07777, 0, 0, 0, 0);
 }
 
 /* Remove a stale shadow (file or, from an older run, a directory). */
@@ -429,7 +514,8 @@ struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o)
 	if (!c->f || !c->f->ofd)
 		return NULL;
 	struct shadow_priv *p = priv_of(c);
-	if (!p->ent || !shadow_tab)
+	if (!p->ent || !shadow_tab ||
+	    atomic_load_explicit((_Atomic uint32_t *)&p->escaped, memory_order_relaxed))
 		return NULL;
 	struct shadow_local *l = local_of(c);
 	o->c = c;
@@ -443,9 +529,11 @@ struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o)
 	 * now (the close itself waits for this lock before the kernel close,
 	 * but the number may already be gone or reused). Whatever the number
 	 * names now, the shadow of *this* description cannot mirror it: pass
-	 * the operation down unchecked.
+	 * the operation down unchecked. The same for a file whose copy could not
+	 * follow it (SHADOW_F_OFF).
 	 */
-	if (c->op != CHELL_OP_CLOSE && c->fd >= 0 && fdt_peek(c->fd) != c->f) {
+	if ((c->op != CHELL_OP_CLOSE && c->fd >= 0 && fdt_peek(c->fd) != c->f) ||
+	    (o->e->flags & SHADOW_F_OFF)) {
 		shadow_lock_pop(&o->e->lock);
 		chell_crit_leave();
 		return NULL;
@@ -518,6 +606,12 @@ static void __attribute__((noreturn)) diverge_text(const struct shadow_op *o, co
 			  " on the file system (holes, fallocate modes, O_DIRECT) may differ for"
 			  " that reason alone\n",
 			  c && c->fd >= 0 ? fs_name(fs_magic(c->fd)) : "?", fs_name(fs_magic(o->sfd)));
+	if (o && o->e && (o->e->flags & SHADOW_F_MAPPED))
+		sb_puts(&b, "note:      the file is mapped shared and writable: its data and holes are"
+			" not compared\n");
+	if (o && o->e && (o->e->flags & SHADOW_F_NODATA))
+		sb_puts(&b, "note:      the copy could not follow a file-system-dependent result: its"
+			" data is not compared\n");
 	sb_puts(&b, "what:      ");
 	sb_puts(&b, msg);
 	sb_puts(&b, "\n");
@@ -592,6 +686,11 @@ static int dir_exists(const char *path)
 	return sys_fstatat(AT_FDCWD, parent, &st, 0) == 0 && S_ISDIR(st.st_mode);
 }
 
+static int unmirrored_err(int r)
+{
+	return r == -EACCES || r == -EPERM || r == -EMFILE || r == -ENFILE;
+}
+
 static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct shadow_table *t = shadow_table_get();
@@ -634,15 +733,18 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 			/* First open of this inode in the tree: refresh the copy. */
 			err = copy_file(abs, follow, spath);
 			if (err < 0) {
-				chell_log("shadow: cannot copy %s to %s (shadow.dir %s): %s", abs, spath,
-					  shadow_dir, strerror(-err));
+				chell_log("shadow: cannot copy %s to %s (shadow.dir %s): %s; not checked",
+					  abs, spath, shadow_dir, strerror(-err));
 			}
 		}
 	}
 	if (err < 0) {
+		/* No copy (no room, no descriptor, no permission in shadow.dir
+		 * for this process's credentials): the open is the application's
+		 * business, only the checking is lost. */
 		shadow_lock_pop(&t->glock);
 		chell_crit_leave();
-		return -EIO;
+		return chell_down_open(c, dirfd, path, flags, mode);
 	}
 	if (e)
 		shadow_entry_path(e, spath, sizeof(spath));
@@ -651,10 +753,29 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 	o.e = e ? e : &fresh;
 	o.h = shadow_hist_add(CHELL_OP_OPEN, -1, 2, a);
 	int r1 = chell_down_open(c, dirfd, path, flags, mode);
-	int r2 = sys_openat(AT_FDCWD, spath, flags, mode);
+	/*
+	 * Permission errors come from the credentials against the owner and
+	 * mode of the file and of the directories on its path; the flat
+	 * shadow.dir mirrors none of the directories. Descriptor exhaustion is
+	 * the process's. Neither can be reproduced on the copy: when the file
+	 * says so, the copy is not asked.
+	 */
+	int r2 = unmirrored_err(r1) ? r1 : shadow_own_open(spath, flags, mode);
+	if (r1 >= 0 && r2 == -EINVAL && (flags & O_DIRECT) && fs_magic(r1) != shadow_dir_magic) {
+		/* O_DIRECT is a property of the file system: the copy does without. */
+		chell_log("shadow: the file system of shadow.dir %s refuses O_DIRECT, which %s"
+			  " accepts: the copy is opened without it", shadow_dir, abs);
+		r2 = shadow_own_open(spath, flags & ~O_DIRECT, mode);
+	}
 	o.h->fd = r1;
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
+	if (r1 >= 0 && r2 < 0 && unmirrored_err(r2)) {
+		chell_log("shadow: cannot open the shadow copy %s: %s (uid %d, gid %d); %s is not"
+			  " checked", spath, strerror(-r2), (int)CHELL_SC(SYS_geteuid, 0, 0, 0, 0, 0, 0),
+			  (int)CHELL_SC(SYS_getegid, 0, 0, 0, 0, 0, 0), abs);
+		goto out;
+	}
 	if ((r1 < 0) != (r2 < 0) || (r1 < 0 && r1 != r2)) {
 		char b1[32], b2[32];
 		shadow_diverge(&o, "open(flags=%#x, mode=%#o) returned %s under test, %s on the shadow",
@@ -706,6 +827,10 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 		e->flags = 0;
 		if (m1 == m2)
 			e->flags |= SHADOW_F_SAME_FS;
+		if (was_mapped(t, pst.st_dev, pst.st_ino))
+			e->flags |= SHADOW_F_MAPPED; /* an old mapping may still store into it */
+		if (missing) /* created by this open: owner, group (set-group-ID directory), mode */
+			mirror_owner(r2, &pst);
 		memcpy(e->name, fresh.name, sizeof(e->name));
 		__atomic_store_n(&e->opens, 1, __ATOMIC_RELEASE);
 	} else {
@@ -751,7 +876,7 @@ static int shadow_adopt(chell_ctx *c)
 	char spath[PATH_MAX];
 	shadow_entry_path(e, spath, sizeof(spath));
 	int fl = c->f->ofd->status_flags & ~(O_CREAT | O_EXCL | O_TRUNC | O_CLOEXEC);
-	int fd = sys_open(spath, fl, 0);
+	int fd = shadow_own_open(spath, fl, 0);
 	struct shadow_local *l = malloc(sizeof(*l));
 	if (fd < 0 || !l) {
 		chell_log("shadow: lost the shadow copy %s across exec; %s is no longer checked",
@@ -831,6 +956,43 @@ static void shadow_detach(chell_ctx *c)
 	drop_local(c);
 }
 
+/*
+ * A process outside Chell got the descriptor: it moves the offset and may
+ * write, and the shadow copy sees none of it. Operations on this
+ * description are no longer checked, and the inode's data no longer
+ * compared (as for a shared writable mapping); the rest still is.
+ */
+static void shadow_escape(chell_ctx *c)
+{
+	struct shadow_priv *p = priv_of(c);
+	if (!p->ent || !shadow_tab || atomic_exchange((_Atomic uint32_t *)&p->escaped, 1))
+		return;
+	struct shadow_inode *e = &shadow_tab->ent[p->ent - 1];
+	__atomic_or_fetch(&e->flags, SHADOW_F_MAPPED, __ATOMIC_RELAXED);
+	shadow_mark_mapped(e->dev, e->ino); /* the outside process may keep writing after a reopen */
+	chell_log("shadow: %s was handed to a process outside Chell; it is no longer compared",
+		  c->f && c->f->path ? c->f->path : "?");
+}
+
+/*
+ * The inode's last open description in the tree is gone: its copy is of no
+ * further use (the next first open makes a fresh one), so it goes now -
+ * whether the file still exists, was unlinked or renamed over while open,
+ * or the tree is exiting (every process drops its descriptors at exit). Only
+ * a process killed by SIGKILL, which runs no release, leaves copies behind;
+ * the next first open of the same path replaces them. The name is removed
+ * only if it still is this copy (same dev/ino).
+ */
+static void remove_copy(const struct shadow_inode *e, const struct shadow_priv *p)
+{
+	char spath[PATH_MAX];
+	struct stat st;
+	shadow_entry_path(e, spath, sizeof(spath));
+	if (spath[0] && sys_fstatat(AT_FDCWD, spath, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	    st.st_dev == p->sdev && st.st_ino == p->sino)
+		sys_unlink(spath);
+}
+
 static void shadow_release(chell_ctx *c)
 {
 	struct shadow_priv *p = priv_of(c);
@@ -846,16 +1008,16 @@ static void shadow_release(chell_ctx *c)
 	o.sfd = l && l->sfd >= 0 ? l->sfd : p->sfd;
 	o.h = NULL;
 	shadow_lock_push(&o.e->lock);
-	if (o.e->opens == 1 && c->f->path && !(o.e->flags & SHADOW_F_MAPPED)) {
+	if (o.e->opens == 1 && c->f->path && !(o.e->flags & SHADOW_F_NOCONTENT)) {
 		/*
 		 * The inode's last open description: compare the whole files.
 		 * The application's descriptor is gone, so reach the file by
 		 * its path, if that still names the same inode.
 		 */
-		int fd = sys_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		int fd = shadow_own_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		char spath[PATH_MAX];
 		shadow_entry_path(o.e, spath, sizeof(spath));
-		int sfd = sys_open(spath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		int sfd = shadow_own_open(spath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		struct stat st, sst;
 		if (fd >= 0 && sfd >= 0 && sys_fstat(fd, &st) == 0 && st.st_dev == o.e->dev &&
 		    st.st_ino == o.e->ino && sys_fstat(sfd, &sst) == 0 && sst.st_dev == p->sdev &&
@@ -869,6 +1031,8 @@ static void shadow_release(chell_ctx *c)
 	if (!(l && l->sfd >= 0))
 		close_shadow_fd(p);
 	drop_local(c);
+	if (o.e->opens == 1 && !keep_copies)
+		remove_copy(o.e, p);
 	o.e->opens--;
 	p->ent = 0;
 	shadow_lock_pop(&o.e->lock);
@@ -894,6 +1058,10 @@ static struct shadow_inode *path_entry(chell_ctx *c, int at_flags)
 	if (e)
 		shadow_lock_push(&e->lock);
 	shadow_lock_pop(&t->glock);
+	if (e && (e->flags & SHADOW_F_OFF)) { /* no longer checked */
+		shadow_lock_pop(&e->lock);
+		e = NULL;
+	}
 	if (!e)
 		chell_crit_leave();
 	return e;
@@ -928,9 +1096,30 @@ static int shadow_truncate(chell_ctx *c, const char *path, off_t len)
 		a[1] = sst.st_size;
 	o.h = shadow_hist_add(c->op, -1, 2, a);
 	int r1 = chell_down_truncate(c, path, len);
-	int r2 = (int)CHELL_SC(SYS_truncate, spath, len, 0, 0, 0, 0);
+	/* Permission errors are not asked of the copy (see shadow_open). */
+	int r2 = unmirrored_err(r1) ? r1 : (int)CHELL_SC(SYS_truncate, spath, len, 0, 0, 0, 0);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
+	if (r1 != r2 && (unmirrored_err(r2) || (!(e->flags & SHADOW_F_SAME_FS) &&
+						(shadow_fs_errno(r1) || shadow_fs_errno(r2))))) {
+		/*
+		 * The file's answer stands (another file system's limits, or
+		 * a copy this process may not write): the copy takes the
+		 * file's size - all a truncate changes - or, if it cannot, the
+		 * file is no longer checked.
+		 */
+		int r = -ENOENT;
+		if (sys_fstatat(AT_FDCWD, c->path, &pst, 0) == 0)
+			r = (int)CHELL_SC(SYS_truncate, spath, pst.st_size, 0, 0, 0, 0);
+		if (r < 0) {
+			__atomic_or_fetch(&e->flags, SHADOW_F_OFF, __ATOMIC_RELAXED);
+			chell_log("shadow: truncate of %s gave %s, its copy %s; the copy cannot follow"
+				  " (%s), the file is no longer checked", c->path, strerror(-r1),
+				  strerror(-r2), strerror(-r));
+		}
+		o.h->note = unmirrored_err(r2) ? SHADOW_NOTE_CREDS : SHADOW_NOTE_FS;
+		r2 = r1;
+	}
 	if (r1 != r2) {
 		char b1[32], b2[32];
 		shadow_diverge(&o, "truncate(%lld) returned %s under test, %s on the shadow",
@@ -953,21 +1142,25 @@ static int shadow_stat(chell_ctx *c, int dirfd, const char *path, struct stat *s
 	int64_t a[4] = {-1, -1, -1, -1};
 	o.h = shadow_hist_add(c->op, -1, 2, a);
 	int r1 = chell_down_stat(c, dirfd, path, st, at_flags);
-	/* The reference for a path lookup is the kernel on the same path. */
+	/*
+	 * The reference for a path lookup is the kernel on the same path -
+	 * and, when the handler said EFAULT, with the application's own
+	 * buffer too, which then must fault the same way (and is not written).
+	 */
 	struct stat ref;
-	int r2 = sys_fstatat(dirfd, path, &ref, at_flags);
+	int r2 = sys_fstatat(dirfd, path, r1 == -EFAULT ? st : &ref, at_flags);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
 	if (r1 == 0)
 		o.h->args[0] = st->st_size;
-	if (r2 == 0)
+	if (r2 == 0 && r1 != -EFAULT)
 		o.h->args[1] = ref.st_size;
 	if (r1 != r2) {
 		char b1[32], b2[32];
 		shadow_diverge(&o, "stat returned %s under test, %s from the kernel",
 			       rname(r1, b1, sizeof(b1)), rname(r2, b2, sizeof(b2)));
 	}
-	if (r1 == 0) {
+	if (r1 == 0 && r2 == 0) {
 		if (st->st_ino != ref.st_ino || st->st_dev != ref.st_dev ||
 		    (st->st_mode & S_IFMT) != (ref.st_mode & S_IFMT))
 			shadow_diverge(&o, "stat: identity/type differs (ino %llu mode %#o under test,"
@@ -1004,6 +1197,7 @@ __attribute__((visibility("hidden"))) const struct chell_handler chell_shadow_ha
 	.close = shadow_close,
 	.detach = shadow_detach,
 	.release = shadow_release,
+	.escape = shadow_escape,
 	.read = shadow_read,
 	.write = shadow_write,
 	.lseek = shadow_lseek,

@@ -76,7 +76,15 @@ struct shadow_hist {
 	int64_t r_shadow;  /* result on the shadow copy */
 	int64_t off_test;  /* file offsets after the op (-1 if not applicable) */
 	int64_t off_shadow;
+	int32_t note;      /* SHADOW_NOTE_*: why differing results were accepted */
 };
+
+/* The results differ because the file systems differ; the file's stands and
+ * the copy was brought back in step with it (shadow_fs_dependent). */
+#define SHADOW_NOTE_FS 1
+/* The copy may not be changed with this process's credentials; it was made
+ * to follow the file where it could (path truncate). */
+#define SHADOW_NOTE_CREDS 2
 
 /* Allocate the ring (n entries, 0 disables the history). 0 or -errno. */
 int shadow_hist_init(unsigned n);
@@ -128,13 +136,37 @@ struct shadow_inode {
 
 /* The file and its shadow are on the same file system type. */
 #define SHADOW_F_SAME_FS 1u
-/* Mapped writable and shared: stores through the mapping reach the file but
- * not its shadow, so data is no longer compared (results and sizes still are). */
+/* Mapped shared through a description that allows writing (PROT_WRITE now or
+ * after an mprotect): stores through the mapping reach the file but not its
+ * shadow, and no call tells us when, so data and hole layout are no longer
+ * compared (results, offsets and sizes still are). */
 #define SHADOW_F_MAPPED 4u
+/* The shadow copy could not be brought back in step with the file after a
+ * result that depends on the file system (see shadow_fs_dependent): data is
+ * no longer compared. */
+#define SHADOW_F_NODATA 8u
+/* The copy cannot even take the file's size (it is beyond what the shadow's
+ * file system allows): the file is no longer checked at all. */
+#define SHADOW_F_OFF 16u
+/* Any: the bytes of the copy are not those of the file. */
+#define SHADOW_F_NOCONTENT (SHADOW_F_MAPPED | SHADOW_F_NODATA | SHADOW_F_OFF)
+
+/*
+ * Files mapped shared and writable anywhere in the tree. A mapping outlives
+ * the descriptor it was made from (and munmap is not seen), so the mark is
+ * kept per inode for the life of the tree, not in the inode entry that is
+ * freed at the last close: a reopen of the file starts out MAPPED.
+ */
+#define SHADOW_MAPPED_MAX 1024
 
 struct shadow_table {
 	struct shadow_lock glock;  /* guards allocation/lookup of entries */
 	struct shadow_inode ent[SHADOW_INODES];
+	uint32_t nmapped;          /* slots claimed (lock-free: taken under an inode lock) */
+	struct {
+		uint64_t dev, ino;
+		uint32_t ready;    /* set (release) once dev and ino are stored */
+	} mapped[SHADOW_MAPPED_MAX];
 };
 
 /* What the shadow layer keeps in ofd->priv[layer] (shared by all processes). */
@@ -142,6 +174,8 @@ struct shadow_priv {
 	int32_t sfd;       /* shadow descriptor (internal, inherited like the OFD) */
 	uint32_t ent;      /* 1 + index in the inode table; 0 = not shadowed */
 	uint64_t sdev, sino; /* identity of the shadow file, to validate sfd after exec */
+	uint32_t escaped;  /* handed to a process outside Chell: no longer compared */
+	uint32_t pad_;
 };
 _Static_assert(sizeof(struct shadow_priv) <= CHELL_PRIV_BYTES, "shadow_priv too big");
 
@@ -164,11 +198,15 @@ extern struct shadow_table *shadow_tab;
 extern char shadow_dir[];
 
 struct shadow_table *shadow_table_get(void);
+/* Remember that (dev, ino) is mapped shared and writable (lock-free). */
+void shadow_mark_mapped(uint64_t dev, uint64_t ino);
 /* Start/finish an operation on an open file: NULL if the file is not shadowed. */
 struct shadow_inode *shadow_op_begin(chell_ctx *c, struct shadow_op *o);
 void shadow_op_end(struct shadow_op *o);
 void shadow_lock_push(struct shadow_lock *l);
 void shadow_lock_pop(struct shadow_lock *l);
+/* Open a file for shadow's own use (raw openat from AT_FDCWD; -errno). */
+int shadow_own_open(const char *path, int flags, mode_t mode);
 /* The shadow path of an entry. */
 void shadow_entry_path(const struct shadow_inode *e, char *out, size_t outlen);
 /* The context to run the reference operation through chell_posix_handler. */
@@ -197,6 +235,25 @@ int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len);
 int shadow_fstat(chell_ctx *c, struct stat *st);
 int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg);
 void *shadow_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
+/*
+ * r1 (under test) and r2 (shadow) differ in a way the file system alone can
+ * explain - the copy is on another kind of file system and one side answered
+ * EOPNOTSUPP, EINVAL, EFBIG, ENOSPC or EDQUOT (fallocate modes, O_DIRECT
+ * alignment, maximum file size). Then the file under test is right by
+ * definition: the copy is brought back in step with it over [lo, hi)
+ * (shadow_resync), the history notes it, and 1 is returned (the caller skips its other checks).
+ * 0 if the difference is a divergence or there is none.
+ */
+int shadow_fs_dependent(struct shadow_op *o, const char *what, long r1, long r2, off_t lo,
+			off_t hi);
+/* -r is one of the errnos above, which a file system may give where another does not. */
+int shadow_fs_errno(long r);
+/*
+ * Make the copy's size and offset those of the file, and its bytes in
+ * [lo, hi) (hi < 0: to the end) - the range the operation may have changed
+ * on either side; the rest was in step before it.
+ */
+void shadow_resync(struct shadow_op *o, off_t lo, off_t hi);
 /* Compare [start, start+len) of the file as the handler under test and the shadow see it. */
 void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_t len);
 /* Compare the whole files: sizes, then content (kernel view: read-only fds on both). */

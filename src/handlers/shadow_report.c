@@ -72,6 +72,7 @@ struct shadow_hist *shadow_hist_add(int op, int fd, int nargs, const int64_t *ar
 		h->args[i] = args[i];
 	h->r_test = h->r_shadow = 0;
 	h->off_test = h->off_shadow = -1;
+	h->note = 0;
 	h->seq = seq;
 	return h;
 }
@@ -187,6 +188,12 @@ void shadow_hist_format(struct shadow_buf *b)
 		if (h->off_test != -1 || h->off_shadow != -1)
 			sb_printf(b, " offset test=%lld shadow=%lld", (long long)h->off_test,
 				  (long long)h->off_shadow);
+		if (h->note == SHADOW_NOTE_FS)
+			sb_puts(b, "  (differs by file system: the file's result stands, the copy"
+				" follows it)");
+		else if (h->note == SHADOW_NOTE_CREDS)
+			sb_puts(b, "  (the copy may not be changed with these credentials: the"
+				" file's result stands)");
 		sb_puts(b, "\n");
 	}
 }

@@ -7,21 +7,26 @@
  * region's memfd and, for every descriptor that survives (not close-on-exec),
  * which OFD slot it refers to:
  *
- *   CHELL_HANDOFF=v1;r=<memfd>;<fd>:<slot>:<gen>,...;-:<slot>:<gen>,...
+ *   CHELL_HANDOFF=v1;r=<memfd>;<fd>:<slot>:<gen>,...;-:<slot>:<gen>,...;c=<fd>,...
  *
- * The "-" entries are OFDs whose last descriptors are close-on-exec: the new
- * image runs their release hooks. The new image checks each entry (the slot
+ * An OFD whose last descriptor is close-on-exec gets a duplicate that
+ * survives, listed like any other descriptor and in "c=": the new image
+ * adopts it and closes it through the hub at once, so that last close runs
+ * every layer's detach and release with a live descriptor, as a close
+ * would. The "-" entries are such OFDs that could not get one (or whose
+ * new image is not Chell's): the new image runs their release hooks only. The new image checks each entry (the slot
  * is live, same generation, and the fd still names the same inode) before
  * trusting it. We also re-add LD_PRELOAD and every CHELL_* setting the
  * application's environment lacks, so a program that execs with a clean
  * environment keeps its descriptors' semantics.
  */
 #include <dlfcn.h>
+#include <elf.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "nib.h"
+#include "kernel_view.h"
 
 extern char **environ;
 
@@ -44,6 +49,13 @@ static __thread struct {
 	int n;
 	uint32_t slots[1024];
 } dropped;
+/* Duplicates of close-on-exec last descriptors, closed by the new image
+ * (or here, if the exec fails). */
+#define RECLOSE_MAX 64
+static __thread struct {
+	int n;
+	int fds[RECLOSE_MAX];
+} reclose;
 /* env[alloc_from..] are strings handoff_prepare_exec allocated. */
 static __thread int alloc_from = -1;
 /* LD_PRELOAD as this image started (ours plus e.g. a sanitizer runtime). */
@@ -77,7 +89,119 @@ static char *concat3(const char *a, const char *b, const char *c)
 	return s;
 }
 
-char **handoff_prepare_exec(char *const envp[])
+/* ---------------------------------------------- will the new image be ours */
+
+#if defined(__x86_64__)
+#define CHELL_EM EM_X86_64
+#elif defined(__aarch64__)
+#define CHELL_EM EM_AARCH64
+#else
+#define CHELL_EM EM_NONE /* unknown target: every image counts as foreign */
+#endif
+
+/*
+ * Does the program at (dirfd, path) load libchell.so? Only a dynamically
+ * linked ELF image of our machine and class does (the exec wrappers always
+ * put Chell in LD_PRELOAD), or a script whose interpreter does; not a
+ * statically linked program, not a set-user/group-ID image that changes
+ * the credentials (secure execution ignores LD_PRELOAD paths), not a
+ * foreign format. When unsure, the answer is no: the descriptors then
+ * escape, which is always correct, only slower.
+ */
+static bool image_loads_chell(int dirfd, const char *path, int at_flags, int depth)
+{
+	if (depth > 4) /* the kernel's own limit on #! nesting */
+		return false;
+	if (!path)
+		return true; /* the exec fails (EFAULT): nothing leaves Chell */
+	/* The kernel reads path (a bad pointer gives EFAULT here, no signal). */
+	int fd = sys_openat(dirfd, path,
+			    O_RDONLY | O_CLOEXEC | ((at_flags & AT_SYMLINK_NOFOLLOW) ? O_NOFOLLOW : 0), 0);
+	if (fd == -ENOENT && (at_flags & AT_EMPTY_PATH)) {
+		char self[64]; /* execveat(fd, "", AT_EMPTY_PATH), fexecve */
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", dirfd);
+		fd = sys_open(self, O_RDONLY | O_CLOEXEC, 0);
+	}
+	if (fd < 0)
+		return false;
+	unsigned char hdr[512];
+	struct stat st;
+	ssize_t n = sys_pread(fd, hdr, sizeof(hdr), 0);
+	bool ok = false;
+	if (n < 4 || sys_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    ((st.st_mode & S_ISUID) && st.st_uid != getuid()) ||
+	    ((st.st_mode & S_ISGID) && st.st_gid != getgid())) {
+		ok = false;
+	} else if (hdr[0] == '#' && hdr[1] == '!') {
+		/* "#! /path/interp [arg]": the interpreter decides */
+		char interp[PATH_MAX];
+		size_t i = 2, k = 0;
+		while (i < (size_t)n && (hdr[i] == ' ' || hdr[i] == '\t'))
+			i++;
+		while (i < (size_t)n && hdr[i] != ' ' && hdr[i] != '\t' && hdr[i] != '\n' &&
+		       k + 1 < sizeof(interp))
+			interp[k++] = (char)hdr[i++];
+		interp[k] = 0;
+		ok = k > 0 && image_loads_chell(AT_FDCWD, interp, 0, depth + 1);
+	} else if ((size_t)n >= sizeof(Elf64_Ehdr) && memcmp(hdr, ELFMAG, SELFMAG) == 0 &&
+		   hdr[EI_CLASS] == ELFCLASS64) {
+		Elf64_Ehdr eh;
+		memcpy(&eh, hdr, sizeof(eh));
+		if (eh.e_machine == CHELL_EM && eh.e_phentsize == sizeof(Elf64_Phdr) &&
+		    eh.e_phnum > 0 && eh.e_phnum < 256) {
+			/* dynamically linked = it names an interpreter (ld.so) */
+			for (int i = 0; i < eh.e_phnum && !ok; i++) {
+				Elf64_Phdr ph;
+				if (sys_pread(fd, &ph, sizeof(ph),
+					      (off_t)(eh.e_phoff + (uint64_t)i * sizeof(ph))) !=
+				    (ssize_t)sizeof(ph))
+					break;
+				ok = ph.p_type == PT_INTERP;
+			}
+		}
+	}
+	sys_close(fd);
+	return ok;
+}
+
+/* execvp's search: the first executable regular file named `file` in PATH. */
+static bool searched_image_loads_chell(const char *file)
+{
+	if (strchr(file, '/'))
+		return image_loads_chell(AT_FDCWD, file, 0, 0);
+	const char *path = getenv("PATH");
+	if (!path)
+		path = "/bin:/usr/bin";
+	char cand[PATH_MAX];
+	for (const char *p = path;; p++) {
+		const char *e = strchr(p, ':');
+		size_t len = e ? (size_t)(e - p) : strlen(p);
+		int w = len ? snprintf(cand, sizeof(cand), "%.*s/%s", (int)len, p, file)
+			    : snprintf(cand, sizeof(cand), "%s", file);
+		struct stat st;
+		if (w > 0 && (size_t)w < sizeof(cand) && access(cand, X_OK) == 0 &&
+		    sys_fstatat(AT_FDCWD, cand, &st, 0) == 0 && S_ISREG(st.st_mode))
+			return image_loads_chell(AT_FDCWD, cand, 0, 0);
+		if (!e)
+			return false;
+		p = e;
+	}
+}
+
+static bool target_loads_chell(const struct exec_target *t)
+{
+	if (!t)
+		return true;
+	if (t->search)
+		return searched_image_loads_chell(t->path);
+	if (!t->path)
+		return image_loads_chell(t->dirfd, "", AT_EMPTY_PATH, 0);
+	return image_loads_chell(t->dirfd, t->path, t->at_flags, 0);
+}
+
+/* ------------------------------------------------------------ the handoff */
+
+char **handoff_prepare_exec(char *const envp[], const struct exec_target *target)
 {
 	if (!chell_active)
 		return (char **)envp;
@@ -96,13 +220,59 @@ char **handoff_prepare_exec(char *const envp[])
 	char rel[8192];
 	size_t rlen = 0;
 	rel[0] = 0;
-	int max = region_fd() >= 0 ? atomic_load(&chell_fdt_max) : -1;
+	int max = region_fd() >= 0 ? fdt_max() : -1;
+	/* A new image Chell does not load into uses the kernel's offsets of
+	 * every descriptor it inherits, and keeps using them while this tree
+	 * does too: those descriptions move to the kernel path for good. (The
+	 * escape may talk to the cache manager: not under the table lock.) */
+	int loads = -1; /* decided once, only if a descriptor needs it */
+	for (int fd = 0; fd <= max; fd++) {
+		struct chell_file *f = fdt_peek(fd);
+		if (!f || f == FILE_CLOSING)
+			continue;
+		int fl = sys_fcntl(fd, F_GETFD, 0);
+		if (fl < 0 || (fl & FD_CLOEXEC))
+			continue;
+		if (loads < 0)
+			loads = target_loads_chell(target);
+		if (loads)
+			break;
+		chell_fd_escape(fd, CHELL_OP_EXEC);
+	}
+	reclose.n = 0;
 	fdt_lock();
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
 		if (!f || f == FILE_CLOSING)
 			continue;
 		int fl = sys_fcntl(fd, F_GETFD, 0);
+		if (fl >= 0 && (fl & FD_CLOEXEC) &&
+		    atomic_load((_Atomic uint32_t *)&f->ofd->refs) == 1 && reclose.n < RECLOSE_MAX &&
+		    (loads >= 0 || (loads = target_loads_chell(target)) >= 0) && loads) {
+			/* The OFD's last descriptor dies with the exec. Its last close
+			 * must still run every layer's detach and release with a live
+			 * descriptor (cache mode writes back for a checker there): a
+			 * duplicate that survives carries the reference, and the new
+			 * image adopts it and closes it through the hub at once. */
+			int dup = chell_nofile_dup_high(fd); /* not one of the application's numbers */
+			if (dup < 0)
+				dup = sys_fcntl(fd, F_DUPFD, chell_internal_floor());
+			if (dup >= 0) {
+				hub_sync_out(f, fd, CHELL_OP_EXEC);
+				if (len + 40 > cap) {
+					char *nh = realloc(h, cap *= 2);
+					if (!nh) {
+						sys_close(dup);
+						break;
+					}
+					h = nh;
+				}
+				len += (size_t)snprintf(h + len, cap - len, "%d:%u:%u,", dup, f->slot,
+							f->ofd->gen);
+				reclose.fds[reclose.n++] = dup;
+				continue;
+			}
+		}
 		if (fl >= 0 && (fl & FD_CLOEXEC)) {
 			/* this descriptor dies with the exec */
 			bool last = atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1;
@@ -120,11 +290,7 @@ char **handoff_prepare_exec(char *const envp[])
 		}
 		if (fl < 0)
 			continue;
-		for (int i = 0; i < f->stack->depth; i++) /* e.g. direct: the kernel offset */
-			if (f->stack->handlers[i]->sync_out) {
-				chell_ctx c = {f, fd, i, CHELL_OP_EXEC, NULL};
-				f->stack->handlers[i]->sync_out(&c);
-			}
+		hub_sync_out(f, fd, CHELL_OP_EXEC); /* e.g. direct: the kernel offset */
 		if (len + 40 > cap) {
 			char *nh = realloc(h, cap *= 2);
 			if (!nh)
@@ -141,6 +307,15 @@ char **handoff_prepare_exec(char *const envp[])
 	}
 	if (len && len + rlen + 2 <= cap)
 		len += (size_t)snprintf(h + len, cap - len, ";%s", rel);
+	for (int i = 0; i < reclose.n; i++) { /* ";c=fd,fd": adopt, then close */
+		if (len + 16 > cap) {
+			char *nh = realloc(h, cap *= 2);
+			if (!nh)
+				break;
+			h = nh;
+		}
+		len += (size_t)snprintf(h + len, cap - len, "%s%d,", i ? "" : ";c=", reclose.fds[i]);
+	}
 	region_set_cloexec(0);
 
 	/* 2. environment */
@@ -203,6 +378,9 @@ void handoff_exec_failed(char **env)
 		free(env);
 		alloc_from = -1;
 	}
+	for (int i = 0; i < reclose.n; i++)
+		sys_close(reclose.fds[i]); /* plain duplicates: never in the table */
+	reclose.n = 0;
 	for (int i = 0; i < dropped.n; i++) {
 		struct chell_ofd *o = region_slot(dropped.slots[i]);
 		if (o)
@@ -210,6 +388,27 @@ void handoff_exec_failed(char **env)
 	}
 	dropped.n = 0;
 	region_set_cloexec(1);
+}
+
+/* This image runs without Chell (bad configuration): the region's memfd and
+ * the duplicates the previous image made for its own bookkeeping ("c=")
+ * are not the application's, so they go; the rest is left unused. */
+void handoff_abandon(void)
+{
+	const char *h = getenv("CHELL_HANDOFF");
+	int rfd;
+	if (h && sscanf(h, "v1;r=%d;", &rfd) == 1 && rfd > 2)
+		sys_close(rfd); /* the region's memfd */
+	const char *p = h ? strstr(h, ";c=") : NULL;
+	for (p = p ? p + 2 : NULL; p && *++p; p = strchr(p, ',')) {
+		int fd;
+		if (sscanf(p, "%d", &fd) == 1 && fd > 2)
+			sys_close(fd);
+		if (!strchr(p, ','))
+			break;
+	}
+	if (h)
+		unsetenv("CHELL_HANDOFF"); /* children must not close those numbers again */
 }
 
 void handoff_adopt_from_env(void)
@@ -239,10 +438,23 @@ void handoff_adopt_from_env(void)
 		p = strchr(p, ',');
 	}
 	p = p ? strchr(p, ';') : NULL;
-	while (p && *++p) {
+	while (p && *++p && *p != ';') {
 		unsigned slot, gen;
 		if (sscanf(p, "-:%u:%u", &slot, &gen) == 2)
 			hub_release_orphan(slot, gen);
+		p = strchr(p, ',');
+	}
+	/* the previous image's last descriptors of close-on-exec OFDs: their
+	 * last close runs here, with the descriptor (see handoff_prepare_exec) */
+	p = p && *p == ';' && strncmp(p, ";c=", 3) == 0 ? p + 2 : NULL;
+	while (p && *++p) {
+		int fd;
+		if (sscanf(p, "%d", &fd) == 1 && fd >= 0) {
+			if (fdt_peek(fd))
+				hub_close(fd);
+			else
+				sys_close(fd);
+		}
 		p = strchr(p, ',');
 	}
 	free(copy);

@@ -62,6 +62,7 @@ static void init_failed(const char *what)
 		REAL(_exit)(2);
 	chell_log("continuing without Chell: every file uses the kernel path");
 	chell_active = 0;
+	handoff_abandon();
 }
 
 static int select_stack(char *err, size_t errlen)
@@ -101,6 +102,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 	chell_real_resolve();
 	if (fdt_init() < 0) {
 		chell_log("cannot allocate the descriptor table; Chell is disabled");
+		handoff_abandon();
 		return;
 	}
 	if (chell_config_load(&chell_cfg, NULL, err, sizeof(err)) < 0) {
@@ -144,6 +146,10 @@ __attribute__((destructor)) static void chell_fini(void)
 {
 	if (!chell_active)
 		return;
+	if (fdt_cur()->vm_child) { /* exit() in a vfork-like child: the process goes on */
+		hub_process_exit();
+		return;
+	}
 	fflush(NULL); /* stdio streams on handled files reach their handlers first */
 	hub_proc_event(CHELL_OP_EXIT, -1);
 	hub_process_exit();
@@ -254,10 +260,10 @@ int hub_close(int fd)
 		fdt_unlock();
 		return REAL(close)(fd); /* the kernel's answer (EBADF for a double close) */
 	}
-	atomic_store(&chell_fdt[fd], FILE_CLOSING);
+	atomic_store(&fdt_cur()->e[fd], FILE_CLOSING);
 	chell_ctx c = {f, fd, 0, CHELL_OP_CLOSE, NULL};
 	int r = hub_call_close(&c); /* the kernel descriptor is gone after this */
-	atomic_store(&chell_fdt[fd], NULL);
+	atomic_store(&fdt_cur()->e[fd], NULL);
 	fdt_unlock();
 	if (atomic_fetch_sub((_Atomic uint32_t *)&f->ofd->refs, 1) == 1)
 		f->release_pending = 1;
@@ -332,14 +338,7 @@ void hub_proc_event(enum chell_op ev, long arg)
 
 void hub_process_exit(void)
 {
-	int max = atomic_load(&chell_fdt_max);
-	for (int fd = 0; fd <= max; fd++) {
-		fdt_lock();
-		struct chell_file *f = forget_fd(fd);
-		fdt_unlock();
-		if (f)
-			file_put(f); /* outside the lock: see forget_fd */
-	}
+	fdt_drop_all(); /* every table of the process, as forget_fd would */
 }
 
 int hub_adopt(int fd, uint32_t slot, uint32_t gen)

@@ -2,8 +2,10 @@
 /* Descriptor management: close, close_range, closefrom, dup*, fcntl. */
 #include <linux/close_range.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 
 #include "dispatch.h"
+#include "kernel_view.h"
 
 CHELL_EXPORT int close(int fd)
 {
@@ -35,13 +37,22 @@ static int kernel_close_range(unsigned int lo, unsigned int hi, int flags)
 
 CHELL_EXPORT int close_range(unsigned int lo, unsigned int hi, int flags)
 {
-	if (lo > hi) {
+	if (lo > hi || (flags & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC))) {
 		errno = EINVAL;
 		return -1;
 	}
+	if (flags & CLOSE_RANGE_UNSHARE) {
+		/* The calling thread gets a table of its own first (the other
+		 * threads keep theirs, descriptors included); then the range is
+		 * closed in it. The kernel does the same, in one call. */
+		int r = fdt_unshare();
+		if (r < 0)
+			return (int)hub_ret(r);
+		flags &= ~CLOSE_RANGE_UNSHARE;
+	}
 	/* CLOEXEC only marks descriptors; the kernel tracks that flag for us. */
 	if (!(flags & CLOSE_RANGE_CLOEXEC)) {
-		int max = atomic_load(&chell_fdt_max);
+		int max = fdt_max();
 		for (int fd = (int)lo; fd <= max && (unsigned)fd <= hi; fd++)
 			if (fdt_peek(fd))
 				hub_close(fd);
@@ -102,6 +113,23 @@ static bool flock_arg_ok(int cmd, unsigned long arg)
 	}
 }
 
+/* Commands the kernel evaluates against the descriptor's own offset (a
+ * struct flock with l_whence = SEEK_CUR). F_GETLK64 and friends are the
+ * same numbers on 64-bit targets. */
+static bool fcntl_uses_offset(int cmd)
+{
+	switch (cmd) {
+	case F_GETLK: case F_SETLK: case F_SETLKW:
+	case F_OFD_GETLK: case F_OFD_SETLK: case F_OFD_SETLKW:
+#if F_GETLK64 != F_GETLK
+	case F_GETLK64: case F_SETLK64: case F_SETLKW64:
+#endif
+		return true;
+	default:
+		return false;
+	}
+}
+
 static int do_fcntl(int fd, int cmd, unsigned long arg)
 {
 	if (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) {
@@ -121,6 +149,10 @@ static int do_fcntl(int fd, int cmd, unsigned long arg)
 	if (!f)
 		return REAL(fcntl64)(fd, cmd, arg);
 	chell_ctx c = hub_ctx(f, fd, CHELL_OP_FCNTL);
+	/* The kernel reads the struct flock itself (its errors, EFAULT
+	 * included, stay the kernel's); it only needs the right offset. */
+	if (fcntl_uses_offset(cmd))
+		hub_sync_out(f, fd, CHELL_OP_FCNTL);
 	int r = hub_call_fcntl(&c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0) {
 		/* Keep the shared copy of the status flags (O_APPEND, O_NONBLOCK)
@@ -150,4 +182,34 @@ CHELL_EXPORT int fcntl64(int fd, int cmd, ...)
 	unsigned long arg = va_arg(ap, unsigned long);
 	va_end(ap);
 	return do_fcntl(fd, cmd, arg);
+}
+
+/* lockf locks relative to the current offset; glibc's lockf calls fcntl
+ * internally (not through the interposed name), so the kernel's offset is
+ * made current here and glibc does the rest with its exact semantics. */
+CHELL_EXPORT int lockf64(int fd, int cmd, off_t len)
+{
+	if (likely(fdt_peek(fd) == NULL))
+		return REAL(lockf64)(fd, cmd, len);
+	chell_fd_sync_out(fd, CHELL_OP_FCNTL);
+	return REAL(lockf64)(fd, cmd, len);
+}
+
+CHELL_EXPORT int lockf(int fd, int cmd, off_t len)
+{
+	return lockf64(fd, cmd, len);
+}
+
+/* ioctl is opaque to Chell and goes to the kernel; some requests use the
+ * descriptor's offset (FIONREAD on a regular file answers size - offset),
+ * so a handled descriptor's kernel offset is made current first. */
+CHELL_EXPORT int ioctl(int fd, unsigned long req, ...)
+{
+	va_list ap;
+	va_start(ap, req);
+	void *arg = va_arg(ap, void *); /* every ioctl argument fits a pointer */
+	va_end(ap);
+	if (unlikely(fdt_peek(fd) != NULL))
+		chell_fd_sync_out(fd, CHELL_OP_FCNTL);
+	return REAL(ioctl)(fd, req, arg);
 }

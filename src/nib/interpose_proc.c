@@ -22,7 +22,7 @@ extern char **environ;
 
 static void refs_adjust(int delta)
 {
-	int max = atomic_load(&chell_fdt_max);
+	int max = fdt_max();
 	for (int fd = 0; fd <= max; fd++) {
 		struct chell_file *f = fdt_peek(fd);
 		if (f && f != FILE_CLOSING)
@@ -37,6 +37,7 @@ static void after_fork_child(pid_t parent)
 	fdt_lock_reinit_child();
 	chell_nofile_reinit_child();
 	fdt_unlock();
+	fdt_after_fork_child();
 	hub_proc_event(CHELL_OP_FORK, parent);
 }
 
@@ -119,6 +120,45 @@ static int clone_child(void *p)
 	return t.fn(t.arg);
 }
 
+/*
+ * clone(CLONE_VM | CLONE_VFORK) without CLONE_FILES (posix_spawn-style): the
+ * child shares our memory, and our thread's TLS while we are suspended, but
+ * has a copy of our kernel table. It gets a copy of our Chell table in the
+ * same way, so its close/dup/open never touch ours; we take our table back
+ * when it has exec'd or exited.
+ */
+struct vm_tramp {
+	int (*fn)(void *);
+	void *arg;
+	struct fdt *table;
+};
+
+static int vm_child(void *p)
+{
+	struct vm_tramp *v = p; /* on the parent's stack: it waits for us */
+	chell_tls_fdt = v->table;
+	int r = v->fn(v->arg);
+	hub_process_exit(); /* returning ends the child: its table goes (vm_child) */
+	return r;
+}
+
+typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
+
+static int vm_clone(clone_fn real_clone, int (*fn)(void *), void *stack, int flags, void *arg,
+		    pid_t *ptid, void *tls, pid_t *ctid)
+{
+	struct vm_tramp v = {fn, arg, fdt_vm_child_table()};
+	if (!v.table) /* no memory for the copy: the shared table, as before */
+		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
+	struct fdt *mine = chell_tls_fdt;
+	int r = real_clone(vm_child, stack, flags, &v, ptid, tls, ctid);
+	int e = errno;
+	chell_tls_fdt = mine; /* the child ran on our TLS */
+	fdt_vm_child_done(v.table, r >= 0);
+	errno = e;
+	return r;
+}
+
 CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
 {
 	va_list ap;
@@ -130,6 +170,9 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 	static int (*real_clone)(int (*)(void *), void *, int, void *, ...);
 	if (!real_clone)
 		*(void **)&real_clone = dlsym(RTLD_NEXT, "clone");
+	if (chell_active && (flags & (CLONE_VM | CLONE_FILES | CLONE_VFORK | CLONE_SETTLS)) ==
+				    (CLONE_VM | CLONE_VFORK))
+		return vm_clone(real_clone, fn, stack, flags, arg, ptid, tls, ctid);
 	if (!chell_active || (flags & CLONE_VM))
 		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
 	struct clone_tramp t = {fn, arg, sys_getpid()};
@@ -143,6 +186,55 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 	chell_nofile_release();
 	fdt_unlock();
 	errno = e;
+	return r;
+}
+
+/* ------------------------------------------------- threads and fd tables */
+
+/* unshare(CLONE_FILES): the calling thread leaves the table it shared
+ * (fdtable.c). Other namespaces and attributes are the kernel's alone. */
+CHELL_EXPORT int unshare(int flags)
+{
+	if (!(flags & CLONE_FILES))
+		return (int)hub_ret(CHELL_SC(SYS_unshare, flags, 0, 0, 0, 0, 0));
+	return (int)hub_ret(fdt_unshare_call(flags));
+}
+
+/* A thread created by a thread with a private table shares that table, as
+ * the kernel's clone(CLONE_FILES) shares the creator's files struct. */
+struct thread_start {
+	void *(*fn)(void *);
+	void *arg;
+	struct fdt *table;
+};
+
+static void *thread_start(void *p)
+{
+	struct thread_start s = *(struct thread_start *)p;
+	free(p);
+	fdt_private_join(s.table);
+	return s.fn(s.arg);
+}
+
+CHELL_EXPORT int pthread_create(pthread_t *thr, const pthread_attr_t *attr, void *(*fn)(void *),
+				void *arg)
+{
+	static int (*real_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+	if (!real_create)
+		*(void **)&real_create = dlsym(RTLD_NEXT, "pthread_create");
+	if (likely(chell_tls_fdt == &chell_fdt_proc))
+		return real_create(thr, attr, fn, arg);
+	struct thread_start *s = malloc(sizeof(*s));
+	if (!s)
+		return EAGAIN;
+	s->fn = fn;
+	s->arg = arg;
+	s->table = fdt_private_hold();
+	int r = real_create(thr, attr, thread_start, s);
+	if (r != 0) {
+		fdt_private_put(s->table);
+		free(s);
+	}
 	return r;
 }
 
@@ -170,13 +262,14 @@ static bool exec_args_ok(const char *path, char *const envp[])
 
 /* Run `call` (which uses `env`) with the descriptor handoff in place, and
  * undo the bookkeeping if the exec fails. */
-#define EXEC_WITH_HANDOFF(what, envp, call)                                \
+#define EXEC_WITH_HANDOFF(what, target, envp, call)                        \
 	do {                                                               \
 		if (chell_active && !exec_args_ok(what, envp)) {           \
 			char **env = (char **)(envp);                      \
 			return (call);                                     \
 		}                                                          \
-		char **env = handoff_prepare_exec(envp);                   \
+		const struct exec_target t_ = target;                      \
+		char **env = handoff_prepare_exec(envp, &t_);              \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
 		chell_nofile_hold(); /* the application's RLIMIT_NOFILE */ \
 		int r_ = (call);                                           \
@@ -189,23 +282,23 @@ static bool exec_args_ok(const char *path, char *const envp[])
 
 CHELL_EXPORT int execve(const char *path, char *const argv[], char *const envp[])
 {
-	EXEC_WITH_HANDOFF(path, envp, REAL(execve)(path, argv, env));
+	EXEC_WITH_HANDOFF(path, ((struct exec_target){AT_FDCWD, path, 0, false}), envp, REAL(execve)(path, argv, env));
 }
 
 CHELL_EXPORT int execvpe(const char *file, char *const argv[], char *const envp[])
 {
-	EXEC_WITH_HANDOFF(file, envp, REAL(execvpe)(file, argv, env));
+	EXEC_WITH_HANDOFF(file, ((struct exec_target){AT_FDCWD, file, 0, true}), envp, REAL(execvpe)(file, argv, env));
 }
 
 CHELL_EXPORT int fexecve(int fd, char *const argv[], char *const envp[])
 {
-	EXEC_WITH_HANDOFF("(fexecve)", envp, REAL(fexecve)(fd, argv, env));
+	EXEC_WITH_HANDOFF("(fexecve)", ((struct exec_target){fd, NULL, 0, false}), envp, REAL(fexecve)(fd, argv, env));
 }
 
 CHELL_EXPORT int execveat(int dirfd, const char *path, char *const argv[], char *const envp[],
 			  int flags)
 {
-	EXEC_WITH_HANDOFF(path, envp, (int)syscall(SYS_execveat, dirfd, path, argv, env, flags));
+	EXEC_WITH_HANDOFF(path, ((struct exec_target){dirfd, path, flags, false}), envp, (int)syscall(SYS_execveat, dirfd, path, argv, env, flags));
 }
 
 CHELL_EXPORT int execv(const char *path, char *const argv[])
@@ -286,7 +379,10 @@ CHELL_EXPORT int execle(const char *path, const char *arg, ...)
 CHELL_EXPORT void _exit(int status)
 {
 	if (chell_active) {
-		hub_proc_event(CHELL_OP_EXIT, status);
+		/* a vfork-like child shares the process's memory: the process
+		 * (its connections, its statistics) goes on */
+		if (!chell_fdt_cap || !fdt_cur()->vm_child)
+			hub_proc_event(CHELL_OP_EXIT, status);
 		hub_process_exit();
 	}
 	REAL(_exit)(status);
@@ -296,7 +392,10 @@ CHELL_EXPORT void _exit(int status)
 CHELL_EXPORT void _Exit(int status)
 {
 	if (chell_active) {
-		hub_proc_event(CHELL_OP_EXIT, status);
+		/* a vfork-like child shares the process's memory: the process
+		 * (its connections, its statistics) goes on */
+		if (!chell_fdt_cap || !fdt_cur()->vm_child)
+			hub_proc_event(CHELL_OP_EXIT, status);
 		hub_process_exit();
 	}
 	REAL(_Exit)(status);

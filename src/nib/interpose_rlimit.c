@@ -137,6 +137,16 @@ int chell_nofile_place(int fd, int cloexec)
 	return r;
 }
 
+/* A duplicate of fd (any descriptor, the application's too) at or above
+ * the soft limit, without FD_CLOEXEC; -1 if there is no room. */
+int chell_nofile_dup_high(int fd)
+{
+	chell_internal_window_enter();
+	int r = win_ok ? sys_fcntl(fd, F_DUPFD, win_soft) : -1;
+	chell_internal_window_leave();
+	return r;
+}
+
 /* A file of Chell's own, opened inside the window: it opens even when the
  * application has used up its limit, and lands above it. */
 CHELL_EXPORT int chell_internal_openat(int dirfd, const char *path, int flags, mode_t mode)

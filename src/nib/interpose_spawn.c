@@ -19,7 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "nib.h"
+#include "kernel_view.h"
 
 extern char **environ;
 
@@ -268,6 +268,11 @@ static int do_spawn(pid_t *pidp, const char *path, const posix_spawn_file_action
 		acts = find_actions(fa, false);
 		pthread_mutex_unlock(&actions_lock);
 	}
+	if (chell_active && fa && (!acts || acts->unknown))
+		/* glibc's child may get any handled descriptor (its actions may dup
+		 * a close-on-exec one) without a handoff: the kernel's offsets of
+		 * all of them must be the only ones from now on. */
+		chell_escape_all(CHELL_OP_EXEC);
 	if (!chell_active || (fa && (!acts || acts->unknown)))
 		return search ? REAL(posix_spawnp)(pidp, path, fa, attr, argv, envp)
 			      : REAL(posix_spawn)(pidp, path, fa, attr, argv, envp);

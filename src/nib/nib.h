@@ -67,18 +67,65 @@ void region_free_slot(uint32_t slot);
 void region_set_cloexec(int cloexec);   /* the region fd survives exec only via our wrapper */
 
 /* ---- fdtable.c ---- */
-extern struct chell_file *_Atomic *chell_fdt;
+/*
+ * One descriptor table mirrors one kernel "files struct": the table the
+ * threads of a process share, or the private copy of a thread that left it
+ * (close_range(CLOSE_RANGE_UNSHARE), unshare(CLONE_FILES)) and of the
+ * threads that thread creates. Each entry of each table holds one
+ * reference on its chell_file and one on the shared OFD, as each kernel
+ * table holds its own reference on the open file description.
+ */
+struct fdt {
+	struct chell_file *_Atomic *e; /* chell_fdt_cap entries */
+	_Atomic int max;          /* highest fd ever registered in this table */
+	uint32_t users;           /* threads using a private table (under fdt_lock) */
+	uint32_t vm_child;        /* the table of a clone(CLONE_VM|CLONE_VFORK) child */
+	struct fdt *next;         /* every table of the process (under fdt_lock) */
+};
+extern struct fdt chell_fdt_proc;          /* the table of threads that never unshared */
+/* The calling thread's table: &chell_fdt_proc (the TLS initial value, so
+ * every new thread starts there) or a private one. */
+extern __thread struct fdt *chell_tls_fdt;
 extern unsigned int chell_fdt_cap;
-extern _Atomic int chell_fdt_max;      /* highest fd ever registered */
 
-/* The file behind `fd`, or NULL: the whole cost for unclaimed descriptors. */
+static inline struct fdt *fdt_cur(void)
+{
+	return chell_tls_fdt;
+}
+
+/* The file behind `fd`, or NULL: the whole cost for unclaimed descriptors
+ * (a bounds check, then the thread's table and the entry: three loads). */
 static inline struct chell_file *fdt_peek(int fd)
 {
 	if (likely((unsigned int)fd >= chell_fdt_cap))
 		return NULL;
-	return atomic_load_explicit(&chell_fdt[fd], memory_order_acquire);
+	return atomic_load_explicit(&chell_tls_fdt->e[fd], memory_order_acquire);
+}
+
+/* Highest fd ever registered in the calling thread's table (-1: none). */
+static inline int fdt_max(void)
+{
+	return chell_fdt_cap ? atomic_load_explicit(&fdt_cur()->max, memory_order_acquire) : -1;
 }
 int fdt_init(void);
+/* The calling thread leaves its table for a private copy, and the kernel's
+ * table with it (unshare(CLONE_FILES)); 0 or -errno. */
+int fdt_unshare(void);
+/* unshare(2) with CLONE_FILES in flags, keeping the tables in step. */
+int fdt_unshare_call(int flags);
+/* Threads created by a thread with a private table share it. */
+struct fdt *fdt_private_hold(void);
+void fdt_private_put(struct fdt *t);
+void fdt_private_join(struct fdt *t);
+/* clone(CLONE_VM | CLONE_VFORK) without CLONE_FILES: the child's table (a
+ * copy of the caller's), and what the parent does once the child has
+ * exec'd or exited (ok) or the clone failed (!ok). */
+struct fdt *fdt_vm_child_table(void);
+void fdt_vm_child_done(struct fdt *t, bool ok);
+/* In a forked child: the forking thread's table becomes the process's. */
+void fdt_after_fork_child(void);
+/* Drop every table's descriptors (process exit). */
+void fdt_drop_all(void);
 void fdt_lock(void);
 void fdt_unlock(void);
 void fdt_lock_reinit_child(void);
@@ -164,7 +211,11 @@ void chell_nofile_reinit_child(void);
 int chell_nofile_soft(void);
 /* fd moved to a number >= the soft limit (FD_CLOEXEC = cloexec), or -1. */
 int chell_nofile_place(int fd, int cloexec);
+/* A duplicate of fd above the soft limit (not close-on-exec), or -1. */
+int chell_nofile_dup_high(int fd);
 bool chell_is_internal_fd(int fd);
+/* Where internal descriptors live: near the top of the soft limit. */
+int chell_internal_floor(void);
 int chell_internal_list(int *out, int max);
 
 /* ---- hub.c ---- */
@@ -225,11 +276,21 @@ bool router_dev_fast(dev_t dev);
 /* ---- handoff.c ---- */
 /* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the
  * descriptor handoff. Returns a malloc'd envp (free with handoff_env_free). */
-char **handoff_prepare_exec(char *const envp[]);
+/* What an exec is about to run: `path` relative to `dirfd` with execveat's
+ * `at_flags`, searched in PATH if `search` (execvp*), or the file open as
+ * `dirfd` if `path` is NULL (fexecve). */
+struct exec_target {
+	int dirfd;
+	const char *path;
+	int at_flags;
+	bool search;
+};
+char **handoff_prepare_exec(char *const envp[], const struct exec_target *target);
 /* After a failed exec: undo the bookkeeping and free env. */
 void handoff_exec_failed(char **env);
 void handoff_note_startup_env(void);
 void handoff_adopt_from_env(void);
+void handoff_abandon(void);
 const char *chell_library_path(void);
 
 /* ---- interpose_stdio.c ---- */

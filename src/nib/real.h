@@ -16,6 +16,7 @@
 #include <spawn.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -48,6 +49,8 @@
 	X(dup2, int, (int, int))                                                           \
 	X(dup3, int, (int, int, int))                                                      \
 	X(fcntl64, int, (int, int, ...))                                                   \
+	X(lockf64, int, (int, int, off_t))                                                 \
+	X(ioctl, int, (int, unsigned long, ...))                                           \
 	X(fstat64, int, (int, struct stat *))                                              \
 	X(stat64, int, (const char *, struct stat *))                                      \
 	X(lstat64, int, (const char *, struct stat *))                                     \
@@ -70,7 +73,9 @@
 	X(freopen64, FILE *, (const char *, const char *, FILE *))                         \
 	X(fileno, int, (FILE *))                                                           \
 	X(fileno_unlocked, int, (FILE *))                                                  \
-	X(fclose, int, (FILE *))
+	X(fclose, int, (FILE *))                                                           \
+	X(sendmsg, ssize_t, (int, const struct msghdr *, int))                             \
+	X(sendmmsg, int, (int, struct mmsghdr *, unsigned int, int))
 
 #define CHELL_REAL_DECL(name, ret, args) extern ret(*chell_real_##name) args;
 CHELL_REAL_LIST(CHELL_REAL_DECL)

@@ -256,7 +256,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	uint32_t slot = have_ctl ? (v.chunks ? ctl.slot % v.chunks : ctl.slot % 64) : 0;
 	/* The file as it would be: full size, and (steered by the input) odd
 	 * sizes too, kept small so writing the file stays cheap. */
-	uint64_t fsize = ctl.reserved0 & 1 ? (ctl.reserved0 >> 1) % (CACHE_CHUNK_FILE_BYTES + 1)
+	uint64_t fsize = ctl.ext_end & 1 ? (ctl.ext_end >> 1) % (CACHE_CHUNK_FILE_BYTES + 1)
 					   : CACHE_CHUNK_FILE_BYTES;
 	if (have_ctl)
 		cv_chunk_file(&v, m, "chunks/0", slot, fsize, &ctl);

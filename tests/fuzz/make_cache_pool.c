@@ -282,7 +282,7 @@ static void mutations(const char *base, const struct seed *s)
 		{"dirty-magic", offsetof(struct cache_ctl, dirty), 0x03},
 		{"dirty-nchunks", offsetof(struct cache_ctl, dirty) + 8, 0x03},
 		{"dirty-word", offsetof(struct cache_ctl, dirty) + 64 + 8 + 2, 0x03}, /* block 40 */
-		{"size", offsetof(struct cache_ctl, reserved0), 0x01}, /* the target's odd size */
+		{"size", offsetof(struct cache_ctl, ext_end), 0x01}, /* the target's odd size */
 	};
 	for (size_t i = 0; i < sizeof ctlf / sizeof ctlf[0]; i++)
 		damaged_ctl(base, ctlf[i].name, s, ctlf[i].off, ctlf[i].mask);

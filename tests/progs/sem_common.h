@@ -121,12 +121,12 @@ __attribute__((unused)) static uint64_t fnv1a(uint64_t h, const void *p, size_t 
 #define FNV_INIT 0xcbf29ce484222325ULL
 
 /*
- * Print the size and content hash of a file in the test directory, read
+ * Print the size and content hash of the file at path (shown as name), read
  * through a fresh descriptor (so under Chell the read goes through Chell too).
  */
-__attribute__((unused)) static void sem_content(const char *name)
+__attribute__((unused)) static void sem_content_at(const char *name, const char *path)
 {
-	int fd = open(P(name), O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		say("content(%s) = -1 %s\n", name, ename(errno));
 		return;
@@ -149,6 +149,12 @@ __attribute__((unused)) static void sem_content(const char *name)
 	}
 	close(fd);
 	say("content(%s) = %lld bytes fnv=%016llx\n", name, total, (unsigned long long)h);
+}
+
+/* The same for a file of the test directory. */
+__attribute__((unused)) static void sem_content(const char *name)
+{
+	sem_content_at(name, P(name));
 }
 
 /* Print a buffer returned by read(), escaping what is not printable. */

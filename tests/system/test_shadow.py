@@ -41,6 +41,9 @@ def data(workdir):
     return d
 
 
+KEEP = ["--set", "shadow.keep=1"]   # copies stay after the last close, to be compared here
+
+
 def shadow_run(data, sdir, argv, extra=(), **kw):
     env = dict(os.environ)
     env.pop("CHELL_SHADOW_DIR", None)
@@ -100,7 +103,7 @@ WORKLOAD = textwrap.dedent(r"""
 def test_correct_run_is_silent_and_copies_match(data, sdir, tmp_path):
     script = tmp_path / "work.py"
     script.write_text(WORKLOAD)
-    res = shadow_run(data, sdir, [PY, script, data])
+    res = shadow_run(data, sdir, [PY, script, data], extra=KEEP)
     assert res.returncode == 0, res.stderr.decode(errors="replace")[-4000:]
     assert res.stdout.decode().strip() == "ok 1234"
     assert b"DIVERGENCE" not in res.stderr
@@ -245,10 +248,10 @@ def test_copy_refreshed_at_first_open(data, sdir, tmp_path):
     """Changes made outside Chell between runs are not divergences."""
     f = data / "f"
     f.write_bytes(b"first version\n")
-    r1 = shadow_run(data, sdir, ["cat", f])
+    r1 = shadow_run(data, sdir, ["cat", f], extra=KEEP)
     assert r1.returncode == 0 and r1.stdout == b"first version\n"
     f.write_bytes(b"changed outside chell, and longer\n")   # plain write
-    r2 = shadow_run(data, sdir, ["cat", f])
+    r2 = shadow_run(data, sdir, ["cat", f], extra=KEEP)
     assert r2.returncode == 0, r2.stderr.decode(errors="replace")
     assert r2.stdout == b"changed outside chell, and longer\n"
     assert (sdir / mangle(f)).read_bytes() == f.read_bytes()
@@ -287,7 +290,7 @@ def test_concurrent_writers_same_file_no_false_divergence(data, sdir, tmp_path):
     different orders and the copies diverge."""
     script = tmp_path / "conc.py"
     script.write_text(CONCURRENT)
-    res = shadow_run(data, sdir, [PY, script, data])
+    res = shadow_run(data, sdir, [PY, script, data], extra=KEEP)
     err = res.stderr.decode(errors="replace")
     assert res.returncode == 0, err[-4000:]
     assert res.stdout == b"children failed: 0\n", err[-4000:]

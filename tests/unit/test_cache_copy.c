@@ -79,13 +79,13 @@ static void test_hit_and_misses(void **state)
 	assert_memory_equal(buf, base + 100, 2 * 4096 + 50);
 	/* block 4 is not valid */
 	assert_int_equal(cache_copy_out(buf, base, 3 * 4096, 4096 + 1, &slot), COPY_MISS);
-	assert_int_equal(cache_copy_in(base, 4 * 4096, "x", 1, &slot), COPY_MISS);
+	assert_int_equal(cache_copy_in(base, 4 * 4096, "x", 1, &slot, 0), COPY_MISS);
 	/* not handed out yet, or revoked */
 	__atomic_store_n(&ctl->state, CACHE_CHUNK_INIT, __ATOMIC_RELEASE);
 	assert_int_equal(cache_copy_out(buf, base, 0, 10, &slot), COPY_MISS);
 	__atomic_store_n(&ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_RELEASE);
 	assert_int_equal(cache_copy_out(buf, base, 0, 10, &slot), COPY_MISS);
-	assert_int_equal(cache_copy_in(base, 0, "x", 1, &slot), COPY_MISS);
+	assert_int_equal(cache_copy_in(base, 0, "x", 1, &slot, 0), COPY_MISS);
 	assert_int_equal(cache_ctl_live(base), 0);
 	assert_int_equal(base[0], 'v'); /* a refused store stores nothing */
 	__atomic_store_n(&ctl->state, CACHE_CHUNK_LIVE, __ATOMIC_RELEASE);
@@ -96,7 +96,7 @@ static void test_store_marks_dirty_after_data(void **state)
 	uint32_t slot = 0;
 	dirty_table *dt = dirty_table_open(ctl->dirty);
 	assert_non_null(dt);
-	assert_int_equal(cache_copy_in(base, 4096 + 10, "hello", 5, &slot), COPY_HIT);
+	assert_int_equal(cache_copy_in(base, 4096 + 10, "hello", 5, &slot, 0), COPY_HIT);
 	assert_memory_equal(base + 4096 + 10, "hello", 5);
 	assert_int_equal(dirty_state(dt, 0, 0), BLK_CLEAN);
 	assert_int_equal(dirty_state(dt, 0, 1), BLK_DIRTY);
@@ -104,7 +104,7 @@ static void test_store_marks_dirty_after_data(void **state)
 	/* a store across blocks 2 and 3 */
 	char big[4096];
 	memset(big, 'w', sizeof(big));
-	assert_int_equal(cache_copy_in(base, 2 * 4096 + 2048, big, sizeof(big), &slot), COPY_HIT);
+	assert_int_equal(cache_copy_in(base, 2 * 4096 + 2048, big, sizeof(big), &slot, 0), COPY_HIT);
 	assert_int_equal(dirty_state(dt, 0, 2), BLK_DIRTY);
 	assert_int_equal(dirty_state(dt, 0, 3), BLK_DIRTY);
 	assert_true(dirty_chunk_flagged(dt, 0));
@@ -118,7 +118,7 @@ static void test_overwrite_only_invalid_blocks(void **state)
 	memset(blk, 'o', sizeof(blk));
 	/* blocks 8 and 9 were never filled: stored, not marked (the manager
 	 * validates them on OVERWRITE) */
-	assert_int_equal(cache_copy_overwrite(base, 8 * 4096, blk, sizeof(blk), &slot, &inc), COPY_HIT);
+	assert_int_equal(cache_copy_overwrite(base, 8 * 4096, blk, sizeof(blk), &slot, &inc, 0), COPY_HIT);
 	assert_int_equal(slot, 3);
 	assert_int_equal(inc, 7);
 	assert_memory_equal(base + 8 * 4096, blk, sizeof(blk));
@@ -127,10 +127,10 @@ static void test_overwrite_only_invalid_blocks(void **state)
 	assert_int_equal(ctl->valid[0] & (3ull << 8), 0);
 	/* block 3 is valid: an overwrite there must take the normal way */
 	unsigned char before = base[3 * 4096];
-	assert_int_equal(cache_copy_overwrite(base, 3 * 4096, blk, sizeof(blk), &slot, &inc), COPY_MISS);
+	assert_int_equal(cache_copy_overwrite(base, 3 * 4096, blk, sizeof(blk), &slot, &inc, 0), COPY_MISS);
 	assert_int_equal(base[3 * 4096], before);
 	__atomic_store_n(&ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_RELEASE);
-	assert_int_equal(cache_copy_overwrite(base, 10 * 4096, blk, 4096, &slot, &inc), COPY_MISS);
+	assert_int_equal(cache_copy_overwrite(base, 10 * 4096, blk, 4096, &slot, &inc, 0), COPY_MISS);
 	__atomic_store_n(&ctl->state, CACHE_CHUNK_LIVE, __ATOMIC_RELEASE);
 }
 
@@ -147,8 +147,18 @@ static void test_bad_buffers(void **state)
 	assert_int_equal(mprotect(two + 4096, 4096, PROT_NONE), 0);
 	dirty_table *dt = dirty_table_open(ctl->dirty);
 	assert_int_equal(dirty_state(dt, 0, 0), BLK_CLEAN);
-	assert_int_equal(cache_copy_in(base, 0, two + 4000, 200, &slot), COPY_EFAULT);
+	assert_int_equal(cache_copy_in(base, 0, two + 4000, 200, &slot, 0), COPY_EFAULT);
 	assert_int_equal(dirty_state(dt, 0, 0), BLK_DIRTY);
+	/* an extending store marks ext_end before the data; one whose buffer
+	 * faults gives the mark back (those bytes are not the write's) */
+	assert_int_equal(cache_copy_in(base, 0, two, 100, &slot, 5 * CACHE_CHUNK_BYTES + 100), COPY_HIT);
+	assert_int_equal(ctl->ext_end, 5 * CACHE_CHUNK_BYTES + 100);
+	assert_int_equal(cache_copy_in(base, 0, two + 4000, 200, &slot, 5 * CACHE_CHUNK_BYTES + 200),
+			 COPY_EFAULT);
+	assert_int_equal(ctl->ext_end, 5 * CACHE_CHUNK_BYTES + 100);
+	/* never lowered by a store ending before it */
+	assert_int_equal(cache_copy_in(base, 0, two, 50, &slot, 5 * CACHE_CHUNK_BYTES + 50), COPY_HIT);
+	assert_int_equal(ctl->ext_end, 5 * CACHE_CHUNK_BYTES + 100);
 	munmap(bad, 4096);
 	munmap(two, 8192);
 }
@@ -160,7 +170,7 @@ static void test_truncated_chunk_is_a_miss(void **state)
 	/* what an eviction does to the chunk file under our mapping */
 	assert_int_equal(ftruncate(fd, 0), 0);
 	assert_int_equal(cache_copy_out(buf, base, 0, sizeof(buf), &slot), COPY_MISS);
-	assert_int_equal(cache_copy_in(base, 0, "x", 1, &slot), COPY_MISS);
+	assert_int_equal(cache_copy_in(base, 0, "x", 1, &slot, 0), COPY_MISS);
 	assert_int_equal(cache_ctl_live(base), 0);
 	assert_int_equal(cache_ctl_check(base, 11, 12, 5), -EFAULT);
 	/* and the guard is left cleanly: a later hit still works */

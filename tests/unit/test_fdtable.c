@@ -9,6 +9,7 @@
  */
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -110,7 +111,7 @@ static void open_claims_routed_file(void **state)
 	assert_int_equal(f->ofd->ino, st.st_ino);
 	assert_int_equal(f->ofd->status_flags, fcntl(fd, F_GETFL));
 	assert_true(f->ofd->status_flags & O_APPEND);
-	assert_true(atomic_load(&chell_fdt_max) >= fd);
+	assert_true(fdt_max() >= fd);
 	assert_int_equal(count_in_use(), base + 1);
 
 	/* file_get_fd takes a reference for the duration of a call */
@@ -371,7 +372,7 @@ static void close_range_drops_entries(void **state)
 	assert_int_equal(close_range(306, 306, CLOSE_RANGE_CLOEXEC), 0);
 	assert_non_null(fdt_peek(306));
 	assert_int_equal(fcntl(306, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
-	for (int i = 0; i <= atomic_load(&chell_fdt_max); i++)
+	for (int i = 0; i <= fdt_max(); i++)
 		if (fdt_peek(i))
 			close(i);
 	assert_int_equal(count_in_use(), base);
@@ -444,6 +445,56 @@ static void internal_fd_invisible(void **state)
 	close(p[1]);
 }
 
+/* A thread that leaves the shared table holds its own reference on every
+ * OFD; its closes only drop those, and its exit drops the rest. */
+static int unshare_fd;
+static void *unshare_thread(void *p)
+{
+	int *res = p;
+	res[0] = close_range((unsigned)unshare_fd + 1, ~0u, CLOSE_RANGE_UNSHARE);
+	res[1] = fdt_cur() != &chell_fdt_proc;
+	res[2] = (int)ofd_refs(unshare_fd); /* ours and the main thread's table's */
+	res[3] = close(unshare_fd);
+	res[4] = fdt_peek(unshare_fd) == NULL;
+	res[5] = open(path_b, O_RDWR | O_CREAT, 0600); /* only in this table */
+	res[6] = fdt_peek(res[5]) != NULL;
+	res[7] = dup(res[5]);
+	return NULL;
+}
+
+static void unshare_takes_and_drops_references(void **state)
+{
+	uint32_t base = count_in_use();
+	unshare_fd = open(path_a, O_RDWR | O_CREAT, 0600);
+	int extra = open(path_a, O_RDONLY); /* above the range: closed in the thread only */
+	assert_true(unshare_fd >= 0 && extra > unshare_fd);
+	assert_int_equal(ofd_refs(unshare_fd), 1);
+	int res[8];
+	pthread_t t;
+	assert_int_equal(pthread_create(&t, NULL, unshare_thread, res), 0);
+	assert_int_equal(pthread_join(t, NULL), 0);
+	assert_int_equal(res[0], 0);
+	assert_int_equal(res[1], 1);
+	assert_int_equal(res[2], 2);
+	assert_int_equal(res[3], 0);
+	assert_int_equal(res[4], 1);
+	assert_true(res[5] >= 0);
+	assert_int_equal(res[6], 1);
+	assert_true(res[7] >= 0);
+	/* the main thread's table is untouched; the thread's exit dropped its
+	 * references: the file it opened is released, ours count one again */
+	assert_ptr_equal(fdt_cur(), &chell_fdt_proc);
+	assert_non_null(fdt_peek(extra));
+	assert_int_equal(ofd_refs(unshare_fd), 1);
+	assert_int_equal(ofd_refs(extra), 1);
+	if (res[5] != unshare_fd && res[5] != extra)
+		assert_null(fdt_peek(res[5]));
+	assert_int_equal(count_in_use(), base + 2);
+	close(unshare_fd);
+	close(extra);
+	assert_int_equal(count_in_use(), base);
+}
+
 int main(void)
 {
 	if (!chell_active) {
@@ -461,6 +512,7 @@ int main(void)
 		cmocka_unit_test(child_closes_last_descriptor),
 		cmocka_unit_test(close_range_drops_entries),
 		cmocka_unit_test(internal_fd_invisible),
+		cmocka_unit_test(unshare_takes_and_drops_references),
 	};
 	return cmocka_run_group_tests_name("fdtable", tests, setup_dirs, teardown_dirs);
 }

@@ -113,7 +113,7 @@ static void prepare_exec_environment(void **state)
 	assert_int_equal(refs_of(b), 1);
 
 	char *envp[] = {"X=1", "LD_PRELOAD=/other/lib.so", "CHELL_HANDOFF=stale", NULL};
-	char **env = handoff_prepare_exec(envp);
+	char **env = handoff_prepare_exec(envp, NULL);
 	assert_ptr_not_equal(env, envp);
 	assert_string_equal(env_find(env, "X"), "1");
 	/* Chell's library first, then the application's preloads */
@@ -130,20 +130,29 @@ static void prepare_exec_environment(void **state)
 	char head[64], ent_a[64], ent_b[64];
 	snprintf(head, sizeof(head), "v1;r=%d;", region_fd());
 	snprintf(ent_a, sizeof(ent_a), "%d:%u:%u,", a, fa->slot, fa->ofd->gen);
-	snprintf(ent_b, sizeof(ent_b), ";-:%u:%u,", fb->slot, fb->ofd->gen);
+	snprintf(ent_b, sizeof(ent_b), ":%u:%u,", fb->slot, fb->ofd->gen);
 	assert_true(strncmp(h, head, strlen(head)) == 0);
 	assert_non_null(strstr(h, ent_a));
-	/* b is close-on-exec and this was its last descriptor: an orphan entry */
-	assert_non_null(strstr(h, ent_b));
+	/* b is close-on-exec and this was its last descriptor: a duplicate that
+	 * survives carries it, and the new image closes it (";c=dup,") */
 	char ent_b_fd[32];
 	snprintf(ent_b_fd, sizeof(ent_b_fd), ";%d:", b);
 	assert_null(strstr(h, ent_b_fd));
-	assert_int_equal(refs_of(b), 0);
+	const char *c = strstr(h, ";c=");
+	assert_non_null(c);
+	int dup = atoi(c + 3);
+	assert_true(dup > b);
+	char ent_dup[96];
+	snprintf(ent_dup, sizeof(ent_dup), "%d%s", dup, ent_b);
+	assert_non_null(strstr(h, ent_dup));
+	assert_int_equal(fcntl(dup, F_GETFD), 0); /* survives the exec */
+	assert_int_equal(refs_of(b), 1);          /* the duplicate holds it */
 	/* the region memfd must survive the exec */
 	assert_int_equal(fcntl(region_fd(), F_GETFD) & FD_CLOEXEC, 0);
 
 	/* the exec failed: everything is as before */
 	handoff_exec_failed(env);
+	assert_true(fcntl(dup, F_GETFD) < 0 && errno == EBADF);
 	assert_int_equal(refs_of(b), 1);
 	assert_int_equal(refs_of(a), 1);
 	assert_int_equal(fcntl(region_fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
@@ -154,7 +163,7 @@ static void prepare_exec_environment(void **state)
 	char pre[PATH_MAX + 32];
 	snprintf(pre, sizeof(pre), "LD_PRELOAD=/x.so:%s", chell_library_path());
 	char *envp2[] = {mode, pre, NULL};
-	env = handoff_prepare_exec(envp2);
+	env = handoff_prepare_exec(envp2, NULL);
 	assert_string_equal(env_find(env, "CHELL_MODE"), "trace");
 	assert_string_equal(env_find(env, "LD_PRELOAD"), pre + strlen("LD_PRELOAD="));
 	handoff_exec_failed(env);

@@ -27,8 +27,6 @@
 
 #include "cache.h"
 
-#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
-#define RWF_KNOWN (RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND)
 
 static int inode_ready;
 static bool route_check;          /* routing let every file through: check the backings */
@@ -83,9 +81,42 @@ static int cache_proc_init(void)
 	return cache_copy_init();
 }
 
+static bool under_backing(const char *abs);
+
+/*
+ * exec of a file the cache holds dirty blocks of: the kernel reads the
+ * program from the backing file, so they are written back first (one
+ * FLUSH; nothing to do for a clean file). Only for a regular, executable
+ * file that Chell routes to the cache (the router's decision, as at open)
+ * under a backing directory: any other exec costs the path check alone.
+ */
+static void flush_before_exec(const char *path)
+{
+	char abs[4096];
+	if (!path || path[0] == '(' || /* "(fexecve)": no path */
+	    router_abspath(AT_FDCWD, path, abs, sizeof abs) < 0 || !router_route_abs(abs))
+		return;
+	int fd = sys_open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY, 0);
+	if (fd < 0)
+		return;
+	fd = chell_internal_fd(fd, 1);
+	struct stat st;
+	if (sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) &&
+	    under_backing(abs)) {
+		struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+		if (cf) {
+			cache_flush_file(cf, fd, 0);
+			cache_file_put(cf);
+		}
+	}
+	chell_internal_close(fd);
+}
+
 static void cache_proc_event(enum chell_op ev, long arg)
 {
-	if (ev == CHELL_OP_FORK) {
+	if (ev == CHELL_OP_EXEC) {
+		flush_before_exec((const char *)arg);
+	} else if (ev == CHELL_OP_FORK) {
 		cache_conn_after_fork();
 		cache_map_after_fork();
 	} else if (ev == CHELL_OP_EXIT) {
@@ -146,7 +177,7 @@ static int attach(chell_ctx *c, int count_open)
 		direct_inode_put(in); /* adoption: the OFD is already counted */
 	else
 		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
-	struct cache_local *l = malloc(sizeof(*l));
+	struct cache_local *l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (count_open)
 			direct_inode_put(in);
@@ -264,40 +295,50 @@ static void cache_release(chell_ctx *c)
 	d->dev = d->ino = 0;
 }
 
+/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
+ * locks), the kernel's offset must be ours (direct.c: direct_sync_out). */
 static int cache_sync_out(chell_ctx *c)
 {
-	if (D(c)->active)
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
-	return 0;
+	if (!D(c)->active)
+		return 0;
+	if (L(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_offset_to_kernel(c->f->ofd, c->fd);
+}
+
+/* The kernel moved its offset (a call Chell let it do): it is ours now. */
+static int cache_sync_in(chell_ctx *c)
+{
+	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
+}
+
+/* File times owed to the kernel (mapped.h) are settled before they can be
+ * looked at through this descriptor, and before it goes away. */
+static int cache_fstat(chell_ctx *c, struct stat *st)
+{
+	if (active(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_fstat(c, st);
+}
+
+static int cache_close(chell_ctx *c)
+{
+	if (active(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_close(c);
 }
 
 /* From now on this descriptor uses the kernel path (in every process). */
 static void go_kernel(chell_ctx *c)
 {
-	if (!atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0))
+	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
 		return;
-	sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 	if (c->layer == 0)
 		c->f->fast = NULL;
 	CSTAT(kernel_fallbacks, 1);
 }
 
 /* --------------------------------------------------------------- helpers */
-
-static ssize_t iov_total(const struct iovec *iov, int cnt)
-{
-	if (cnt < 0 || cnt > IOV_MAX)
-		return -EINVAL;
-	size_t total = 0;
-	for (int i = 0; i < cnt; i++) {
-		if ((ssize_t)iov[i].iov_len < 0)
-			return -EINVAL;
-		total += iov[i].iov_len;
-		if (total > (size_t)MAX_RW_COUNT)
-			return MAX_RW_COUNT;
-	}
-	return (ssize_t)total;
-}
 
 static bool positional(enum chell_op op)
 {
@@ -347,28 +388,99 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
 	return r + k;
 }
 
-/* Make the backing file at least `end` bytes long (caller holds the inode
- * lock). fallocate never shrinks (another process may have grown the file
- * meanwhile) and leaves a hole before `pos` as a write would. Where the
- * file system has no fallocate, ftruncate grows it: the cache stays the
- * only place the bytes are written to, so the file never needs the kernel
- * path for data the cache may also hold. */
-static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end)
+/*
+ * Extending writes. The kernel publishes a new size only once the bytes
+ * below it are in place, so a reader that reads up to the size it sees
+ * never sees a byte that was not written. Cache mode does the same in
+ * three steps, all under the tree-wide inode lock (which, like the
+ * kernel's inode lock, orders extending writes of the tree, so a later
+ * extension can never publish a size over an earlier one still storing):
+ *
+ *  1. reserve: fallocate(KEEP_SIZE) of the new range on the client's own
+ *     descriptor. The backing file's size does not change, but its blocks
+ *     exist, so the write-back of the bytes about to be cached cannot fail
+ *     for lack of space (ENOSPC is reported now, as the kernel would);
+ *  2. store the bytes into the cache (move()), raising the ext_end mark
+ *     of each chunk stored into first, so a write-back that comes between
+ *     (the cleaner, an eviction) writes these bytes too, although they lie
+ *     past the backing file's size (cache/layout.h, "Extending writes");
+ *  3. publish the size: fallocate(mode 0) ending at the last byte stored
+ *     (it never shrinks: another process tree may have grown the file),
+ *     then the size shared by the tree.
+ *
+ * A short write publishes only what it stored, and gives back the blocks
+ * reserved past it. A client killed between 2 and 3 leaves the stored
+ * bytes marked by ext_end: the manager's write-back puts them in the
+ * backing file, which then ends after them (as a write the kernel had
+ * copied before the process died).
+ * Where the file system has no fallocate, nothing is reserved and
+ * ftruncate publishes the size.
+ */
+struct extension {
+	uint64_t from, end; /* reserved [from, end), past the old size */
+	bool reserved;
+};
+
+static int reserve(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end,
+		   struct extension *x)
 {
-	if (end <= isize(in))
+	uint64_t from = isize(in);
+	x->from = from > pos ? from : pos;
+	x->end = end;
+	x->reserved = false;
+	if (x->from >= end)
 		return 0;
-	int r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, pos, end - pos, 0, 0);
-	if (r == -EOPNOTSUPP || r == -ENOSYS) {
-		uint64_t now = direct_inode_refresh(in, c->fd);
-		r = end > now ? sys_ftruncate(c->fd, (off_t)end) : 0;
-	}
+	int r = (int)CHELL_SC(SYS_fallocate, c->fd, FALLOC_FL_KEEP_SIZE, x->from, end - x->from, 0, 0);
+	if (r == -EOPNOTSUPP || r == -ENOSYS)
+		return 0;
 	if (r < 0)
 		return r;
-	CSTAT(extends, 1);
-	atomic_store_explicit(&L(c)->cf->need_sync, 1, memory_order_release);
-	if (end > isize(in))
-		isize_set(in, end);
+	x->reserved = true;
 	return 0;
+}
+
+static int publish(chell_ctx *c, struct direct_inode *in, uint64_t new_end, struct extension *x)
+{
+	int r = 0;
+	if (new_end > isize(in) && new_end > 0) {
+		r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, new_end - 1, 1, 0, 0);
+		if (r == -EOPNOTSUPP || r == -ENOSYS) {
+			uint64_t now = direct_inode_refresh(in, c->fd);
+			r = new_end > now ? sys_ftruncate(c->fd, (off_t)new_end) : 0;
+		}
+		if (r == 0) {
+			CSTAT(extends, 1);
+			atomic_store_explicit(&L(c)->cf->need_sync, 1, memory_order_release);
+			if (new_end > isize(in))
+				isize_set(in, new_end);
+		}
+	}
+	/* Blocks reserved for bytes that were not written go back (a short or
+	 * failed write: rare). Only past the file's end as the kernel has it
+	 * now: the tree's size may lag behind another tree's growth, and what
+	 * lies below the end is data. */
+	if (x->reserved && new_end < x->end) {
+		struct stat st;
+		uint64_t keep = new_end > x->from ? new_end : x->from;
+		if (sys_fstat(c->fd, &st) == 0 && (uint64_t)st.st_size > keep)
+			keep = (uint64_t)st.st_size;
+		keep = (keep + 4095) & ~4095ull;
+		if (keep < x->end)
+			CHELL_SC(SYS_fallocate, c->fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+				 keep, x->end - keep, 0, 0);
+	}
+	return r;
+}
+
+/* Where the file ends after a write at pos that stored r bytes (or
+ * failed with r < 0). Like the kernel: the bytes stored; and a write that
+ * got as far as the file but could copy nothing (EFAULT on a buffer in the
+ * user address range) still moves the end up to pos, as the kernel's
+ * write_end does for a copy of 0 bytes. (A pointer outside the user range
+ * never reaches the file: mapped_iov_total refused the call before.) */
+static uint64_t end_after(uint64_t pos, ssize_t r)
+{
+	return r > 0 ? pos + (uint64_t)r : r == -EFAULT ? pos : 0;
 }
 
 /* ------------------------------------------------------------------ read */
@@ -382,26 +494,39 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 		return -EINVAL;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
-	ssize_t total = iov_total(iov, cnt);
-	if (total <= 0)
-		return total;
+	ssize_t total = mapped_iov_total(iov, cnt);
 	struct direct_inode *in = L(c)->inode;
+	if (total <= 0) {
+		/* read()/pread() of 0 bytes reach the file system, which may
+		 * touch atime (tmpfs does, ext4 does not); the vector forms
+		 * stop before it. The kernel's own 0-byte read answers. */
+		if (total == 0 && (c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD))
+			sys_pread(c->fd, iov[0].iov_base, 0, 0);
+		return total;
+	}
+	if (flags) {
+		/* the kernel's verdict on the flags (mapped.h), checked last as
+		 * the kernel does */
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, false);
+		if (e < 0)
+			return e;
+	}
 	CSTAT(reads, 1);
 	ssize_t r;
+	uint64_t size = isize(in);
 	if (off >= 0) {
-		uint64_t size = isize(in);
 		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
 			size = direct_inode_refresh(in, c->fd);
-		if ((uint64_t)off >= size)
-			return 0;
-		size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total : (size_t)(size - (uint64_t)off);
-		r = move(c, iov, cnt, (uint64_t)off, n, 0);
+		r = 0;
+		if ((uint64_t)off < size) {
+			size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total
+									: (size_t)(size - (uint64_t)off);
+			r = move(c, iov, cnt, (uint64_t)off, n, 0);
+		}
 	} else {
 		/* reserve [pos, pos+n) of the shared offset, as direct.c does */
 		_Atomic uint64_t *offp = OFFSET(c);
-		uint64_t pos = atomic_load(offp), size = isize(in);
+		uint64_t pos = atomic_load(offp);
 		size_t n;
 		bool refreshed = false;
 		for (;;) {
@@ -413,9 +538,7 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 			if (atomic_compare_exchange_weak(offp, &pos, pos + n))
 				break;
 		}
-		if (n == 0)
-			return 0;
-		r = move(c, iov, cnt, pos, n, 0);
+		r = n ? move(c, iov, cnt, pos, n, 0) : 0;
 		if (r != (ssize_t)n) { /* short: give back what was not read */
 			uint64_t expect = pos + n;
 			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
@@ -425,6 +548,8 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 	}
 	if (r > 0)
 		CSTAT(read_bytes, (uint64_t)r);
+	if (r >= 0 && active(c))
+		mapped_read_done(&in->times, c->fd, status(c), size);
 	return r;
 }
 
@@ -456,25 +581,22 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 		return e;
 	}
 	uint64_t pos = direct_inode_refresh(in, c->fd);
-	ssize_t r = extend(c, in, pos, pos + total);
+	struct extension x;
+	ssize_t r = reserve(c, in, pos, pos + total, &x);
 	if (r == 0) {
 		int kernel;
-		r = cache_transfer(c, iov, cnt, pos, total, 1, &kernel);
-		if (kernel && r >= 0) {
-			/* The rest goes through the kernel's own O_APPEND, after
-			 * giving back the space reserved for it. */
+		r = cache_transfer(c, iov, cnt, pos, total, CACHE_XFER_EXTEND, &kernel);
+		uint64_t end = end_after(pos, r);
+		int p = publish(c, in, end, &x);
+		if (p < 0 && r >= 0)
+			r = p;
+		else if (kernel && r >= 0) {
+			/* The rest goes through the kernel's own O_APPEND, at the
+			 * end just published. */
 			go_kernel(c);
-			sys_ftruncate(c->fd, (off_t)(pos + (uint64_t)r));
-			isize_set(in, pos + (uint64_t)r);
 			ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1);
 			r = k < 0 ? (r ? r : k) : r + k;
 			direct_inode_refresh(in, c->fd);
-		} else if (r < 0 || (size_t)r < total) {
-			/* an error or a bad buffer part-way: the file ends after what
-			 * was written */
-			uint64_t keep = pos + (uint64_t)(r > 0 ? r : 0);
-			sys_ftruncate(c->fd, (off_t)keep);
-			isize_set(in, keep);
 		}
 	}
 	append_lock(c->fd, F_UNLCK);
@@ -493,16 +615,19 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	int st = status(c);
 	if ((st & O_ACCMODE) == O_RDONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
-	ssize_t total = iov_total(iov, cnt);
+	ssize_t total = mapped_iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
+	if (flags) {
+		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, flags, true);
+		if (e < 0)
+			return e;
+	}
 	struct direct_inode *in = L(c)->inode;
 	_Atomic uint64_t *offp = OFFSET(c);
 	CSTAT(writes, 1);
 	ssize_t r;
-	if ((st & O_APPEND) || (flags & RWF_APPEND)) {
+	if (((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND)) {
 		uint64_t end;
 		r = append(c, iov, cnt, (size_t)total, &end);
 		if (r > 0 && off == -1)
@@ -517,13 +642,21 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 				;
 		}
 		uint64_t end = pos + (uint64_t)total;
-		int e = 0;
 		if (end > isize(in)) {
+			/* extending: reserve, store, then publish the size */
 			chell_lock_acquire(&in->lock);
-			e = extend(c, in, pos, end);
+			struct extension x;
+			r = reserve(c, in, pos, end, &x);
+			if (r == 0) {
+				r = move(c, iov, cnt, pos, (size_t)total, CACHE_XFER_EXTEND);
+				int p = publish(c, in, end_after(pos, r), &x);
+				if (p < 0 && r >= 0)
+					r = p;
+			}
 			chell_lock_release(&in->lock);
+		} else {
+			r = move(c, iov, cnt, pos, (size_t)total, 1);
 		}
-		r = e < 0 ? e : move(c, iov, cnt, pos, (size_t)total, 1);
 		if (off < 0 && r != total) {
 			uint64_t expect = end;
 			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
@@ -532,6 +665,8 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	if (off < 0 && !active(c))
 		sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
 	if (r > 0) {
+		if (active(c))
+			mapped_write_done(&in->times, c->fd);
 		CSTAT(write_bytes, (uint64_t)r);
 		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
 			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
@@ -629,6 +764,11 @@ static int cache_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 /* truncate(path) in any process of the tree goes through the manager too */
 static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 {
+	/* Also in a process that has not opened a cached file yet (a new
+	 * image after exec, a shell): the cache may hold chunks of this file,
+	 * dirty ones past the new end too, and only TRUNCATE drops them. */
+	if (!inode_ready && len >= 0 && direct_inode_init() == 0)
+		inode_ready = 1;
 	int fd = len >= 0 && inode_ready ? sys_open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK, 0) : -1;
 	int r = CACHE_MISS_KERNEL;
 	struct stat st;
@@ -687,8 +827,28 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
 	return 0;
 }
 
+/*
+ * File leases are the kernel's, and count every other descriptor of the
+ * file: a write lease needs the taker's descriptor to be the only one, a
+ * read lease no writer, and any open the lease conflicts with breaks it.
+ * So before the application takes one, the file leaves the cache as for a
+ * shared mapping (written back, dropped, bypassed until its last close in
+ * the process; the manager then holds no descriptor of it, chelld/files.c)
+ * and this descriptor moves to the kernel path: no later open by Chell,
+ * ours or the manager's, can break the lease.
+ */
+static void leave_for_lease(chell_ctx *c, unsigned long arg)
+{
+	if (!active(c) || (int)arg == F_UNLCK)
+		return;
+	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	go_kernel(c);
+}
+
 static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (cmd == F_SETLEASE)
+		leave_for_lease(c, arg);
 	int r = chell_down_fcntl(c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0 && active(c) && (arg & O_DIRECT)) {
 		/* the application asks for the kernel's I/O path from now on */
@@ -724,6 +884,17 @@ static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flag
 	return chell_down_mmap(c, addr, len, prot, flags, off);
 }
 
+/* A process Chell does not serve gets the descriptor: it reads and writes
+ * the backing file and moves the kernel's offset, so the cached bytes go
+ * there first and this description uses the kernel path from now on. */
+static void cache_escape(chell_ctx *c)
+{
+	if (!active(c))
+		return;
+	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	go_kernel(c);
+}
+
 const struct chell_handler chell_cache_handler = {
 	.name = "cache",
 	.summary = "files of slow storage cached in a pool on the fast tier (chelld); hits are memcpy",
@@ -735,6 +906,10 @@ const struct chell_handler chell_cache_handler = {
 	.detach = cache_detach,
 	.release = cache_release,
 	.sync_out = cache_sync_out,
+	.sync_in = cache_sync_in,
+	.escape = cache_escape,
+	.close = cache_close,
+	.fstat = cache_fstat,
 	.read = cache_read,
 	.write = cache_write,
 	.lseek = cache_lseek,

@@ -151,19 +151,27 @@ enum { COPY_HIT = 1, COPY_MISS = 0, COPY_EFAULT = -1 };
 int cache_copy_out(void *dst, const unsigned char *base, size_t off, size_t n, uint32_t *slot);
 /* Store src into [off, off+n) of a writable chunk: the write half of the
  * protocol (valid blocks, store, dirty mark, fence, still LIVE). */
-int cache_copy_in(unsigned char *base, size_t off, const void *src, size_t n, uint32_t *slot);
+int cache_copy_in(unsigned char *base, size_t off, const void *src, size_t n, uint32_t *slot,
+		  uint64_t ext_end);
 /* Store src into whole blocks [off, off+n) (block-aligned) of a writable
  * chunk that are all still invalid, without marking them (the manager
  * validates them on OVERWRITE): COPY_HIT with the chunk file's slot and
  * incarnation, COPY_MISS when it is not LIVE or some block is valid,
  * COPY_EFAULT on a bad buffer. */
 int cache_copy_overwrite(unsigned char *base, size_t off, const void *src, size_t n,
-			 uint32_t *slot, uint64_t *incarnation);
+			 uint32_t *slot, uint64_t *incarnation, uint64_t ext_end);
+/* ext_end (both): 0, or the file offset where the bytes stored end when
+ * they extend the file: the chunk's ext_end is raised to it before the
+ * store (cache/layout.h, "Extending writes"). */
 /* Check a freshly mapped chunk's control page (magic, version, dirty
  * table); 0 or -EPROTO, -EFAULT if it faults. */
 int cache_ctl_check(const unsigned char *base, uint64_t dev, uint64_t ino, uint64_t chunk);
 /* 1 if the chunk mapped at base is LIVE (0 if revoked, or it faults). */
 int cache_ctl_live(const unsigned char *base);
+/* Bytes of the application's buffer [p, p+n) that can be read before the
+ * first page that faults (n when all can): how much of a write the kernel
+ * would have copied. */
+size_t cache_user_readable(const void *p, size_t n);
 int cache_copy_init(void);
 
 /* ---- stats.c ---- */
@@ -201,6 +209,7 @@ struct cache_ofd {
 struct cache_local {
 	struct cache_file *cf;
 	struct direct_inode *inode;
+	struct mapped_rwf rwf; /* the kernel's answers on preadv2/pwritev2 flags */
 };
 extern const struct chell_handler chell_cache_handler;
 extern const struct chell_fast_ops cache_fast_ops;
@@ -212,5 +221,8 @@ extern const struct chell_fast_ops cache_fast_ops;
  * to pass down). */
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
 		       int to_file, int *kernel);
+/* to_file value for a write that extends the file: the pieces past its
+ * published size raise their chunk's ext_end (copy.c). */
+#define CACHE_XFER_EXTEND 2
 
 #endif

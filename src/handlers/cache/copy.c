@@ -37,12 +37,13 @@ static __thread uintptr_t tls_addr;
  * noinline verdict functions below, not by the guarded function. */
 static __thread const unsigned char *tls_base;
 static __thread unsigned tls_first, tls_nb;
+static __thread uint64_t tls_ext_prev, tls_ext_new; /* ext_end before/after cache_copy_in raised it */
 
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	if (!tls_in)
-		return false; /* not ours: the application's own fault */
+	if (!tls_in) /* not a cache copy: direct_copy's guard (mapped.c), or the application's */
+		return direct_fault_fixup(sig, si, uc_);
 	tls_in = 0;
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
@@ -100,7 +101,7 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			memcpy(dst, base + off, n);
+			direct_guarded_memcpy(dst, base + off, n);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (state(ctl) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
@@ -144,11 +145,35 @@ __attribute__((noinline)) static int verdict_in(void)
 	 * harmless) so no reader sees data that never reaches the backing
 	 * file. */
 	mark_guarded(ctl_of(tls_base), tls_first, tls_nb);
+	/* and the extension mark goes back: these bytes are not the write's */
+	if (tls_ext_new && sigsetjmp(tls_jmp, 0) == 0) {
+		tls_in = 1;
+		__asm__ volatile("" ::: "memory");
+		uint64_t cur = tls_ext_new;
+		__atomic_compare_exchange_n(&((struct cache_ctl *)(uintptr_t)ctl_of(tls_base))->ext_end,
+					    &cur, tls_ext_prev, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+		__asm__ volatile("" ::: "memory");
+		tls_in = 0;
+	}
 	return COPY_EFAULT;
 }
 
+/* Raise the chunk's ext_end to at least v (layout.h: before the store). */
+static inline void ext_raise(const struct cache_ctl *ctl, uint64_t v)
+{
+	uint64_t *p = &((struct cache_ctl *)(uintptr_t)ctl)->ext_end;
+	uint64_t cur = __atomic_load_n(p, __ATOMIC_ACQUIRE);
+	while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_SEQ_CST,
+							__ATOMIC_ACQUIRE))
+		;
+	if (cur < v) { /* raised by us from cur: verdict_in may put cur back */
+		tls_ext_prev = cur;
+		tls_ext_new = v;
+	}
+}
+
 __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, const void *src,
-					    size_t n, uint32_t *slot)
+					    size_t n, uint32_t *slot, uint64_t ext_end)
 {
 	unsigned first = (unsigned)(off / CACHE_BLOCK_BYTES);
 	unsigned nb = (unsigned)((off + n - 1) / CACHE_BLOCK_BYTES) - first + 1;
@@ -156,6 +181,7 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 	tls_base = base;
 	tls_first = first;
 	tls_nb = nb;
+	tls_ext_new = 0;
 	if (sigsetjmp(tls_jmp, 0))
 		return verdict_in();
 	tls_in = 1;
@@ -165,7 +191,9 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			memcpy(base + off, src, n);
+			if (ext_end)
+				ext_raise(ctl, ext_end);
+			direct_guarded_memcpy(base + off, src, n);
 			if (cache_dax)
 				direct_flush(base + off, n);
 			/* after the data (policy.h: a mark that precedes a
@@ -200,7 +228,7 @@ static inline bool all_invalid(const struct cache_ctl *ctl, size_t off, size_t n
 
 __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t off,
 						   const void *src, size_t n, uint32_t *slot,
-						   uint64_t *incarnation)
+						   uint64_t *incarnation, uint64_t ext_end)
 {
 	tls_base = base;
 	if (sigsetjmp(tls_jmp, 0))
@@ -212,7 +240,9 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 	if (state(ctl) == CACHE_CHUNK_LIVE && all_invalid(ctl, off, n)) {
 		*slot = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		*incarnation = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
-		memcpy(base + off, src, n);
+		if (ext_end) /* the blocks stay invalid if this faults: no bytes of ours */
+			ext_raise(ctl, ext_end);
+		direct_guarded_memcpy(base + off, src, n);
 		if (cache_dax)
 			direct_flush(base + off, n);
 		r = COPY_HIT;
@@ -253,11 +283,35 @@ __attribute__((noinline)) int cache_ctl_live(const unsigned char *base)
 	return r;
 }
 
+__attribute__((noinline)) static size_t readable_verdict(const unsigned char *p)
+{
+	uintptr_t a = tls_addr & ~(uintptr_t)4095;
+	return a > (uintptr_t)p ? (size_t)(a - (uintptr_t)p) : 0;
+}
+
+/* Bytes of [p, p+n) readable before the first page that faults, touching
+ * one byte per page in order (a memcpy may fault on a later page first). */
+__attribute__((noinline)) size_t cache_user_readable(const void *p, size_t n)
+{
+	const unsigned char *u = p;
+	if (sigsetjmp(tls_jmp, 0))
+		return readable_verdict((const unsigned char *)tls_base);
+	tls_base = u;
+	tls_in = 1;
+	__asm__ volatile("" ::: "memory");
+	for (uintptr_t a = (uintptr_t)u; a < (uintptr_t)u + n; a = (a & ~(uintptr_t)4095) + 4096)
+		(void)*(volatile const unsigned char *)a;
+	__asm__ volatile("" ::: "memory");
+	tls_in = 0;
+	return n;
+}
+
 int cache_copy_init(void)
 {
 	/* direct_copy_init picks the cache-line flush instruction (DAX pools)
 	 * and installs direct's fault hook; cache mode replaces the hook with
-	 * its own, since it never uses direct's guarded copies. */
+	 * its own, which passes what is not a cache copy's fault on to
+	 * direct's (the guarded reads of mapped.c). */
 	direct_copy_init();
 	chell_set_fault_hook(fault_fixup);
 	return 0;

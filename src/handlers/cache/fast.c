@@ -62,6 +62,7 @@ static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off
 	if (!l || off < 0 || n == 0 || (st & O_ACCMODE) == O_WRONLY || !one_chunk((uint64_t)off, n) ||
 	    (uint64_t)off + n > cached_size(l) || !try_read(l, buf, n, (uint64_t)off))
 		return CHELL_FAST_MISS; /* buf may hold bytes now: the general path overwrites them */
+	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
 	return (ssize_t)n;
 }
 
@@ -78,6 +79,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 	if (!one_chunk(pos, n) || pos + n > cached_size(l) || !try_read(l, buf, n, pos) ||
 	    !atomic_compare_exchange_strong(offp, &pos, pos + n))
 		return CHELL_FAST_MISS;
+	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
 	return (ssize_t)n;
 }
 
@@ -98,10 +100,11 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 	uint32_t slot;
 	unsigned char *base;
 	if (!l || off < 0 || n == 0 || !(base = writable(l, st, (uint64_t)off, n)) ||
-	    cache_copy_in(base, (size_t)((uint64_t)off & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot) !=
+	    cache_copy_in(base, (size_t)((uint64_t)off & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) !=
 		    COPY_HIT)
 		return CHELL_FAST_MISS; /* the general path stores the same bytes again */
 	hit(l->cf, slot, 1, n);
+	mapped_write_done(&l->inode->times, fd);
 	return (ssize_t)n;
 }
 
@@ -117,8 +120,9 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	if (!base || !atomic_compare_exchange_strong(offp, &pos, pos + n))
 		return CHELL_FAST_MISS;
 	uint32_t slot;
-	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot) == COPY_HIT) {
+	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) == COPY_HIT) {
 		hit(l->cf, slot, 1, n);
+		mapped_write_done(&l->inode->times, fd);
 		return (ssize_t)n;
 	}
 	/* The range is claimed: finish it as a pwrite at pos through the

@@ -489,7 +489,11 @@ int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size)
 	m.size = size;
 	int e = cache_call(&m, sizeof(m), CHELLD_MSG_TRUNCATE, -1, &r, sizeof(r), NULL);
 	cache_unlock();
-	if (e < 0 || r.status == EPROTO || r.status == ENOSYS || r.status == EBADMSG)
+	/* EWOULDBLOCK: the manager could not open the file for writing without
+	 * breaking a lease; it changed nothing. The kernel's truncate breaks
+	 * the lease the way the kernel does (it waits for the holder). */
+	if (e < 0 || r.status == EPROTO || r.status == ENOSYS || r.status == EBADMSG ||
+	    r.status == EWOULDBLOCK)
 		return CACHE_MISS_KERNEL;
 	return -r.status;
 }

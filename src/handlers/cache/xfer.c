@@ -31,6 +31,8 @@ static inline void hit_mark(uint32_t slot)
 static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, unsigned char *u,
 		 size_t len, int to_file)
 {
+	/* an extending write: the bytes of this piece end here */
+	uint64_t ext = to_file == CACHE_XFER_EXTEND ? (k << CACHE_CHUNK_SHIFT) + in + len : 0;
 	struct cache_stats *s = cache_stats_tls();
 	for (int misses = 0;; misses++) {
 		uintptr_t e = cache_entry_of(cf, k);
@@ -38,7 +40,7 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 		uint32_t slot = 0;
 		int r = COPY_MISS;
 		if (e && (!to_file || (e & CACHE_E_WRITABLE)))
-			r = to_file ? cache_copy_in(base, in, u, len, &slot)
+			r = to_file ? cache_copy_in(base, in, u, len, &slot, ext)
 				    : cache_copy_out(u, base, in, len, &slot);
 		if (r == COPY_HIT) {
 			hit_mark(slot);
@@ -67,7 +69,7 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 		}
 		unsigned first = (unsigned)(in / CACHE_BLOCK_BYTES);
 		unsigned nb = (unsigned)((in + len - 1) / CACHE_BLOCK_BYTES) - first + 1;
-		int m = cache_miss(cf, c->fd, k, first, nb, to_file);
+		int m = cache_miss(cf, c->fd, k, first, nb, to_file ? 1 : 0);
 		if (m == CACHE_MISS_KERNEL)
 			return PIECE_KERNEL;
 		if (m < 0)
@@ -78,8 +80,9 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 /* Whole blocks [in, in+len) of chunk k, none in the cache yet: stored
  * without a fill. true when done; false to write them the normal way. */
 static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in,
-		      const unsigned char *u, size_t len, int *efault)
+		      const unsigned char *u, size_t len, int *efault, bool extend)
 {
+	uint64_t ext = extend ? (k << CACHE_CHUNK_SHIFT) + in + len : 0;
 	unsigned first = (unsigned)(in / CACHE_BLOCK_BYTES), n = (unsigned)(len / CACHE_BLOCK_BYTES);
 	uint32_t slot;
 	uint64_t inc;
@@ -88,7 +91,7 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 		int r = COPY_MISS;
 		if (e & CACHE_E_WRITABLE)
 			r = cache_copy_overwrite((unsigned char *)(e & ~CACHE_E_WRITABLE), in, u, len,
-						 &slot, &inc);
+						 &slot, &inc, ext);
 		if (r == COPY_EFAULT) {
 			*efault = 1;
 			return false;
@@ -115,6 +118,28 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 	return false;
 }
 
+/* A read piece whose user buffer turned out bad somewhere: the kernel's
+ * copy_to_user stops at the first byte it cannot store, and read returns
+ * what was stored before it (EFAULT only if nothing was). Find that point:
+ * again piece by piece, cut at the buffer's page boundaries (a page that is
+ * readable but not writable faults too, so cache_user_readable, the
+ * write side's answer, would not do). */
+static ssize_t read_to_fault(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in,
+			     unsigned char *u, size_t len, size_t done)
+{
+	size_t at = 0;
+	while (at < len) {
+		size_t seg = 4096 - ((uintptr_t)(u + at) & 4095);
+		if (seg > len - at)
+			seg = len - at;
+		if (piece(c, cf, k, in + at, u + at, seg, 0) != PIECE_OK)
+			break; /* the bad page, or anything else: stop before it */
+		at += seg;
+	}
+	done += at;
+	return done ? (ssize_t)done : -EFAULT;
+}
+
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
 		       int to_file, int *kernel)
 {
@@ -138,21 +163,32 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 			size_t mid = (len - head) / CACHE_BLOCK_BYTES * CACHE_BLOCK_BYTES;
 			int efault = 0;
 			if (to_file && mid && k < CACHE_MAX_CHUNK && cache_overwrite_ok() &&
-			    overwrite(c, cf, k, in + head, u + head, mid, &efault)) {
+			    overwrite(c, cf, k, in + head, u + head, mid, &efault,
+				      to_file == CACHE_XFER_EXTEND)) {
 				if (head)
-					r = piece(c, cf, k, in, u, head, 1);
+					r = piece(c, cf, k, in, u, head, to_file);
 				if (r == PIECE_OK && len - head - mid)
 					r = piece(c, cf, k, in + head + mid, u + head + mid,
-						  len - head - mid, 1);
+						  len - head - mid, to_file);
 			} else if (efault) {
 				r = -EFAULT;
 			} else {
 				r = piece(c, cf, k, in, u, len, to_file);
 			}
+			if (r == -EFAULT && to_file) {
+				/* The kernel stores what it can copy before the page
+				 * that faults, and returns that count: so do we. */
+				size_t ok = cache_user_readable(u, len);
+				r = ok ? piece(c, cf, k, in, u, ok, to_file) : -EFAULT;
+				if (r == PIECE_OK)
+					return (ssize_t)(done + ok);
+			}
 			if (r == PIECE_KERNEL) {
 				*kernel = 1;
 				return (ssize_t)done;
 			}
+			if (r == -EFAULT && !to_file)
+				return read_to_fault(c, cf, k, in, u, len, done);
 			if (r < 0)
 				return done ? (ssize_t)done : r;
 			done += len;

@@ -14,12 +14,12 @@
  * same bytes are idempotent), so the answer is the kernel's. Faults anywhere
  * else go to the application's own handlers.
  */
-#include <cpuid.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <ucontext.h>
 
+#include "chell/pmem.h"
 #include "direct.h"
 
 size_t direct_nt_threshold = 256 * 1024;
@@ -40,7 +40,7 @@ __attribute__((noinline)) size_t direct_copy(void *dst, const void *src, size_t 
 	}
 	tls_in_copy = 1;
 	__asm__ volatile("" ::: "memory"); /* the flag is set before the copy starts */
-	memcpy(dst, src, n);
+	direct_guarded_memcpy(dst, src, n);
 	__asm__ volatile("" ::: "memory");
 	tls_in_copy = 0;
 	*fault = 0;
@@ -76,8 +76,9 @@ __attribute__((noinline)) size_t direct_copy_nt(void *dst, const void *src, size
 	return n - left;
 }
 
-/* Called by the signal layer for every synchronous SIGBUS/SIGSEGV. */
-static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
+/* Called by the signal layer for every synchronous SIGBUS/SIGSEGV (in cache
+ * mode through the cache's own hook, for mapped.c's guarded reads). */
+bool direct_fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
 	greg_t ip = uc->uc_mcontext.gregs[REG_RIP];
@@ -98,42 +99,26 @@ static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 
 /* ------------------------------------------------------------- flushing */
 
-enum { FLUSH_CLFLUSH, FLUSH_CLFLUSHOPT, FLUSH_CLWB };
-static int flush_kind = FLUSH_CLFLUSH;
+/* The persistence core's primitives (include/chell/pmem.h): the flush
+ * instruction chosen from CPUID once (clwb, clflushopt, clflush, or none
+ * where the platform persists caches), overridable with CHELL_PMEM_FLUSH,
+ * the same for direct, cache and every pmem user. */
+static const struct chell_persist_ops *persist;
 
 void direct_flush(const void *addr, size_t len)
 {
-	uintptr_t p = (uintptr_t)addr & ~(uintptr_t)63, end = (uintptr_t)addr + len;
-	switch (flush_kind) {
-	case FLUSH_CLWB:
-		for (; p < end; p += 64)
-			__asm__ volatile("clwb (%0)" ::"r"(p) : "memory");
-		break;
-	case FLUSH_CLFLUSHOPT:
-		for (; p < end; p += 64)
-			__asm__ volatile("clflushopt (%0)" ::"r"(p) : "memory");
-		break;
-	default:
-		for (; p < end; p += 64)
-			__asm__ volatile("clflush (%0)" ::"r"(p) : "memory");
-	}
-	direct_fence();
+	persist->flush(persist->ctx, addr, len);
+	persist->drain(persist->ctx);
 }
 
 void direct_fence(void)
 {
-	__asm__ volatile("sfence" ::: "memory");
+	persist->drain(persist->ctx);
 }
 
 int direct_copy_init(void)
 {
-	unsigned a, b, c, d;
-	if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-		if (b & (1u << 24))
-			flush_kind = FLUSH_CLWB;
-		else if (b & (1u << 23))
-			flush_kind = FLUSH_CLFLUSHOPT;
-	}
-	chell_set_fault_hook(fault_fixup);
+	persist = chell_persist_default();
+	chell_set_fault_hook(direct_fault_fixup);
 	return 0;
 }

@@ -22,8 +22,6 @@
 
 #include "direct.h"
 
-#define MAX_RW_COUNT (INT_MAX & ~4095L) /* what the kernel clamps a transfer to */
-#define RWF_KNOWN (RWF_HIPRI | RWF_DSYNC | RWF_SYNC | RWF_NOWAIT | RWF_APPEND)
 
 static int inode_ready;
 
@@ -133,7 +131,7 @@ static int attach(chell_ctx *c, int count_open)
 		direct_inode_put(in); /* adoption: the OFD is already counted */
 	if (count_open)
 		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
-	struct direct_local *l = malloc(sizeof(*l));
+	struct direct_local *l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (count_open)
 			direct_inode_put(in);
@@ -200,7 +198,9 @@ static void direct_detach(chell_ctx *c)
 static void direct_release(chell_ctx *c)
 {
 	struct direct_ofd *d = D(c);
-	if (d->active && inode_ready) {
+	/* Attached once (dev/ino set), the inode entry counts this OFD, even
+	 * if it moved to the kernel path since (O_DIRECT, escape). */
+	if ((d->dev | d->ino) && inode_ready) {
 		/* The inode entry is found again by identity: the local state of
 		 * the releasing process may already be gone. */
 		struct direct_inode *in = direct_inode_get(d->dev, d->ino, 0);
@@ -212,31 +212,84 @@ static void direct_release(chell_ctx *c)
 	d->active = 0;
 }
 
-/* Before the descriptor may be used outside Chell (exec), the kernel's
- * offset must be ours. */
+/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
+ * locks), the kernel's offset must be ours. */
 static int direct_sync_out(chell_ctx *c)
 {
-	if (D(c)->active)
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
-	return 0;
+	if (!D(c)->active)
+		return 0;
+	if (L(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_offset_to_kernel(c->f->ofd, c->fd);
+}
+
+/* The kernel moved its offset (a call Chell let it do): it is ours now. */
+static int direct_sync_in(chell_ctx *c)
+{
+	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
+}
+
+/* From now on this descriptor uses the kernel path, in every process
+ * (they see active == 0 and miss): the application asked for O_DIRECT, or
+ * the descriptor escaped to a process Chell does not serve, which moves the
+ * kernel's offset behind our back. */
+static void go_kernel(chell_ctx *c)
+{
+	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
+		return;
+	if (c->layer == 0)
+		c->f->fast = NULL;
+	DSTAT(kernel_fallbacks, 1);
+}
+
+static void direct_escape(chell_ctx *c)
+{
+	go_kernel(c);
+}
+
+/* Times owed to the kernel are settled before anyone may look at them
+ * through this descriptor, and before it goes away. */
+static int direct_fstat(chell_ctx *c, struct stat *st)
+{
+	if (D(c)->active && L(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_fstat(c, st);
+}
+
+static int direct_close(chell_ctx *c)
+{
+	if (D(c)->active && L(c))
+		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	return chell_down_close(c);
 }
 
 /* --------------------------------------------------------------- helpers */
 
-/* Sum of iovec lengths as the kernel checks and clamps it, or -errno. */
-static ssize_t iov_total(const struct iovec *iov, int cnt)
+/*
+ * preadv2/pwritev2 flags (mapped.h: the kernel is asked once per file and
+ * combination). Kernel order: the flags are looked at after the access
+ * mode, the iovecs and a zero length, so callers check them last.
+ */
+static int check_flags(chell_ctx *c, int flags, bool write)
 {
-	if (cnt < 0 || cnt > IOV_MAX)
-		return -EINVAL;
-	size_t total = 0;
-	for (int i = 0; i < cnt; i++) {
-		if ((ssize_t)iov[i].iov_len < 0)
-			return -EINVAL;
-		total += iov[i].iov_len;
-		if (total > (size_t)MAX_RW_COUNT)
-			return MAX_RW_COUNT;
-	}
-	return (ssize_t)total;
+	return mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, write);
+}
+
+/* Flags the mapped copy cannot honour itself: RWF_NOWAIT (a copy may fault
+ * a page in, mapping a chunk may wait) and RWF_ATOMIC (no torn writes).
+ * Where the kernel accepts them, the kernel moves the bytes at `pos`: the
+ * page cache (or DAX memory) it uses is the mapping, so every reader sees
+ * them, and its answer (EAGAIN, EINVAL for a bad atomic size) is exact. */
+static inline bool kernel_flags(int flags)
+{
+	return flags & (RWF_NOWAIT | RWF_ATOMIC);
+}
+
+/* O_APPEND on the descriptor makes the kernel's pwrite append: a write that
+ * must land at `pos` (RWF_NOAPPEND, or a piece of a mapped write) says so. */
+static inline int at_pos_flags(chell_ctx *c)
+{
+	return (status(c) & O_APPEND) ? RWF_NOAPPEND : 0;
 }
 
 static bool positional(enum chell_op op)
@@ -332,7 +385,8 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			DSTAT(kernel_fallbacks, 1);
 			if (to_file) /* the kernel may write past a shrunken end: a hole */
 				atomic_fetch_add((_Atomic uint32_t *)&L(c)->inode->hole_gen, 1);
-			ssize_t k = to_file ? sys_pwrite(c->fd, u + got, piece - got, (off_t)(p + got))
+			struct iovec rest = {u + got, piece - got};
+			ssize_t k = to_file ? sys_pwritev2(c->fd, &rest, 1, (off_t)(p + got), at_pos_flags(c))
 					    : sys_pread(c->fd, u + got, piece - got, (off_t)(p + got));
 			if (k < 0)
 				return done ? (ssize_t)done : k;
@@ -367,6 +421,45 @@ static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t 
 	return 0;
 }
 
+/* The kernel moves the bytes (kernel_flags): at `off`, or at the shared
+ * offset, which then advances by what it moved. */
+static ssize_t kernel_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	DSTAT(kernel_fallbacks, 1);
+	if (off >= 0)
+		return sys_preadv2(c->fd, iov, cnt, off, flags);
+	_Atomic uint64_t *offp = OFFSET(c);
+	uint64_t pos = atomic_load(offp);
+	ssize_t r = sys_preadv2(c->fd, iov, cnt, (off_t)pos, flags);
+	if (r > 0)
+		atomic_compare_exchange_strong(offp, &pos, pos + (uint64_t)r);
+	return r;
+}
+
+static ssize_t kernel_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, ssize_t total,
+			    int flags)
+{
+	struct direct_inode *in = L(c)->inode;
+	_Atomic uint64_t *offp = OFFSET(c);
+	uint64_t pos = off >= 0 ? (uint64_t)off : atomic_load(offp);
+	DSTAT(kernel_fallbacks, 1);
+	if (off < 0) /* reserve the range, as a mapped write would */
+		while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
+			;
+	if (pos + (uint64_t)total > isize(in)) /* it may leave a hole before pos */
+		atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
+	ssize_t r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, flags | at_pos_flags(c));
+	if (off < 0 && r != total) {
+		uint64_t expect = pos + (uint64_t)total;
+		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+	}
+	/* the new size, without waiting for the lock (RWF_NOWAIT must not) */
+	uint64_t cur = isize(in), end = pos + (uint64_t)(r > 0 ? r : 0);
+	while (cur < end && !atomic_compare_exchange_weak((_Atomic uint64_t *)&in->size, &cur, end))
+		;
+	return r;
+}
+
 /* ------------------------------------------------------------------ read */
 
 static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
@@ -378,24 +471,39 @@ static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 		return -EINVAL;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
-	ssize_t total = iov_total(iov, cnt);
-	if (total <= 0)
-		return total;
+	ssize_t total = mapped_iov_total(iov, cnt);
 	struct direct_inode *in = L(c)->inode;
+	if (total <= 0) {
+		/* read()/pread() of 0 bytes reach the file system, which may
+		 * touch atime (tmpfs does, ext4 does not); the vector forms
+		 * stop before it. The kernel's own 0-byte read answers. */
+		if (total == 0 && (c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD))
+			sys_pread(c->fd, iov[0].iov_base, 0, 0);
+		return total;
+	}
+	if (flags) {
+		int e = check_flags(c, flags, false);
+		if (e < 0)
+			return e;
+		if (kernel_flags(flags))
+			return kernel_read(c, iov, cnt, off, flags);
+	}
 	check_hole_gen(L(c));
 	DSTAT(reads, 1);
 	if (off >= 0) {
 		uint64_t size = isize(in);
 		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
 			size = direct_inode_refresh(in, c->fd);
-		if ((uint64_t)off >= size)
-			return 0;
-		size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total : (size_t)(size - (uint64_t)off);
-		ssize_t r = transfer(c, iov, cnt, (uint64_t)off, n, 0);
+		ssize_t r = 0;
+		if ((uint64_t)off < size) {
+			size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total
+									: (size_t)(size - (uint64_t)off);
+			r = transfer(c, iov, cnt, (uint64_t)off, n, 0);
+		}
 		if (r > 0)
 			DSTAT(read_bytes, (uint64_t)r);
+		if (r >= 0)
+			mapped_read_done(&in->times, c->fd, status(c), size);
 		return r;
 	}
 	/* At the shared offset: reserve [pos, pos+n) atomically, so concurrent
@@ -413,15 +521,15 @@ static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
 			break;
 	}
-	if (n == 0)
-		return 0;
-	ssize_t r = transfer(c, iov, cnt, pos, n, 0);
+	ssize_t r = n ? transfer(c, iov, cnt, pos, n, 0) : 0;
 	if (r != (ssize_t)n) { /* short: give back what was not read */
 		uint64_t expect = pos + n;
 		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
 	}
 	if (r > 0)
 		DSTAT(read_bytes, (uint64_t)r);
+	if (r >= 0)
+		mapped_read_done(&in->times, c->fd, status(c), size);
 	return r;
 }
 
@@ -437,20 +545,25 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 	int st = status(c);
 	if ((st & O_ACCMODE) == O_RDONLY)
 		return -EBADF;
-	if (flags & ~RWF_KNOWN)
-		return -EOPNOTSUPP;
-	ssize_t total = iov_total(iov, cnt);
+	ssize_t total = mapped_iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
+	if (flags) {
+		int e = check_flags(c, flags, true);
+		if (e < 0)
+			return e;
+	}
 	struct direct_local *l = L(c);
 	struct direct_inode *in = l->inode;
 	if (!l->map->writable)
 		return chell_down_write(c, iov, cnt, off, flags); /* cannot happen: opened() checks */
 	DSTAT(writes, 1);
 	_Atomic uint64_t *offp = OFFSET(c);
-	bool append = (st & O_APPEND) || (flags & RWF_APPEND);
+	bool append = ((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND);
 	ssize_t r;
-	if (append) {
+	if (!append && kernel_flags(flags)) {
+		r = kernel_write(c, iov, cnt, off, total, flags);
+	} else if (append) {
 		/* Appends go to the kernel: only it can make them atomic with every
 		 * other appender, including programs that don't run Chell. The
 		 * page cache it writes is the memory we map, so mapped readers see
@@ -490,7 +603,7 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 			chell_lock_acquire(&in->lock);
 			if (pos > isize(in)) /* a hole before pos, for every process */
 				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-			r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, 0);
+			r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c));
 			if (r > 0 && pos + (uint64_t)r > isize(in))
 				isize_set(in, pos + (uint64_t)r);
 			chell_lock_release(&in->lock);
@@ -503,6 +616,8 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 				chell_lock_release(&in->lock);
 			}
 			r = e < 0 ? e : transfer(c, iov, cnt, pos, (size_t)total, 1);
+			if (r > 0)
+				mapped_write_done(&in->times, c->fd);
 		}
 		if (off < 0 && r != total) {
 			uint64_t expect = end;
@@ -629,12 +744,8 @@ static int direct_fsync(chell_ctx *c, int datasync)
 static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
 	int r = chell_down_fcntl(c, cmd, arg);
-	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT)) {
-		/* the application asks for the kernel's I/O path from now on */
-		direct_sync_out(c);
-		D(c)->active = 0;
-		c->f->fast = NULL; /* other processes see active == 0 and miss */
-	}
+	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT))
+		go_kernel(c); /* the application asks for the kernel's I/O path */
 	return r;
 }
 
@@ -649,6 +760,10 @@ const struct chell_handler chell_direct_handler = {
 	.detach = direct_detach,
 	.release = direct_release,
 	.sync_out = direct_sync_out,
+	.sync_in = direct_sync_in,
+	.escape = direct_escape,
+	.close = direct_close,
+	.fstat = direct_fstat,
 	.read = direct_read,
 	.write = direct_write,
 	.lseek = direct_lseek,
@@ -688,8 +803,8 @@ ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **bu
 	chell_ctx *c = &cc;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
-	if (count > (size_t)MAX_RW_COUNT)
-		count = MAX_RW_COUNT;
+	if (count > (size_t)MAPPED_MAX_RW_COUNT)
+		count = MAPPED_MAX_RW_COUNT;
 	struct direct_local *l = L(c);
 	_Atomic uint64_t *offp = OFFSET(c);
 	size_t chunk = (size_t)1 << direct_chunk_shift;

@@ -14,7 +14,10 @@
 #ifndef CHELL_DIRECT_H
 #define CHELL_DIRECT_H
 
+#include <string.h>
+
 #include "../../nib/nib.h"
+#include "../mapped.h"
 
 /* ---- inode.c: one entry per file open in direct mode anywhere in the tree */
 struct direct_inode {
@@ -24,6 +27,7 @@ struct direct_inode {
 	uint32_t used;          /* 0 never used, 1 in use, 2 removed */
 	struct chell_lock lock; /* size changes and O_APPEND writes */
 	uint32_t hole_gen;      /* bumped when Chell may have made holes (atomic) */
+	struct mapped_times times; /* atime/mtime updates owed to the kernel (mapped.h) */
 };
 int direct_inode_init(void);
 struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
@@ -100,6 +104,20 @@ static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
 }
 
 /* ---- copy.c */
+/*
+ * The copy inside a fault guard. Under AddressSanitizer, memcpy is ASan's
+ * interceptor, which checks both ranges first and aborts on exactly what the
+ * guard is for (a bad user pointer, such as (void *)-1): there the copy is a
+ * plain `rep movsb`, which faults like the real one.
+ */
+static inline void direct_guarded_memcpy(void *dst, const void *src, size_t n)
+{
+#ifdef __SANITIZE_ADDRESS__
+	__asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
+#else
+	memcpy(dst, src, n);
+#endif
+}
 /* Copy n bytes; a fault on either side (a page truncated away by another
  * process, a bad user buffer) stops the copy: returns n, or 0 with *fault
  * set to the signal number (the caller has the kernel redo the piece). */
@@ -110,6 +128,8 @@ size_t direct_copy_nt(void *dst, const void *src, size_t n, int *fault);
 void direct_flush(const void *addr, size_t len);
 void direct_fence(void);
 int direct_copy_init(void);
+/* The fault hook behind direct_copy: true if the fault was its own. */
+bool direct_fault_fixup(int sig, siginfo_t *si, void *uc);
 extern size_t direct_nt_threshold;
 
 /* ---- stats.c: per-thread counters, summed on demand */
@@ -138,6 +158,7 @@ struct direct_ofd {
 struct direct_local {
 	struct direct_map *map;
 	struct direct_inode *inode;
+	struct mapped_rwf rwf;  /* the kernel's answers on preadv2/pwritev2 flags */
 };
 extern const struct chell_handler chell_direct_handler;
 extern const struct chell_fast_ops direct_fast_ops; /* fast.c */

@@ -51,6 +51,7 @@ static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off
 	int fault;
 	if (!a || !direct_copy(buf, a, n, &fault))
 		return CHELL_FAST_MISS; /* nothing was changed: the general path redoes it */
+	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
 	struct direct_stats *s = direct_stats_tls();
 	s->reads++;
 	s->read_bytes += n;
@@ -80,6 +81,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 		DSTAT(kernel_fallbacks, 1);
 		return k;
 	}
+	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
 	struct direct_stats *s = direct_stats_tls();
 	s->reads++;
 	s->read_bytes += n;
@@ -111,6 +113,7 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 	int fault;
 	if (!a || !direct_copy(a, buf, n, &fault))
 		return CHELL_FAST_MISS; /* the general path rewrites the same bytes */
+	mapped_write_done(&l->inode->times, fd);
 	struct direct_stats *s = direct_stats_tls();
 	s->writes++;
 	s->write_bytes += n;
@@ -138,6 +141,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 		DSTAT(kernel_fallbacks, 1);
 		return k;
 	}
+	mapped_write_done(&l->inode->times, fd);
 	struct direct_stats *s = direct_stats_tls();
 	s->writes++;
 	s->write_bytes += n;

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What every handler that serves a file from a memory mapping (direct,
+ * cache) owes the kernel besides the bytes: the preadv2/pwritev2 flags the
+ * file system accepts, and the file times a read or write would change.
+ * One copy, used by both (a later mapped-file base will own it).
+ *
+ * Both are decided by the kernel itself, never by a table in Chell:
+ *
+ *  - Flags. kiocb_set_rw_flags() accepts or refuses a flag combination per
+ *    file (FMODE_NOWAIT, FOP_DONTCACHE, DAX, FMODE_CAN_ATOMIC_WRITE, unknown
+ *    bits, RWF_APPEND with RWF_NOAPPEND, NOAPPEND on an append-only inode)
+ *    before any data moves. A preadv2 of one byte at offset LLONG_MAX - 1
+ *    with the same flags asks exactly that question: it fails with the
+ *    kernel's errno, or reads nothing (far beyond any end of file). The
+ *    answer is remembered per file and combination, so a program that
+ *    uses flags pays one probe per combination, not one per call.
+ *
+ *  - Times. A read through the kernel updates atime as the mount says
+ *    (relatime, strictatime, noatime, lazytime) unless the descriptor has
+ *    O_NOATIME; a write updates mtime and ctime. A mapped copy changes
+ *    neither, so the handler asks the kernel to do it: a 1-byte pread at
+ *    the end of file (reads nothing, applies the kernel's own atime rule on
+ *    the application's descriptor) and futimens(UTIME_OMIT, UTIME_NOW) for
+ *    writes. Once per coarse clock tick per file is enough: within one
+ *    tick the kernel's timestamp does not move either, unless someone
+ *    looked at it meanwhile (multigrain ctime): a later event in the same
+ *    tick is left pending and done before an fstat through Chell, at the
+ *    next tick's event, and when the descriptor is closed.
+ */
+#ifndef CHELL_HANDLERS_MAPPED_H
+#define CHELL_HANDLERS_MAPPED_H
+
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+#include <sys/uio.h>
+
+/* What the kernel clamps one read or write to (fs.h MAX_RW_COUNT) */
+#define MAPPED_MAX_RW_COUNT (INT_MAX & ~4095L)
+
+/* Newer than some installed kernel headers (linux/fs.h) */
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+#ifndef RWF_ATOMIC
+#define RWF_ATOMIC 0x00000040
+#endif
+
+/* ---- flags: a process-local memo of the kernel's answers for one file */
+#define MAPPED_RWF_MEMO 6
+struct mapped_rwf {
+	uint64_t key[MAPPED_RWF_MEMO]; /* flags, and O_APPEND in bit 32 */
+	int res[MAPPED_RWF_MEMO];
+	unsigned n, next;
+};
+/* 0 if the kernel accepts `flags` on preadv2/pwritev2 of this file, else
+ * -errno as it would answer. `fd` is the application's descriptor (its
+ * O_APPEND and access mode matter); a write-only one is reopened
+ * read-only through /proc/self/fd for the question. For RWF_ATOMIC the answer is about the flag only (the
+ * size rules are the real write's). */
+int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool write);
+
+/* ---- iovecs: the kernel copies the array in first (EFAULT if it cannot),
+ * rejects more than IOV_MAX entries and negative lengths (EINVAL, for every
+ * entry), then a segment outside the user address range (EFAULT, access_ok)
+ * and clamps the sum to MAX_RW_COUNT. The same here, reading the
+ * array only inside a fault guard (direct/copy.c), so a bad pointer is
+ * EFAULT and never a signal. The sum, or -errno. */
+ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
+/* Can the array of cnt iovecs be read? Asked of the kernel
+ * (process_vm_readv), for layers that run without a fault guard (trace,
+ * shadow) and only look at the lengths. */
+bool mapped_iov_readable(const struct iovec *iov, int cnt);
+
+/* ---- times: shared by the process tree, inside the per-file entry */
+struct mapped_times {
+	uint64_t atime_tick, mtime_tick; /* coarse ns of the last kernel update (atomic) */
+	uint32_t atime_pending, mtime_pending;
+};
+
+static inline uint64_t mapped_tick(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts); /* vDSO: no system call */
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void mapped_atime_slow(struct mapped_times *t, int fd, uint64_t tick, uint64_t eof);
+void mapped_mtime_slow(struct mapped_times *t, int fd, uint64_t tick);
+
+/* A read of `fd` was served (or answered at end of file) from the mapping;
+ * `eof` is the file size as last known (where the kernel touch reads). */
+static inline void mapped_read_done(struct mapped_times *t, int fd, int status, uint64_t eof)
+{
+	if (status & O_NOATIME) /* the kernel never touches atime for it */
+		return;
+	uint64_t tick = mapped_tick();
+	if (__builtin_expect(__atomic_load_n(&t->atime_tick, __ATOMIC_RELAXED) == tick, 1)) {
+		if (!__atomic_load_n(&t->atime_pending, __ATOMIC_RELAXED))
+			__atomic_store_n(&t->atime_pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	mapped_atime_slow(t, fd, tick, eof);
+}
+
+/* Bytes were stored into the file through the mapping. */
+static inline void mapped_write_done(struct mapped_times *t, int fd)
+{
+	uint64_t tick = mapped_tick();
+	if (__builtin_expect(__atomic_load_n(&t->mtime_tick, __ATOMIC_RELAXED) == tick, 1)) {
+		if (!__atomic_load_n(&t->mtime_pending, __ATOMIC_RELAXED))
+			__atomic_store_n(&t->mtime_pending, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	mapped_mtime_slow(t, fd, tick);
+}
+
+/* Before the times may be looked at (fstat through Chell, close): do what
+ * is pending. */
+void mapped_times_flush(struct mapped_times *t, int fd, int status, uint64_t eof);
+
+#endif
