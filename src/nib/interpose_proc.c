@@ -35,6 +35,7 @@ static void after_fork_child(pid_t parent)
 	chell_signals_after_fork_child();
 	chell_hazard_after_fork_child();
 	fdt_lock_reinit_child();
+	chell_nofile_reinit_child();
 	fdt_unlock();
 	fdt_after_fork_child();
 	hub_proc_event(CHELL_OP_FORK, parent);
@@ -57,6 +58,7 @@ static void atfork_prepare(void)
 		return;
 	tls_fork_parent = sys_getpid();
 	fdt_lock();
+	chell_nofile_hold(); /* the child gets the application's RLIMIT_NOFILE */
 	refs_adjust(+1);
 	tls_fork_locked = 1;
 }
@@ -65,6 +67,7 @@ static void atfork_parent(void)
 {
 	if (tls_fork_locked) {
 		tls_fork_locked = 0;
+		chell_nofile_release();
 		fdt_unlock();
 	}
 }
@@ -174,14 +177,15 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
 	struct clone_tramp t = {fn, arg, sys_getpid()};
 	fdt_lock();
+	chell_nofile_hold();
 	refs_adjust(+1);
 	int r = real_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
-	if (r < 0) {
-		int e = errno;
+	int e = errno;
+	if (r < 0)
 		refs_adjust(-1);
-		errno = e;
-	}
+	chell_nofile_release();
 	fdt_unlock();
+	errno = e;
 	return r;
 }
 
@@ -236,15 +240,41 @@ CHELL_EXPORT int pthread_create(pthread_t *thr, const pthread_attr_t *attr, void
 
 /* ------------------------------------------------------------------- exec */
 
+/* Chell reads the path (for the handlers' exec event) and the environment
+ * (to build the new one) before the kernel would. If either would fault (or
+ * the path is longer than the kernel takes), the call goes to the kernel as
+ * it is, which fails it with EFAULT (ENAMETOOLONG) and execs nothing.
+ * (Inactive, Chell reads neither, and the probes' guard is not installed.) */
+static bool exec_args_ok(const char *path, char *const envp[])
+{
+	if (chell_user_strnlen(path, PATH_MAX) < 0)
+		return false;
+	for (size_t i = 0; envp; i++) {
+		if (chell_user_check(&envp[i], sizeof(envp[i]), false) < 0)
+			return false;
+		if (!envp[i])
+			break;
+		if (chell_user_strnlen(envp[i], SIZE_MAX) < 0)
+			return false;
+	}
+	return true;
+}
+
 /* Run `call` (which uses `env`) with the descriptor handoff in place, and
  * undo the bookkeeping if the exec fails. */
 #define EXEC_WITH_HANDOFF(what, target, envp, call)                        \
 	do {                                                               \
+		if (chell_active && !exec_args_ok(what, envp)) {           \
+			char **env = (char **)(envp);                      \
+			return (call);                                     \
+		}                                                          \
 		const struct exec_target t_ = target;                      \
 		char **env = handoff_prepare_exec(envp, &t_);              \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
+		chell_nofile_hold(); /* the application's RLIMIT_NOFILE */ \
 		int r_ = (call);                                           \
 		int e_ = errno;                                            \
+		chell_nofile_release();                                    \
 		handoff_exec_failed(env);                                  \
 		errno = e_;                                                \
 		return r_;                                                 \

@@ -41,6 +41,13 @@
  *
  * Operations are counted in the shared model: "done" includes those made by
  * children and threads, and the main loop stops when it reaches N.
+ *
+ * Every SIDE_EVERY iterations the main loop also runs a side operation with
+ * its own random stream (so adding them left each seed's main sequence as it
+ * was): a call with a bad pointer argument (path, iovec array, struct flock,
+ * stat buffer) that must fail with EFAULT and leave the offset alone, or a
+ * small soft RLIMIT_NOFILE filled with dup() to exactly the model's free
+ * numbers, followed by the kernel's EMFILE/EBADF/EINVAL at the limit.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -2677,6 +2684,136 @@ static int op_basic(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Side operations: bad pointers and RLIMIT_NOFILE                     */
+/*
+ * They run every SIDE_EVERY iterations of the main loop, with their own
+ * random stream, so the main sequence of every seed stays what it was. Each
+ * leaves the model as it found it.
+ */
+#define SIDE_EVERY 50
+static struct rng side_rng;
+
+/* Bad pointer arguments: EFAULT (or EBADF first for the access mode), and
+ * the descriptor's offset untouched. */
+static int op_badptr(void)
+{
+	static char *none, *ronly;
+	if (!none) {
+		char *m = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
+			fail("mmap: %s", strerror(errno));
+		mprotect(m + 4096, 4096, PROT_READ);
+		none = m;
+		ronly = m + 4096;
+	}
+	int fd = pick_fd(0);
+	int v = (int)below(fd < 0 ? 3 : 9);
+	struct stat st;
+	long long r;
+	int experr = EFAULT;
+	static const char *names[9] = { "open(bad path)", "stat(bad path)", "truncate(bad path)",
+					"readv(bad iov)", "writev(bad iov)", "F_SETLK(bad flock)",
+					"F_GETLK(read-only flock)", "fstat(bad buf)", "preadv(bad iov)" };
+	int acc = fd >= 0 ? OF(fd)->acc : O_RDWR;
+	begin_op();
+	switch (v) {
+	case 0: r = open(chance(50) ? none : (char *)-1, O_RDWR | O_CREAT, 0644); break;
+	case 1: r = stat(none, &st); break;
+	case 2: r = truncate((char *)-1, 0); break;
+	case 3: r = readv(fd, (struct iovec *)none, 1 + (int)below(4)); experr = rd_ok(acc) ? EFAULT : EBADF; break;
+	case 4: r = writev(fd, (struct iovec *)(void *)-1, 1); experr = wr_ok(acc) ? EFAULT : EBADF; break;
+	case 5: r = fcntl(fd, F_SETLK, (struct flock *)none); break;
+	case 6: r = fcntl(fd, F_GETLK, (struct flock *)ronly); break;
+	case 7: r = fstat(fd, (struct stat *)(chance(50) ? none : ronly)); break;
+	default: r = preadv(fd, (struct iovec *)none, 2, 0); experr = rd_ok(acc) ? EFAULT : EBADF; break;
+	}
+	int e = errno;
+	rec(names[v], fd, v, 0, 0, r, e);
+	want(names[v], r, e, 0, experr);
+	if (fd >= 0) {
+		off_t off = lseek(fd, 0, SEEK_CUR);
+		if (off < 0 || (uint64_t)off != OF(fd)->off)
+			fail("%s: offset of fd %d now %lld, model %" PRIu64, names[v], fd, (long long)off,
+			     OF(fd)->off);
+	}
+	return 1;
+}
+
+/* A small soft RLIMIT_NOFILE: exactly the free numbers below it can be
+ * filled (the tester's own descriptors excepted, none of Chell's), then the
+ * kernel's errors; the limit is restored. */
+static int op_fdlimit(void)
+{
+	int src = pick_fd(0);
+	if (src < 0)
+		return 0;
+	int lim = lowest_free(0) + 1 + (int)below(8);
+	if (lim > FDLIM)
+		return 0;
+	int freev[FDLIM], nfree = 0;
+	for (int i = 0; i < lim; i++)
+		if (fdt[i].ofd < 0 && !foreign[i])
+			freev[nfree++] = i;
+	struct rlimit old, rl;
+	if (getrlimit(RLIMIT_NOFILE, &old))
+		fail("getrlimit: %s", strerror(errno));
+	rl = old;
+	rl.rlim_cur = (rlim_t)lim;
+	begin_op();
+	int r = setrlimit(RLIMIT_NOFILE, &rl), e = errno;
+	rec("setrlimit(NOFILE)", -1, lim, 0, 0, r, e);
+	want("setrlimit(NOFILE)", r, e, 0, 0);
+	for (int k = 0; k < nfree; k++) {
+		r = dup(src);
+		e = errno;
+		rec("dup(below limit)", src, lim, k, 0, r, e);
+		want("dup(below limit)", r, e, freev[k], 0);
+	}
+	int v = (int)below(6), tgt = lim + (int)below(40);
+	if (tgt == src)
+		tgt++; /* dup2(fd, fd) checks no limit (and dup3 says EINVAL) */
+	switch (v) {
+	case 0: r = dup(src); break;
+	case 1: r = dup2(src, tgt); break;
+	case 2: r = dup3(src, tgt, O_CLOEXEC); break;
+	case 3: r = fcntl(src, F_DUPFD, tgt); break;
+	case 4: r = fcntl(src, F_DUPFD_CLOEXEC, (int)below((uint64_t)lim)); break;
+	default: {
+		/* not open(): the shadow handler's first open of a file copies it
+		 * with descriptors of its own, which fails at the limit (EIO) */
+		int pfd[2];
+		r = pipe(pfd);
+		break;
+	}
+	}
+	e = errno;
+	static const int experr[6] = { EMFILE, EBADF, EBADF, EINVAL, EMFILE, EMFILE };
+	rec("at the limit", src, v, tgt, lim, r, e);
+	want("at the limit", r, e, 0, experr[v]);
+	for (int k = 0; k < nfree; k++)
+		close(freev[k]);
+	r = setrlimit(RLIMIT_NOFILE, &old);
+	e = errno;
+	rec("setrlimit(restore)", -1, 0, 0, 0, r, e);
+	want("setrlimit(restore)", r, e, 0, 0);
+	return 1;
+}
+
+static void side_ops(void)
+{
+	static unsigned long iter;
+	if (++iter % SIDE_EVERY)
+		return;
+	struct rng *saved = rg;
+	rg = &side_rng;
+	if (below(4) == 0)
+		op_fdlimit();
+	else
+		op_badptr();
+	rg = saved;
+}
+
+/* ------------------------------------------------------------------ */
 /* stdio sessions                                                       */
 
 struct sio {
@@ -3715,6 +3852,7 @@ int main(int argc, char **argv)
 	if (lqs == MAP_FAILED)
 		fail("mmap lock probe area: %s", strerror(errno));
 	bufs_init();
+	rng_seed(&side_rng, sh->seed, 0x51de);
 	open_dirfd();
 	foreign[memfd < MAXFD ? memfd : 0] |= memfd < MAXFD;
 	if (dfd < MAXFD)
@@ -3743,6 +3881,8 @@ int main(int argc, char **argv)
 			}
 			x -= tab[i].w;
 		}
+		if (remaining() > 0)
+			side_ops();
 	}
 
 	check_fds("end");
