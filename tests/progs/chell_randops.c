@@ -2283,12 +2283,16 @@ static int op_limits(void)
 		return 0;
 	/* Mostly a limit among the generator's descriptors; sometimes the limit
 	 * the process has (up to FULL_LIMIT), where a preloaded library keeps
-	 * its own descriptors near the top: they must not count against it. */
+	 * its own descriptors near the top: they must not count against it.
+	 * That needs room above the soft limit: with soft == hard (and no
+	 * CAP_SYS_RESOURCE to raise it) nothing can live above it, a case
+	 * docs/ARCHITECTURE.md gives as a known limit, so it is not drawn. */
 	struct rlimit rl0;
 	if (getrlimit(RLIMIT_NOFILE, &rl0))
 		fail("getrlimit: %s", strerror(errno));
 	int L = 4 + (int)below(FDLIM - 4);
-	if (chance(25))
+	int room = rl0.rlim_max == RLIM_INFINITY || rl0.rlim_cur + 256 <= rl0.rlim_max;
+	if (chance(25) && room)
 		L = rl0.rlim_cur == RLIM_INFINITY || rl0.rlim_cur > FULL_LIMIT ? FULL_LIMIT : (int)rl0.rlim_cur;
 	int f = OF(src)->file;
 	int exp = 0;
