@@ -329,6 +329,7 @@ static void sendfile_errors(const char *src, const char *dst)
 	T(sendfile(ap, a, NULL, 10));
 	OFF(a);
 	T(sendfile(b, dir, NULL, 10));
+	T(sendfile(b, dir, NULL, 0)); /* count 0: 0 before the input type is checked */
 	T(sendfile(dir, a, NULL, 10));
 	T(sendfile(b, pfd[0], NULL, 10));
 	o = 0;
