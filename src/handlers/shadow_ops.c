@@ -651,7 +651,7 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
 		return r1;
-	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
+	if ((r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
 		return r1;
@@ -659,7 +659,11 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	/*
 	 * Same iovecs for the shadow. (An application thread changing the
 	 * buffer while the write is in progress would make the two copies
-	 * differ; that program has a data race of its own.)
+	 * differ; that program has a data race of its own.) An EFAULT is
+	 * replayed too: a write past EOF from an unmapped (but user-range)
+	 * buffer fails, yet the kernel has already moved the size up to the
+	 * write's offset (tmpfs and ext4 alike), and the same bad buffer makes
+	 * it do the same to the copy.
 	 */
 	chell_ctx sc = shadow_ref_ctx(&o);
 	ssize_t r2 = POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
