@@ -142,19 +142,22 @@ static int reads_via_views(chell_ctx *c)
 	return (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT);
 }
 
-static int reopen_ro(int fd)
+static int reopen_ro(int fd, int *noatime)
 {
 	char link[40] = "/proc/self/fd/";
 	char num[16];
 	rn(fd, num, sizeof(num));
 	strcat(link, num);
-	int r = shadow_own_open(link, O_RDONLY | O_CLOEXEC, 0);
-	return r >= 0 ? chell_internal_fd(r, 1) : -1;
+	int r = shadow_own_open_noatime(link, O_RDONLY | O_CLOEXEC);
+	if (r < 0)
+		return -1;
+	if (noatime)
+		*noatime = (sys_fcntl(r, F_GETFL, 0) & O_NOATIME) != 0;
+	return chell_internal_fd(r, 1);
 }
 
-static struct shadow_local *verify_fds(struct shadow_op *o)
+static struct shadow_local *local_of(chell_ctx *c)
 {
-	chell_ctx *c = o->c;
 	struct shadow_local *l = c->f->local[c->layer];
 	if (!l) {
 		l = malloc(sizeof(*l));
@@ -162,13 +165,32 @@ static struct shadow_local *verify_fds(struct shadow_op *o)
 			return NULL;
 		l->sfd = -1;
 		l->vfd = l->svfd = -2;
+		l->vnoatime = 0;
 		c->f->local[c->layer] = l;
 	}
+	return l;
+}
+
+/* The view on the primary inode, or -1. */
+static int primary_view(chell_ctx *c)
+{
+	struct shadow_local *l = local_of(c);
+	if (!l)
+		return -1;
 	if (l->vfd == -2)
-		l->vfd = reopen_ro(c->fd);
+		l->vfd = reopen_ro(c->fd, &l->vnoatime);
+	return l->vfd;
+}
+
+static struct shadow_local *verify_fds(struct shadow_op *o)
+{
+	chell_ctx *c = o->c;
+	struct shadow_local *l = local_of(c);
+	if (!l || primary_view(c) < 0)
+		return NULL;
 	if (l->svfd == -2)
-		l->svfd = reopen_ro(o->sfd);
-	return l->vfd >= 0 && l->svfd >= 0 ? l : NULL;
+		l->svfd = reopen_ro(o->sfd, NULL);
+	return l->svfd >= 0 ? l : NULL;
 }
 
 /* Read the primary at pos as the application would see it, and the shadow. */
@@ -190,6 +212,19 @@ static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos
 	if (reads_via_views(c)) {
 		struct shadow_local *l = verify_fds(o);
 		return l ? sys_pread(l->vfd, buf, n, pos) : -EBADF;
+	}
+	/*
+	 * A read through the layer under test touches atime as the
+	 * application's read would, which a write never does: where the
+	 * kernel holds the written bytes (every handler but cache, whose pool
+	 * keeps them until write-back), read them through the O_NOATIME view
+	 * instead. Without the right to O_NOATIME (not the owner), the layer
+	 * under test is read, and atime may move.
+	 */
+	if (!below_keeps_data(c) && primary_view(c) >= 0) {
+		struct shadow_local *l = c->f->local[c->layer];
+		if (l->vnoatime)
+			return sys_pread(l->vfd, buf, n, pos);
 	}
 	chell_ctx rc = *c;
 	rc.op = CHELL_OP_PREAD;
