@@ -142,18 +142,20 @@ static int reads_via_views(chell_ctx *c)
 	return (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT);
 }
 
-static int reopen_ro(int fd, int *noatime)
+static void self_link(int fd, char link[40])
 {
-	char link[40] = "/proc/self/fd/";
 	char num[16];
 	rn(fd, num, sizeof(num));
+	strcpy(link, "/proc/self/fd/");
 	strcat(link, num);
+}
+
+static int reopen_ro(int fd)
+{
+	char link[40];
+	self_link(fd, link);
 	int r = shadow_own_open_noatime(link, O_RDONLY | O_CLOEXEC);
-	if (r < 0)
-		return -1;
-	if (noatime)
-		*noatime = (sys_fcntl(r, F_GETFL, 0) & O_NOATIME) != 0;
-	return chell_internal_fd(r, 1);
+	return r >= 0 ? chell_internal_fd(r, 1) : -1;
 }
 
 static struct shadow_local *local_of(chell_ctx *c)
@@ -171,14 +173,23 @@ static struct shadow_local *local_of(chell_ctx *c)
 	return l;
 }
 
-/* The view on the primary inode, or -1. */
+/*
+ * The view on the primary inode, or -1. A write lease counts every open
+ * file of the inode (mapped.h): the view must not exist when the
+ * application takes one (shadow_fcntl drops it), and opening it while one
+ * is held would break the application's lease. Read leases care about
+ * writers only, never about a read-only view.
+ */
 static int primary_view(chell_ctx *c)
 {
 	struct shadow_local *l = local_of(c);
 	if (!l)
 		return -1;
-	if (l->vfd == -2)
-		l->vfd = reopen_ro(c->fd, &l->vnoatime);
+	if (l->vfd == -2) {
+		if (sys_fcntl(c->fd, F_GETLEASE, 0) == F_WRLCK)
+			return -1; /* not now: asked again after the lease */
+		l->vfd = reopen_ro(c->fd);
+	}
 	return l->vfd;
 }
 
@@ -189,7 +200,7 @@ static struct shadow_local *verify_fds(struct shadow_op *o)
 	if (!l || primary_view(c) < 0)
 		return NULL;
 	if (l->svfd == -2)
-		l->svfd = reopen_ro(o->sfd, NULL);
+		l->svfd = reopen_ro(o->sfd);
 	return l->svfd >= 0 ? l : NULL;
 }
 
@@ -206,26 +217,43 @@ static int below_keeps_data(chell_ctx *c)
 	       c->f->stack->handlers[c->layer + 1] == &chell_cache_handler;
 }
 
-static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
+/*
+ * A read through the layer under test touches atime as the application's
+ * read would, which a write never does: where the kernel holds the written
+ * bytes (every handler but cache, whose pool keeps them until write-back),
+ * a check reads them through a transient O_NOATIME descriptor of the file
+ * instead (transient: a kept one would cost a descriptor per file, and
+ * count as an open against a write lease). -1 where that cannot be: not
+ * permitted (neither owner nor CAP_FOWNER: remembered per file; the layer
+ * under test is read, and atime may move), a write lease held (the open
+ * would break it), or cache below. Closed by the caller.
+ */
+static int noatime_fd(struct shadow_op *o)
+{
+	chell_ctx *c = o->c;
+	struct shadow_local *l = local_of(c);
+	if (!l || l->vnoatime < 0 || reads_via_views(c) || below_keeps_data(c) ||
+	    sys_fcntl(c->fd, F_GETLEASE, 0) == F_WRLCK)
+		return -1;
+	char link[40];
+	self_link(c->fd, link);
+	int fd = shadow_own_open(link, O_RDONLY | O_CLOEXEC | O_NOATIME, 0);
+	if (fd == -EPERM)
+		l->vnoatime = -1;
+	return fd >= 0 ? fd : -1;
+}
+
+/* Read the primary at pos as the application would see it: through tfd
+ * (noatime_fd) if it is open. */
+static ssize_t primary_pread(struct shadow_op *o, int tfd, void *buf, size_t n, off_t pos)
 {
 	chell_ctx *c = o->c;
 	if (reads_via_views(c)) {
 		struct shadow_local *l = verify_fds(o);
 		return l ? sys_pread(l->vfd, buf, n, pos) : -EBADF;
 	}
-	/*
-	 * A read through the layer under test touches atime as the
-	 * application's read would, which a write never does: where the
-	 * kernel holds the written bytes (every handler but cache, whose pool
-	 * keeps them until write-back), read them through the O_NOATIME view
-	 * instead. Without the right to O_NOATIME (not the owner), the layer
-	 * under test is read, and atime may move.
-	 */
-	if (!below_keeps_data(c) && primary_view(c) >= 0) {
-		struct shadow_local *l = c->f->local[c->layer];
-		if (l->vnoatime)
-			return sys_pread(l->vfd, buf, n, pos);
-	}
+	if (tfd >= 0)
+		return sys_pread(tfd, buf, n, pos);
 	chell_ctx rc = *c;
 	rc.op = CHELL_OP_PREAD;
 	struct iovec v = {buf, n};
@@ -254,9 +282,10 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 		return;
 	unsigned char *b = a + chunk;
 	off_t pos = start, end = start + len;
+	int tfd = noatime_fd(o);
 	while (pos < end) {
 		size_t want = (size_t)(end - pos) < chunk ? (size_t)(end - pos) : chunk;
-		ssize_t r1 = primary_pread(o, b, want, pos);
+		ssize_t r1 = primary_pread(o, tfd, b, want, pos);
 		ssize_t r2 = shadow_pread(o, a, want, pos);
 		if (r1 != r2) {
 			char b1[40], b2[40];
@@ -270,6 +299,8 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 			shadow_diverge_data(o, what, (uint64_t)pos, a, b, (size_t)r1);
 		pos += r1;
 	}
+	if (tfd >= 0)
+		sys_close(tfd);
 	scratch_put(&s);
 }
 
@@ -372,8 +403,9 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 		unsigned char *buf = lo < hi ? scratch_get(&s, chunk) : NULL;
 		ok = lo >= hi || buf != NULL;
 		/* Whole, aligned chunks (an O_DIRECT description reads nothing else). */
+		int tfd = noatime_fd(o);
 		for (off_t pos = lo & ~(off_t)4095; ok && pos < hi;) {
-			ssize_t r = primary_pread(o, buf, chunk, pos);
+			ssize_t r = primary_pread(o, tfd, buf, chunk, pos);
 			if (r <= 0) {
 				ok = r == 0;
 				break;
@@ -382,6 +414,8 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 				ok = 0;
 			pos += r;
 		}
+		if (tfd >= 0)
+			sys_close(tfd);
 		if (buf)
 			scratch_put(&s);
 	}
@@ -939,6 +973,11 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	 * that the shadow mirrors; descriptor flags, locks, leases, seals and
 	 * the rest pass down unchecked.
 	 */
+	struct shadow_local *l = c->f ? c->f->local[c->layer] : NULL;
+	if (cmd == F_SETLEASE && (int)arg == F_WRLCK && l && l->vfd >= 0) {
+		chell_internal_close(l->vfd); /* see primary_view */
+		l->vfd = -2;
+	}
 	if ((cmd != F_SETFL && cmd != F_GETFL) || !shadow_op_begin(c, &o))
 		return chell_down_fcntl(c, cmd, arg);
 	int64_t a[1] = {cmd == F_SETFL ? (int64_t)arg : -1};
