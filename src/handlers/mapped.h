@@ -76,6 +76,20 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
  * shadow) and only look at the lengths. */
 bool mapped_iov_readable(const struct iovec *iov, int cnt);
 
+/* ---- leases. The kernel grants F_SETLEASE by counting the inode's open
+ * files: a read lease only if none is open for writing, a write lease only
+ * if the taker's is the only one; and any conflicting open breaks a lease.
+ * A mapped file holds files of Chell's own (a writable reopen behind a
+ * read-only descriptor, the mapping's reference on the file, a manager's
+ * descriptor), so before the application takes a lease the file leaves the
+ * mapped path in the process (cache: also in the manager) until its last
+ * close there, and Chell opens it no more: the counts are the
+ * application's own. Releasing (F_UNLCK) changes nothing. */
+static inline bool mapped_takes_lease(int cmd, unsigned long arg)
+{
+	return cmd == F_SETLEASE && (int)arg != F_UNLCK;
+}
+
 /* ---- times: shared by the process tree, inside the per-file entry */
 struct mapped_times {
 	uint64_t atime_tick, mtime_tick; /* coarse ns of the last kernel update (atomic) */

@@ -828,18 +828,16 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
 }
 
 /*
- * File leases are the kernel's, and count every other descriptor of the
- * file: a write lease needs the taker's descriptor to be the only one, a
- * read lease no writer, and any open the lease conflicts with breaks it.
- * So before the application takes one, the file leaves the cache as for a
- * shared mapping (written back, dropped, bypassed until its last close in
- * the process; the manager then holds no descriptor of it, chelld/files.c)
- * and this descriptor moves to the kernel path: no later open by Chell,
- * ours or the manager's, can break the lease.
+ * Leases (mapped.h, mapped_takes_lease): before the application takes one,
+ * the file leaves the cache as for a shared mapping (written back, dropped,
+ * bypassed until its last close in the process; the manager then holds no
+ * descriptor of it, chelld/files.c) and this descriptor moves to the
+ * kernel path: no later open by Chell, ours or the manager's, can break the
+ * lease.
  */
-static void leave_for_lease(chell_ctx *c, unsigned long arg)
+static void leave_for_lease(chell_ctx *c)
 {
-	if (!active(c) || (int)arg == F_UNLCK)
+	if (!active(c))
 		return;
 	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
 	go_kernel(c);
@@ -847,8 +845,8 @@ static void leave_for_lease(chell_ctx *c, unsigned long arg)
 
 static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
-	if (cmd == F_SETLEASE)
-		leave_for_lease(c, arg);
+	if (mapped_takes_lease(cmd, arg))
+		leave_for_lease(c);
 	int r = chell_down_fcntl(c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0 && active(c) && (arg & O_DIRECT)) {
 		/* the application asks for the kernel's I/O path from now on */

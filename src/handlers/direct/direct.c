@@ -743,6 +743,8 @@ static int direct_fsync(chell_ctx *c, int datasync)
 
 static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (mapped_takes_lease(cmd, arg) && L(c))
+		direct_map_retire(D(c)->dev, D(c)->ino);
 	int r = chell_down_fcntl(c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT))
 		go_kernel(c); /* the application asks for the kernel's I/O path */
