@@ -14,6 +14,8 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "nib.h"
@@ -370,4 +372,57 @@ CHELL_EXPORT void _Exit(int status)
 	}
 	REAL(_Exit)(status);
 	__builtin_unreachable();
+}
+
+/* ------------------------------------------------------ RLIMIT_FSIZE */
+
+uint64_t chell_fsize_limit = UINT64_MAX;
+
+void chell_fsize_refresh(void)
+{
+	struct rlimit rl;
+	uint64_t v = UINT64_MAX;
+	if (CHELL_SC(SYS_prlimit64, 0, RLIMIT_FSIZE, NULL, &rl, 0, 0) == 0 &&
+	    rl.rlim_cur != RLIM_INFINITY)
+		v = (uint64_t)rl.rlim_cur;
+	__atomic_store_n(&chell_fsize_limit, v, __ATOMIC_RELAXED);
+}
+
+/*
+ * The mapped write paths cut writes at RLIMIT_FSIZE as the kernel does,
+ * from a copy of the limit (a system call per write would cost more than
+ * the copy). The copy follows every change made through libc; glibc's
+ * functions are each one prlimit64 system call, done here the same way.
+ */
+static int set_limit(pid_t pid, int res, const void *n, void *o)
+{
+	long r = CHELL_SC(SYS_prlimit64, pid, res, n, o, 0, 0);
+	if (r < 0) {
+		errno = (int)-r;
+		return -1;
+	}
+	if (n && res == RLIMIT_FSIZE)
+		chell_fsize_refresh();
+	return 0;
+}
+
+CHELL_EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
+{
+	return set_limit(0, (int)res, rl, NULL);
+}
+
+CHELL_EXPORT int setrlimit64(__rlimit_resource_t res, const struct rlimit64 *rl)
+{
+	return set_limit(0, (int)res, rl, NULL);
+}
+
+CHELL_EXPORT int prlimit(pid_t pid, __rlimit_resource_t res, const struct rlimit *n, struct rlimit *o)
+{
+	return set_limit(pid, (int)res, n, o);
+}
+
+CHELL_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t res, const struct rlimit64 *n,
+			   struct rlimit64 *o)
+{
+	return set_limit(pid, (int)res, n, o);
 }

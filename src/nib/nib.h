@@ -197,6 +197,15 @@ static inline void file_leave(struct chell_file *f)
 /* ---- internal fds ---- */
 bool chell_is_internal_fd(int fd);
 /* Where internal descriptors live: near the top of the soft limit. */
+/* ---- file size limits */
+/* s_maxbytes of the file system holding fd (interpose_copy.c) */
+int64_t chell_maxbytes(int fd, dev_t dev);
+/* RLIMIT_FSIZE's soft limit (UINT64_MAX: none), read at start-up and after
+ * every setrlimit/prlimit through libc (interpose_proc.c), for the mapped
+ * write paths (mapped.h). */
+extern uint64_t chell_fsize_limit;
+void chell_fsize_refresh(void);
+
 int chell_internal_floor(void);
 int chell_internal_list(int *out, int max);
 

@@ -56,6 +56,40 @@ static void limited(int fd, const char *buf)
 	close(afd);
 }
 
+/* A file longer than the limit, written before it was set: writes inside
+ * the file are cut at the limit and refused past it all the same (the limit
+ * is on the position, not on growth). */
+static void inside(const char *name, const char *buf, const struct rlimit *rl)
+{
+	struct rlimit inf = {RLIM_INFINITY, RLIM_INFINITY};
+	T(setrlimit(RLIMIT_FSIZE, &inf));
+	int fd = T(open(P(name), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+	T(write(fd, buf, 4096));
+	T(write(fd, buf, 4096));
+	T(pread(fd, (char *)buf, 100, 0));
+	T(setrlimit(RLIMIT_FSIZE, rl));
+	T(pwrite(fd, "y", 1, 10));
+	T(pwrite(fd, buf, 100, 995));
+	T(pwrite(fd, buf, 100, 1000));
+	T(pwrite(fd, buf, 100, 2000));
+	T(lseek(fd, 990, SEEK_SET));
+	T(write(fd, buf, 100));
+	OFF(fd);
+	T(write(fd, buf, 100));
+	OFF(fd);
+	T(lseek(fd, 4000, SEEK_SET));
+	T(write(fd, buf, 10));
+	OFF(fd);
+	T(read(fd, (char *)buf, 10));
+	OFF(fd);
+	T(pread(fd, (char *)buf, 100, 5000));
+	sem_fsize("inside a longer file", fd);
+	close(fd);
+	T(setrlimit(RLIMIT_FSIZE, &inf));
+	sem_content(name);
+	T(setrlimit(RLIMIT_FSIZE, rl));
+}
+
 int main(int argc, char **argv)
 {
 	sem_init(argc, argv);
@@ -107,6 +141,7 @@ int main(int argc, char **argv)
 	T(setrlimit(RLIMIT_FSIZE, &rl));
 	limited(fd, buf);
 	close(fd);
+	inside("k", buf, &rl);
 	struct rlimit inf = {RLIM_INFINITY, RLIM_INFINITY};
 	T(setrlimit(RLIMIT_FSIZE, &inf));
 	sem_content("g");
@@ -117,6 +152,7 @@ int main(int argc, char **argv)
 	T(setrlimit(RLIMIT_FSIZE, &rl));
 	limited(fd, buf);
 	close(fd);
+	inside("k", buf, &rl);
 	T(setrlimit(RLIMIT_FSIZE, &inf));
 	say("SIGXFSZ caught %d times\n", (int)xfsz);
 	sem_content("h");
@@ -124,6 +160,7 @@ int main(int argc, char **argv)
 	unlink(P("g"));
 	unlink(P("h"));
 	unlink(P("a"));
+	unlink(P("k"));
 	say("done\n");
 	return 0;
 }
