@@ -429,8 +429,16 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 	chell_ctx lc = *c;
 	lc.op = CHELL_OP_LSEEK;
 	off_t cur = chell_down_lseek(&lc, 0, SEEK_CUR);
-	if (cur >= 0)
-		sys_lseek(o->sfd, cur, SEEK_SET);
+	if (cur >= 0 && sys_lseek(o->sfd, cur, SEEK_SET) != cur &&
+	    !(o->e->flags & SHADOW_F_OFF)) {
+		/* Past the largest file size of the copy's file system: offsets
+		 * cannot be compared any more (shadow_op_begin skips it). */
+		__atomic_or_fetch(&o->e->flags, SHADOW_F_OFF, __ATOMIC_RELAXED);
+		chell_log("shadow: the shadow copy %s cannot take the offset %lld of %s (past the"
+			  " largest file size of the file system of shadow.dir); the file is no"
+			  " longer checked", spath, (long long)cur,
+			  c->f && c->f->path ? c->f->path : "?");
+	}
 }
 
 /* File offsets after the operation must agree. */
@@ -694,6 +702,30 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	return r1;
 }
 
+/*
+ * The application's call failed with EFBIG at or past RLIMIT_FSIZE (`end`:
+ * the first byte it would have needed), so the kernel sent it SIGXFSZ. The
+ * reference call would fail the same way, and send a second SIGXFSZ: its
+ * result is taken as EFBIG without making it. (A write that crosses the
+ * limit is cut short without a signal, and is replayed.)
+ */
+static bool over_fsize(long r1, uint64_t end)
+{
+	return r1 == -EFBIG && end > mapped_fsize();
+}
+
+/* Where a write on the copy lands (its offset, or its end for an append). */
+static uint64_t copy_write_pos(struct shadow_op *o, off_t off, int flags)
+{
+	int sfl = sys_fcntl(o->sfd, F_GETFL, 0);
+	struct stat st;
+	if ((((sfl >= 0 && (sfl & O_APPEND)) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND)) &&
+	    sys_fstat(o->sfd, &st) == 0)
+		return (uint64_t)st.st_size;
+	off_t p = off >= 0 ? off : sys_lseek(o->sfd, 0, SEEK_CUR);
+	return p >= 0 ? (uint64_t)p : 0;
+}
+
 ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
 {
 	struct shadow_op o;
@@ -735,7 +767,9 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	 * it do the same to the copy.
 	 */
 	chell_ctx sc = shadow_ref_ctx(&o);
-	ssize_t r2 = POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
+	ssize_t r2 = over_fsize(r1, copy_write_pos(&o, off, flags) + 1)
+			     ? -EFBIG
+			     : POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
 	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2, lo, -1)) {
 		shadow_op_end(&o);
@@ -806,6 +840,13 @@ off_t shadow_lseek(chell_ctx *c, off_t off, int whence)
 			r2 = r1;
 		}
 	}
+	/* Positions past the largest file size are EINVAL, and that size is
+	 * the file system's (tmpfs: LLONG_MAX; ext4: 16 TiB) */
+	if (whence != SEEK_DATA && whence != SEEK_HOLE &&
+	    shadow_fs_dependent(&o, "lseek", r1, r2, 0, 0)) {
+		shadow_op_end(&o);
+		return r1;
+	}
 	check_result(&o, "lseek", r1, r2);
 	check_offsets(&o);
 	shadow_op_end(&o);
@@ -866,7 +907,7 @@ int shadow_ftruncate(chell_ctx *c, off_t len)
 	if (closed_meanwhile(&o, r1))
 		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
-	int r2 = POSIX->ftruncate(&sc, len);
+	int r2 = over_fsize(r1, (uint64_t)len) ? -EFBIG : POSIX->ftruncate(&sc, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
 	if (shadow_fs_dependent(&o, "ftruncate", r1, r2, old >= 0 && old < len ? old : len, -1)) {
@@ -894,7 +935,9 @@ int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	if (closed_meanwhile(&o, r1))
 		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
-	int r2 = POSIX->fallocate(&sc, mode, off, len);
+	int r2 = off >= 0 && len > 0 && len <= LLONG_MAX - off && over_fsize(r1, (uint64_t)(off + len))
+			 ? -EFBIG
+			 : POSIX->fallocate(&sc, mode, off, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
 	int shifts = (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)) != 0;

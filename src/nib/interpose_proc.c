@@ -388,6 +388,21 @@ void chell_fsize_refresh(void)
 	__atomic_store_n(&chell_fsize_limit, v, __ATOMIC_RELAXED);
 }
 
+int chell_own_write(int fd, const void *buf, size_t n)
+{
+	uint64_t lim = __atomic_load_n(&chell_fsize_limit, __ATOMIC_RELAXED);
+	struct stat st;
+	if (lim != UINT64_MAX && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		int fl = sys_fcntl(fd, F_GETFL, 0);
+		off_t pos = fl >= 0 && (fl & O_APPEND) ? st.st_size : sys_lseek(fd, 0, SEEK_CUR);
+		if (pos >= 0 && (uint64_t)pos >= lim)
+			return -EFBIG;
+		if (pos >= 0 && n > lim - (uint64_t)pos)
+			n = (size_t)(lim - (uint64_t)pos); /* cut short: no signal */
+	}
+	return sys_write_all(fd, buf, n);
+}
+
 /*
  * The mapped write paths cut writes at RLIMIT_FSIZE as the kernel does,
  * from a copy of the limit (a system call per write would cost more than

@@ -205,6 +205,11 @@ int64_t chell_maxbytes(int fd, dev_t dev);
  * write paths (mapped.h). */
 extern uint64_t chell_fsize_limit;
 void chell_fsize_refresh(void);
+/* Chell's own output (logs, traces) to fd: under a finite RLIMIT_FSIZE a
+ * regular file gets only what fits below the limit, so the kernel never
+ * sends the application a SIGXFSZ that only Chell's bytes caused. 0 or
+ * -errno (-EFBIG: dropped at the limit). */
+int chell_own_write(int fd, const void *buf, size_t n);
 
 int chell_internal_floor(void);
 int chell_internal_list(int *out, int max);
