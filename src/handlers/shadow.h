@@ -182,8 +182,9 @@ _Static_assert(sizeof(struct shadow_priv) <= CHELL_PRIV_BYTES, "shadow_priv too 
 /* Process-local state (f->local[layer]), allocated on demand. */
 struct shadow_local {
 	int sfd;  /* reopened shadow fd after exec if the inherited one was lost, else -1 */
-	int vfd;  /* read-only kernel fd on the primary inode (write-only OFDs), -1/-2 */
-	int vnoatime; /* -1: O_NOATIME refused on the file (not the owner), else 0 */
+	int vfd;  /* read-only kernel fd on the primary inode (write-only and O_DIRECT
+		   * OFDs; read-back without touching atime), -1/-2 */
+	int vnoatime; /* vfd has O_NOATIME: 1, it could not (not the owner): -1, 0 unknown */
 	int svfd; /* read-only fd on the shadow file (write-only OFDs), -1/-2 */
 };
 

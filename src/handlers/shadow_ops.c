@@ -142,17 +142,20 @@ static int reads_via_views(chell_ctx *c)
 	return (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT);
 }
 
-static void self_link(int fd, char link[40])
+/* /proc/thread-self, not /proc/self: a thread with a private descriptor
+ * table (unshare(CLONE_FILES)) has its own fd N, and /proc/self/fd/N is the
+ * thread group leader's. */
+static void self_link(int fd, char link[48])
 {
 	char num[16];
 	rn(fd, num, sizeof(num));
-	strcpy(link, "/proc/self/fd/");
+	strcpy(link, "/proc/thread-self/fd/");
 	strcat(link, num);
 }
 
 static int reopen_ro(int fd)
 {
-	char link[40];
+	char link[48];
 	self_link(fd, link);
 	int r = shadow_own_open_noatime(link, O_RDONLY | O_CLOEXEC);
 	return r >= 0 ? chell_internal_fd(r, 1) : -1;
@@ -221,30 +224,27 @@ static int below_keeps_data(chell_ctx *c)
  * A read through the layer under test touches atime as the application's
  * read would, which a write never does: where the kernel holds the written
  * bytes (every handler but cache, whose pool keeps them until write-back),
- * a check reads them through a transient O_NOATIME descriptor of the file
- * instead (transient: a kept one would cost a descriptor per file, and
- * count as an open against a write lease). -1 where that cannot be: not
- * permitted (neither owner nor CAP_FOWNER: remembered per file; the layer
- * under test is read, and atime may move), a write lease held (the open
- * would break it), or cache below. Closed by the caller.
+ * a check reads them through the primary view, opened O_NOATIME. It is
+ * kept, not opened per check: closing any descriptor of a file drops the
+ * process's POSIX record locks on it. -1 where that cannot be: O_NOATIME
+ * not permitted (neither owner nor CAP_FOWNER: remembered per file; the
+ * layer under test is read, and atime may move), a write lease held
+ * (primary_view), or cache below. Not to be closed by the caller.
  */
 static int noatime_fd(struct shadow_op *o)
 {
 	chell_ctx *c = o->c;
 	struct shadow_local *l = local_of(c);
-	if (!l || l->vnoatime < 0 || reads_via_views(c) || below_keeps_data(c) ||
-	    sys_fcntl(c->fd, F_GETLEASE, 0) == F_WRLCK)
+	if (!l || l->vnoatime < 0 || reads_via_views(c) || below_keeps_data(c))
 		return -1;
-	char link[40];
-	self_link(c->fd, link);
-	int fd = shadow_own_open(link, O_RDONLY | O_CLOEXEC | O_NOATIME, 0);
-	if (fd == -EPERM)
-		l->vnoatime = -1;
-	return fd >= 0 ? fd : -1;
+	int fd = primary_view(c);
+	if (fd >= 0 && !l->vnoatime)
+		l->vnoatime = (sys_fcntl(fd, F_GETFL, 0) & O_NOATIME) ? 1 : -1;
+	return l->vnoatime > 0 ? fd : -1;
 }
 
 /* Read the primary at pos as the application would see it: through tfd
- * (noatime_fd) if it is open. */
+ * (noatime_fd) if there is one. */
 static ssize_t primary_pread(struct shadow_op *o, int tfd, void *buf, size_t n, off_t pos)
 {
 	chell_ctx *c = o->c;
@@ -299,8 +299,6 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 			shadow_diverge_data(o, what, (uint64_t)pos, a, b, (size_t)r1);
 		pos += r1;
 	}
-	if (tfd >= 0)
-		sys_close(tfd);
 	scratch_put(&s);
 }
 
@@ -414,8 +412,6 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 				ok = 0;
 			pos += r;
 		}
-		if (tfd >= 0)
-			sys_close(tfd);
 		if (buf)
 			scratch_put(&s);
 	}
@@ -1018,7 +1014,10 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	 */
 	struct shadow_local *l = c->f ? c->f->local[c->layer] : NULL;
 	if (cmd == F_SETLEASE && (int)arg == F_WRLCK && l && l->vfd >= 0) {
-		chell_internal_close(l->vfd); /* see primary_view */
+		/* see primary_view; closing it drops the process's POSIX
+		 * locks on the file, a known limit (a write lease with record
+		 * locks held) */
+		chell_internal_close(l->vfd);
 		l->vfd = -2;
 	}
 	if ((cmd != F_SETFL && cmd != F_GETFL) || !shadow_op_begin(c, &o))

@@ -144,7 +144,7 @@ int64_t chell_maxbytes(int fd, dev_t dev)
 		    known[i].dev == (uint64_t)dev)
 			return known[i].max;
 	char path[64];
-	snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+	snprintf(path, sizeof path, "/proc/thread-self/fd/%d", fd); /* private tables too */
 	int pfd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (pfd < 0)
 		pfd = sys_open(path, O_WRONLY | O_CLOEXEC, 0);
