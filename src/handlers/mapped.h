@@ -126,6 +126,26 @@ static inline ssize_t mapped_write_room(uint64_t pos, size_t count)
  * kernel sends it (ignored, caught or fatal as the application set it). */
 ssize_t mapped_write_refused(ssize_t e);
 
+/* Where a non-appending write of `count` bytes lands and how much of it
+ * the limit lets through: at `off`, or (off == -1) at the shared offset
+ * *offp, which is advanced by that much atomically, so concurrent writers
+ * of one description get disjoint ranges. The count (in *pos), or -EFBIG
+ * after SIGXFSZ (call with no lock held: a handler may run). */
+static inline ssize_t mapped_write_claim(uint64_t *offp, off_t off, size_t count, uint64_t *pos)
+{
+	uint64_t p = off >= 0 ? (uint64_t)off : __atomic_load_n(offp, __ATOMIC_RELAXED);
+	for (;;) {
+		ssize_t room = mapped_write_room(p, count);
+		if (room < 0)
+			return mapped_write_refused(room);
+		if (off >= 0 || __atomic_compare_exchange_n(offp, &p, p + (uint64_t)room, true,
+							    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			*pos = p;
+			return room;
+		}
+	}
+}
+
 /* lseek SEEK_SET, SEEK_CUR and SEEK_END on an offset kept in user space
  * (*offp), as generic_file_llseek answers: a negative or overflowing result
  * is EINVAL, and so is one past the file system's largest size

@@ -646,20 +646,10 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 		if (r > 0 && off == -1)
 			atomic_store(offp, end); /* write(): the offset follows; pwrite(): unchanged */
 	} else {
-		/* RLIMIT_FSIZE at the position the write lands on (cut short,
-		 * or EFBIG and SIGXFSZ, as generic_write_check_limits). At the
-		 * shared offset the position is reserved with the count the
-		 * limit leaves there. */
-		uint64_t pos = off >= 0 ? (uint64_t)off : atomic_load(offp);
-		for (;;) {
-			ssize_t room = mapped_write_room(pos, (size_t)total);
-			if (room < 0)
-				return mapped_write_refused(room);
-			if (off >= 0 || atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)room)) {
-				total = room;
-				break;
-			}
-		}
+		uint64_t pos = 0;
+		total = mapped_write_claim((uint64_t *)offp, off, (size_t)total, &pos);
+		if (total < 0)
+			return total;
 		uint64_t end = pos + (uint64_t)total;
 		if (end > isize(in)) {
 			/* extending: reserve, store, then publish the size */
