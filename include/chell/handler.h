@@ -253,8 +253,22 @@ void chell_crit_leave(void);
  */
 void *chell_shared_area(const char *name, size_t size);
 
-/* A descriptor for Chell's own use, kept high and out of the application's way. */
+/* A descriptor for Chell's own use, moved above the application's soft
+ * RLIMIT_NOFILE (out of its way) and registered; cloexec 1/0 sets the flag,
+ * -1 registers fd as it is (inherited across exec). */
 int chell_internal_fd(int fd, int cloexec);
+/* Open a file for Chell's own use (raw openat semantics, -errno on error):
+ * it opens even when the application has used up its RLIMIT_NOFILE, at a
+ * number above the application's soft limit. Register it with
+ * chell_internal_fd(fd, -1) to keep it, or just close it. */
+int chell_internal_openat(int dirfd, const char *path, int flags, mode_t mode);
+/* Around a system call that makes descriptors for Chell (socket, recvmsg
+ * with SCM_RIGHTS): inside, the kernel's RLIMIT_NOFILE is raised above the
+ * application's, so the call succeeds even when the application has used up
+ * its limit. Keep it short and non-blocking: fork, exec and the
+ * application's getrlimit/setrlimit wait for it. Nests. */
+void chell_internal_window_enter(void);
+void chell_internal_window_leave(void);
 /* Close a descriptor returned by chell_internal_fd(). */
 void chell_internal_close(int fd);
 

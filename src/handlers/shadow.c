@@ -354,22 +354,21 @@ static void mirror_owner(int fd, const struct stat *st);
 /*
  * Every file shadow opens for itself (copies, the file's read-only views,
  * transient descriptors) is opened here, so that one place decides where
- * Chell's own descriptors go. Today: the lowest free number, like any open,
- * then chell_internal_fd moves the ones kept. A descriptor that would not
- * fit under the application's RLIMIT_NOFILE makes that file go unchecked
- * (see shadow_open), never a wrong answer. The Nib's
- * chell_internal_openat (issue 9 item 8) opens outside the application's
- * limit; this is the call to make it.
+ * Chell's own descriptors go: above the application's soft RLIMIT_NOFILE
+ * (chell_internal_openat), so that shadow costs the application no
+ * descriptor number and opens even when the application has used up its
+ * limit. Where even that fails (a hard limit the process may not raise),
+ * the file goes unchecked (see shadow_open), never a wrong answer.
  */
 int shadow_own_open(const char *path, int flags, mode_t mode)
 {
-	return sys_openat(AT_FDCWD, path, flags, mode);
+	return chell_internal_openat(AT_FDCWD, path, flags, mode);
 }
 
 int shadow_own_open_noatime(const char *path, int flags)
 {
-	int fd = sys_openat(AT_FDCWD, path, flags | O_NOATIME, 0);
-	return fd == -EPERM ? sys_openat(AT_FDCWD, path, flags, 0) : fd;
+	int fd = shadow_own_open(path, flags | O_NOATIME, 0);
+	return fd == -EPERM ? shadow_own_open(path, flags, 0) : fd;
 }
 
 /* Copy [pos, end) of in to out at the same offsets. 0 or -errno. */

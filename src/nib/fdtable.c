@@ -524,7 +524,8 @@ void file_put(struct chell_file *f)
 /* ------------------------------------------------------------ internal fds */
 
 /* Descriptors Chell keeps for itself (the region memfd, shadow copies, the
- * trace log). They live high, and close()/close_range() from the
+ * trace log, chunk files, sockets). They live above the application's soft
+ * RLIMIT_NOFILE (interpose_rlimit.c), and close()/close_range() from the
  * application skip them: to the application they do not exist. */
 #define MAX_INTERNAL 256
 static int internal_fds[MAX_INTERNAL];
@@ -539,6 +540,8 @@ bool chell_is_internal_fd(int fd)
 	return false;
 }
 
+/* Where internal descriptors go when there is no room above the soft limit
+ * (it equals a hard limit this process may not raise). */
 int chell_internal_floor(void)
 {
 	struct rlimit rl;
@@ -557,8 +560,10 @@ CHELL_EXPORT int chell_internal_fd(int fd, int cloexec)
 	if (fd < 0)
 		return fd;
 	if (cloexec >= 0) {
-		int nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, chell_internal_floor());
-		if (nfd >= 0) {
+		int nfd = chell_nofile_place(fd, cloexec);
+		if (nfd < 0)
+			nfd = sys_fcntl(fd, cloexec ? F_DUPFD_CLOEXEC : F_DUPFD, chell_internal_floor());
+		if (nfd >= 0 && nfd != fd) {
 			sys_close(fd);
 			fd = nfd;
 		}

@@ -254,7 +254,9 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 			 * descriptor (cache mode writes back for a checker there): a
 			 * duplicate that survives carries the reference, and the new
 			 * image adopts it and closes it through the hub at once. */
-			int dup = sys_fcntl(fd, F_DUPFD, chell_internal_floor());
+			int dup = chell_nofile_dup_high(fd); /* not one of the application's numbers */
+			if (dup < 0)
+				dup = sys_fcntl(fd, F_DUPFD, chell_internal_floor());
 			if (dup >= 0) {
 				hub_sync_out(f, fd, CHELL_OP_EXEC);
 				if (len + 40 > cap) {

@@ -132,6 +132,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 		}
 	}
 	chell_hazard_init();
+	chell_uaccess_init();
 	chell_fork_init();
 	chell_active = 1;
 	handoff_note_startup_env();
@@ -195,9 +196,12 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 		return (int)hub_ret(fd);
 	}
 	struct stat sb;
-	if ((unsigned)fd >= chell_fdt_cap || sys_fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
-		/* Not a regular file (a device, a FIFO): handlers let go, the
-		 * descriptor stays open on the plain kernel path. */
+	if ((unsigned)fd >= chell_fdt_cap || sys_fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
+	    !router_dev_fast(sb.st_dev)) {
+		/* Not a regular file (a device, a FIFO), or routed by mount type
+		 * but on a file system mounted there since the mount table was
+		 * read: handlers let go, the descriptor stays open on the plain
+		 * kernel path. */
 		f->release_pending = 1;
 		atomic_store((_Atomic uint32_t *)&f->ofd->refs, 0);
 		file_put(f);
@@ -275,8 +279,11 @@ int hub_dup(int oldfd, enum hub_dup_kind kind, int arg, int flags, enum chell_op
 	int r;
 	int newfd = kind == HUB_DUP2 || kind == HUB_DUP3 ? arg : -1;
 	if (newfd >= 0 && chell_is_internal_fd(newfd)) {
-		/* Chell holds that number for a file of its own (see docs). */
-		*err = EBUSY;
+		/* Chell holds that number for a file of its own (see docs). It
+		 * lies above the application's soft limit, where the kernel
+		 * would say EBADF; only if there was no room there is it a
+		 * number the application could have, and then it is busy. */
+		*err = newfd >= chell_nofile_soft() ? EBADF : EBUSY;
 		return -1;
 	}
 	fdt_lock();

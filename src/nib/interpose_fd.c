@@ -99,6 +99,20 @@ CHELL_EXPORT int dup3(int oldfd, int newfd, int flags)
 	return r;
 }
 
+/* Handlers may read (and for the get commands write) the struct flock of a
+ * lock command: a pointer that would fault goes to the kernel instead. */
+static bool flock_arg_ok(int cmd, unsigned long arg)
+{
+	switch (cmd) {
+	case F_SETLK: case F_SETLKW: case F_OFD_SETLK: case F_OFD_SETLKW:
+		return chell_user_check((const void *)arg, sizeof(struct flock), false) == 0;
+	case F_GETLK: case F_OFD_GETLK:
+		return chell_user_check((const void *)arg, sizeof(struct flock), true) == 0;
+	default:
+		return true;
+	}
+}
+
 /* Commands the kernel evaluates against the descriptor's own offset (a
  * struct flock with l_whence = SEEK_CUR). F_GETLK64 and friends are the
  * same numbers on 64-bit targets. */
@@ -128,6 +142,10 @@ static int do_fcntl(int fd, int cmd, unsigned long arg)
 		return r;
 	}
 	struct chell_file *f = fdt_peek(fd) ? file_get_fd(fd) : NULL;
+	if (f && !flock_arg_ok(cmd, arg)) {
+		file_put(f); /* the kernel's EFAULT, with no lock taken */
+		f = NULL;
+	}
 	if (!f)
 		return REAL(fcntl64)(fd, cmd, arg);
 	chell_ctx c = hub_ctx(f, fd, CHELL_OP_FCNTL);

@@ -14,8 +14,6 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "nib.h"
@@ -37,6 +35,7 @@ static void after_fork_child(pid_t parent)
 	chell_signals_after_fork_child();
 	chell_hazard_after_fork_child();
 	fdt_lock_reinit_child();
+	chell_nofile_reinit_child();
 	fdt_unlock();
 	fdt_after_fork_child();
 	hub_proc_event(CHELL_OP_FORK, parent);
@@ -59,6 +58,7 @@ static void atfork_prepare(void)
 		return;
 	tls_fork_parent = sys_getpid();
 	fdt_lock();
+	chell_nofile_hold(); /* the child gets the application's RLIMIT_NOFILE */
 	refs_adjust(+1);
 	tls_fork_locked = 1;
 }
@@ -67,6 +67,7 @@ static void atfork_parent(void)
 {
 	if (tls_fork_locked) {
 		tls_fork_locked = 0;
+		chell_nofile_release();
 		fdt_unlock();
 	}
 }
@@ -176,14 +177,15 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
 	struct clone_tramp t = {fn, arg, sys_getpid()};
 	fdt_lock();
+	chell_nofile_hold();
 	refs_adjust(+1);
 	int r = real_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
-	if (r < 0) {
-		int e = errno;
+	int e = errno;
+	if (r < 0)
 		refs_adjust(-1);
-		errno = e;
-	}
+	chell_nofile_release();
 	fdt_unlock();
+	errno = e;
 	return r;
 }
 
@@ -238,15 +240,41 @@ CHELL_EXPORT int pthread_create(pthread_t *thr, const pthread_attr_t *attr, void
 
 /* ------------------------------------------------------------------- exec */
 
+/* Chell reads the path (for the handlers' exec event) and the environment
+ * (to build the new one) before the kernel would. If either would fault (or
+ * the path is longer than the kernel takes), the call goes to the kernel as
+ * it is, which fails it with EFAULT (ENAMETOOLONG) and execs nothing.
+ * (Inactive, Chell reads neither, and the probes' guard is not installed.) */
+static bool exec_args_ok(const char *path, char *const envp[])
+{
+	if (chell_user_strnlen(path, PATH_MAX) < 0)
+		return false;
+	for (size_t i = 0; envp; i++) {
+		if (chell_user_check(&envp[i], sizeof(envp[i]), false) < 0)
+			return false;
+		if (!envp[i])
+			break;
+		if (chell_user_strnlen(envp[i], SIZE_MAX) < 0)
+			return false;
+	}
+	return true;
+}
+
 /* Run `call` (which uses `env`) with the descriptor handoff in place, and
  * undo the bookkeeping if the exec fails. */
 #define EXEC_WITH_HANDOFF(what, target, envp, call)                        \
 	do {                                                               \
+		if (chell_active && !exec_args_ok(what, envp)) {           \
+			char **env = (char **)(envp);                      \
+			return (call);                                     \
+		}                                                          \
 		const struct exec_target t_ = target;                      \
 		char **env = handoff_prepare_exec(envp, &t_);              \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
+		chell_nofile_hold(); /* the application's RLIMIT_NOFILE */ \
 		int r_ = (call);                                           \
 		int e_ = errno;                                            \
+		chell_nofile_release();                                    \
 		handoff_exec_failed(env);                                  \
 		errno = e_;                                                \
 		return r_;                                                 \
@@ -372,72 +400,4 @@ CHELL_EXPORT void _Exit(int status)
 	}
 	REAL(_Exit)(status);
 	__builtin_unreachable();
-}
-
-/* ------------------------------------------------------ RLIMIT_FSIZE */
-
-uint64_t chell_fsize_limit = UINT64_MAX;
-
-void chell_fsize_refresh(void)
-{
-	struct rlimit rl;
-	uint64_t v = UINT64_MAX;
-	if (CHELL_SC(SYS_prlimit64, 0, RLIMIT_FSIZE, NULL, &rl, 0, 0) == 0 &&
-	    rl.rlim_cur != RLIM_INFINITY)
-		v = (uint64_t)rl.rlim_cur;
-	__atomic_store_n(&chell_fsize_limit, v, __ATOMIC_RELAXED);
-}
-
-int chell_own_write(int fd, const void *buf, size_t n)
-{
-	uint64_t lim = __atomic_load_n(&chell_fsize_limit, __ATOMIC_RELAXED);
-	struct stat st;
-	if (lim != UINT64_MAX && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
-		int fl = sys_fcntl(fd, F_GETFL, 0);
-		off_t pos = fl >= 0 && (fl & O_APPEND) ? st.st_size : sys_lseek(fd, 0, SEEK_CUR);
-		if (pos >= 0 && (uint64_t)pos >= lim)
-			return -EFBIG;
-		if (pos >= 0 && n > lim - (uint64_t)pos)
-			n = (size_t)(lim - (uint64_t)pos); /* cut short: no signal */
-	}
-	return sys_write_all(fd, buf, n);
-}
-
-/*
- * The mapped write paths cut writes at RLIMIT_FSIZE as the kernel does,
- * from a copy of the limit (a system call per write would cost more than
- * the copy). The copy follows every change made through libc; glibc's
- * functions are each one prlimit64 system call, done here the same way.
- */
-static int set_limit(pid_t pid, int res, const void *n, void *o)
-{
-	long r = CHELL_SC(SYS_prlimit64, pid, res, n, o, 0, 0);
-	if (r < 0) {
-		errno = (int)-r;
-		return -1;
-	}
-	if (n && res == RLIMIT_FSIZE)
-		chell_fsize_refresh();
-	return 0;
-}
-
-CHELL_EXPORT int setrlimit(__rlimit_resource_t res, const struct rlimit *rl)
-{
-	return set_limit(0, (int)res, rl, NULL);
-}
-
-CHELL_EXPORT int setrlimit64(__rlimit_resource_t res, const struct rlimit64 *rl)
-{
-	return set_limit(0, (int)res, rl, NULL);
-}
-
-CHELL_EXPORT int prlimit(pid_t pid, __rlimit_resource_t res, const struct rlimit *n, struct rlimit *o)
-{
-	return set_limit(pid, (int)res, n, o);
-}
-
-CHELL_EXPORT int prlimit64(pid_t pid, __rlimit_resource_t res, const struct rlimit64 *n,
-			   struct rlimit64 *o)
-{
-	return set_limit(pid, (int)res, n, o);
 }

@@ -25,6 +25,24 @@
 		return hub_ret(r_);                                        \
 	} while (0)
 
+/* The iovec array of a vector call is the application's, and handlers read
+ * it before the kernel would: one that faults, or a count out of the
+ * kernel's range, goes to the kernel, which rejects it before any I/O. */
+static bool iov_arg_ok(enum chell_op op, const struct iovec *iov, int cnt)
+{
+	switch (op) {
+	case CHELL_OP_READV: case CHELL_OP_PREADV: case CHELL_OP_PREADV2:
+	case CHELL_OP_WRITEV: case CHELL_OP_PWRITEV: case CHELL_OP_PWRITEV2:
+		if (cnt == 0)
+			return true;
+		if (cnt < 0 || cnt > IOV_MAX)
+			return false;
+		return chell_user_check(iov, (size_t)cnt * sizeof(*iov), false) == 0;
+	default:
+		return true; /* a single buffer: the iovec is Chell's own */
+	}
+}
+
 /*
  * Everything but the unclaimed fast path: one protected lookup, the layer-0
  * shortcut for one-buffer read/pread/write/pwrite if the file has one
@@ -36,6 +54,10 @@ __attribute__((noinline)) static ssize_t slow_rw(int fd, enum chell_op op, const
 						 int cnt, off_t off, int flags, bool is_write)
 {
 	struct chell_file *f = file_enter(fd);
+	if (f && unlikely(!iov_arg_ok(op, iov, cnt))) {
+		file_leave(f); /* the kernel's answer: EFAULT, or EBADF/EINVAL first */
+		f = NULL;
+	}
 	if (!f) {
 		chell_ctx k = {NULL, fd, 0, op, NULL};
 		return hub_ret(is_write ? chell_posix_handler.write(&k, iov, cnt, off, flags)

@@ -15,8 +15,11 @@
 static int path_stat(int dirfd, const char *path, struct stat *st, int at_flags)
 {
 	char abs[PATH_MAX];
+	/* A buffer the handlers could not fill: the kernel says EFAULT, or
+	 * first whatever is wrong with the path. */
 	if (chell_active && chell_stack_routes_stat && path &&
-	    router_route(dirfd, path, abs, sizeof(abs))) {
+	    router_route(dirfd, path, abs, sizeof(abs)) &&
+	    chell_user_check(st, sizeof(*st), true) == 0) {
 		chell_ctx c = {NULL, -1, 0, CHELL_OP_STAT, abs};
 		return (int)hub_ret(hub_call_stat(&c, dirfd, path, st, at_flags));
 	}
@@ -26,6 +29,10 @@ static int path_stat(int dirfd, const char *path, struct stat *st, int at_flags)
 static int fd_stat(int fd, struct stat *st)
 {
 	struct chell_file *f = fdt_peek(fd) ? file_get_fd(fd) : NULL;
+	if (f && chell_user_check(st, sizeof(*st), true) < 0) {
+		file_put(f); /* the kernel's EFAULT */
+		f = NULL;
+	}
 	if (!f)
 		return REAL(fstat64)(fd, st);
 	chell_ctx c = hub_ctx(f, fd, CHELL_OP_FSTAT);
@@ -65,7 +72,8 @@ CHELL_EXPORT int lstat64(const char *path, struct stat64 *st)
 
 CHELL_EXPORT int fstatat(int dirfd, const char *path, struct stat *st, int flags)
 {
-	if ((flags & AT_EMPTY_PATH) && path && path[0] == 0)
+	/* probed: a bad pointer goes to the kernel through path_stat */
+	if ((flags & AT_EMPTY_PATH) && path && chell_user_strnlen(path, 1) == 0)
 		return fstat(dirfd, st);
 	return path_stat(dirfd, path, st, flags);
 }

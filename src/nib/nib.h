@@ -46,6 +46,13 @@ void chell_signals_flush_pending(void);
 /* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct mode copies). */
 void chell_set_fault_hook(bool (*hook)(int sig, siginfo_t *si, void *uc));
 void chell_signals_after_fork_child(void);
+/* Application pointers that Chell reads before the kernel would (signals.c).
+ * On -EFAULT (or -ENAMETOOLONG) the caller gives the call to the kernel. */
+void chell_uaccess_init(void); /* at start-up: the guard needs the trampoline */
+/* strnlen of s, -EFAULT if it faults, -ENAMETOOLONG if no NUL within max. */
+long chell_user_strnlen(const char *s, size_t max);
+/* 0 if [p, p+len) can be read (write: written) without a fault, else -EFAULT. */
+int chell_user_check(const void *p, size_t len, bool write);
 pid_t chell_tid(void);
 void chell_tid_reset(void);
 
@@ -195,13 +202,24 @@ static inline void file_leave(struct chell_file *f)
 }
 
 /* ---- internal fds ---- */
+/* interpose_rlimit.c: RLIMIT_NOFILE and Chell's descriptors above it. */
+void chell_nofile_lock(void);
+void chell_nofile_unlock(void);
+void chell_nofile_hold(void);    /* fork, clone, exec */
+void chell_nofile_release(void);
+void chell_nofile_reinit_child(void);
+int chell_nofile_soft(void);
+/* fd moved to a number >= the soft limit (FD_CLOEXEC = cloexec), or -1. */
+int chell_nofile_place(int fd, int cloexec);
+/* A duplicate of fd above the soft limit (not close-on-exec), or -1. */
+int chell_nofile_dup_high(int fd);
 bool chell_is_internal_fd(int fd);
 /* Where internal descriptors live: near the top of the soft limit. */
 /* ---- file size limits */
 /* s_maxbytes of the file system holding fd (interpose_copy.c) */
 int64_t chell_maxbytes(int fd, dev_t dev);
 /* RLIMIT_FSIZE's soft limit (UINT64_MAX: none), read at start-up and after
- * every setrlimit/prlimit through libc (interpose_proc.c), for the mapped
+ * every setrlimit/prlimit through libc (interpose_rlimit.c), for the mapped
  * write paths (mapped.h). */
 extern uint64_t chell_fsize_limit;
 void chell_fsize_refresh(void);
@@ -265,6 +283,9 @@ const struct chell_stack *router_route_abs(const char *abs);
 /* Route a (dirfd, path) pair; fills abs. NULL if unrouted. */
 const struct chell_stack *router_route(int dirfd, const char *path, char *abs, size_t abslen);
 int router_init(void);
+/* Is a file on device dev served? Always when routed by prefix; by mount
+ * type, only on a fast-tier mount (re-reads the mount table for a new dev). */
+bool router_dev_fast(dev_t dev);
 
 /* ---- handoff.c ---- */
 /* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the

@@ -9,6 +9,8 @@
  * routed. Later modes add routing by mount type (tmpfs, DAX).
  */
 #include <limits.h>
+#include <pthread.h>
+#include <sys/sysmacros.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,17 +23,31 @@ static int nprefixes;
 static char *excluded[4];
 static int nexcluded;
 
-/* Mount points, longest first, with whether each is a fast tier (tmpfs, or
- * mounted with the dax option). Used by modes that serve the fast tier when
- * no prefix is configured. */
+/* Mount points, longest first, with their device and whether each is a fast
+ * tier (tmpfs, or mounted with the dax option). Used by modes that serve the
+ * fast tier when no prefix is configured. The program may mount and unmount
+ * file systems while it runs: routing by path uses the table as last read,
+ * and an open then checks the file's st_dev against it (router_dev_fast),
+ * re-reading /proc/self/mountinfo when a device it has never seen shows up.
+ * A table is published whole and never freed (re-reads are rare), so a
+ * reader in another thread never sees one half built. */
 struct mount_ent {
 	char *dir;
 	size_t len;
+	dev_t dev;
 	bool fast;
 };
-static struct mount_ent *mounts;
-static int nmounts;
+struct mount_table {
+	struct mount_ent *m;
+	int n;
+};
+static struct mount_table *_Atomic mtab;
 static bool route_by_mount;
+static pthread_mutex_t mtab_mutex = PTHREAD_MUTEX_INITIALIZER;
+/* devices found in no mount even after a re-read (never fast): not again */
+#define UNKNOWN_DEVS 16
+static dev_t unknown_devs[UNKNOWN_DEVS];
+static int nunknown;
 
 /* mountinfo escapes space, tab, newline and backslash as \ooo */
 static void unescape(char *s)
@@ -54,11 +70,12 @@ static int cmp_mount(const void *a, const void *b)
 	return x->len < y->len ? 1 : x->len > y->len ? -1 : 0;
 }
 
-static void load_mounts(void)
+/* A fresh table from /proc/self/mountinfo, or NULL. */
+static struct mount_table *load_mounts(void)
 {
 	int fd = sys_open("/proc/self/mountinfo", O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
-		return;
+		return NULL;
 	size_t cap = 65536, len = 0;
 	char *buf = malloc(cap);
 	ssize_t n;
@@ -72,11 +89,15 @@ static void load_mounts(void)
 		}
 	}
 	sys_close(fd);
-	if (!buf)
-		return;
+	struct mount_table *t = calloc(1, sizeof(*t));
+	if (!buf || !t) {
+		free(buf);
+		free(t);
+		return NULL;
+	}
 	buf[len] = 0;
-	int cap_m = 64;
-	mounts = calloc((size_t)cap_m, sizeof(*mounts));
+	int cap_m = 64, nmounts = 0;
+	struct mount_ent *mounts = calloc((size_t)cap_m, sizeof(*mounts));
 	for (char *line = buf, *next; mounts && line && *line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
@@ -91,7 +112,8 @@ static void load_mounts(void)
 				*p++ = 0;
 		}
 		char *dash = p ? strstr(p, "- ") : NULL;
-		if (!field[4] || !dash)
+		unsigned int maj, min;
+		if (!field[4] || !dash || sscanf(field[2], "%u:%u", &maj, &min) != 2)
 			continue;
 		char *fstype = dash + 2, *src = strchr(fstype, ' ');
 		if (!src)
@@ -109,21 +131,71 @@ static void load_mounts(void)
 		struct mount_ent *m = &mounts[nmounts++];
 		m->dir = strdup(field[4]);
 		m->len = strlen(field[4]);
+		m->dev = makedev(maj, min);
 		m->fast = !strcmp(fstype, "tmpfs") || strstr(superopts, "dax") || strstr(field[5], "dax");
 	}
 	free(buf);
-	if (mounts)
-		qsort(mounts, (size_t)nmounts, sizeof(*mounts), cmp_mount);
+	if (!mounts) {
+		free(t);
+		return NULL;
+	}
+	qsort(mounts, (size_t)nmounts, sizeof(*mounts), cmp_mount);
+	t->m = mounts;
+	t->n = nmounts;
+	return t;
 }
 
 static bool under(const char *abs, const char *prefix, size_t len);
 
 static bool on_fast_mount(const char *abs)
 {
-	for (int i = 0; i < nmounts; i++) /* longest mount point containing abs */
-		if (under(abs, mounts[i].dir, mounts[i].len))
-			return mounts[i].fast;
+	struct mount_table *t = atomic_load_explicit(&mtab, memory_order_acquire);
+	for (int i = 0; t && i < t->n; i++) /* longest mount point containing abs */
+		if (under(abs, t->m[i].dir, t->m[i].len))
+			return t->m[i].fast;
 	return false;
+}
+
+/* 1 fast, 0 not, -1 unknown device. A device may appear more than once
+ * (bind mounts); tmpfs instances each have their own. */
+static int dev_fast(const struct mount_table *t, dev_t dev)
+{
+	int r = -1;
+	for (int i = 0; t && i < t->n; i++)
+		if (t->m[i].dev == dev) {
+			if (t->m[i].fast)
+				return 1;
+			r = 0;
+		}
+	return r;
+}
+
+bool router_dev_fast(dev_t dev)
+{
+	if (!route_by_mount)
+		return true; /* routed by prefix: any file system */
+	int r = dev_fast(atomic_load_explicit(&mtab, memory_order_acquire), dev);
+	if (r >= 0)
+		return r == 1;
+	/* A device the table has never seen: something was mounted since. */
+	pthread_mutex_lock(&mtab_mutex);
+	for (int i = 0; i < nunknown && i < UNKNOWN_DEVS; i++)
+		if (unknown_devs[i] == dev) {
+			pthread_mutex_unlock(&mtab_mutex);
+			return false;
+		}
+	r = dev_fast(atomic_load(&mtab), dev);
+	if (r < 0) {
+		struct mount_table *t = load_mounts();
+		if (t) {
+			atomic_store_explicit(&mtab, t, memory_order_release); /* the old one stays */
+			r = dev_fast(t, dev);
+		}
+		if (r < 0)
+			unknown_devs[nunknown++ % UNKNOWN_DEVS] = dev;
+	}
+	pthread_mutex_unlock(&mtab_mutex);
+	return r == 1;
 }
 
 static void add_excluded(const char *p)
@@ -180,7 +252,7 @@ int router_init(void)
 	/* Without prefixes, direct mode serves exactly the fast tier. */
 	if (nprefixes == 0 && strcmp(chell_mode_stack->mode, "direct") == 0) {
 		route_by_mount = true;
-		load_mounts();
+		atomic_store(&mtab, load_mounts());
 	}
 	return 0;
 }
@@ -274,7 +346,10 @@ int router_abspath(int dirfd, const char *path, char *out, size_t outlen)
 
 const struct chell_stack *router_route(int dirfd, const char *path, char *abs, size_t abslen)
 {
-	if (!path[0] || router_abspath(dirfd, path, abs, abslen) < 0)
+	/* The application's pointer is read here, before the kernel sees it: a
+	 * bad one (EFAULT), a name the kernel rejects as too long, or an empty
+	 * one leaves the call unrouted, and the kernel gives its answer. */
+	if (chell_user_strnlen(path, PATH_MAX) <= 0 || router_abspath(dirfd, path, abs, abslen) < 0)
 		return NULL;
 	return router_route_abs(abs);
 }

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <ucontext.h>
 #include <signal.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -93,6 +94,10 @@ static void defer(int sig, siginfo_t *si, void *uc)
 /* A handler that may claim synchronous SIGBUS/SIGSEGV raised inside Chell's
  * own code (the direct handler's copies). */
 static bool (*fault_hook)(int sig, siginfo_t *si, void *uc);
+static bool faults_wrapped; /* the trampoline stays on SIGBUS/SIGSEGV */
+/* a probe of an application pointer is running (see chell_user_check) */
+static __thread volatile int tls_uguard;
+static __thread void *tls_ujmp[5];
 
 static bool is_fault_sig(int sig)
 {
@@ -122,8 +127,12 @@ static void fault_default(int sig, siginfo_t *si)
 	CHELL_SC(SYS_tgkill, sys_getpid(), chell_tid(), sig, 0, 0, 0);
 }
 
+static void uguard_escape(ucontext_t *uc);
+
 static void trampoline(int sig, siginfo_t *si, void *uc)
 {
+	if (is_fault_sig(sig) && si && si->si_code > 0 && tls_uguard)
+		uguard_escape(uc); /* a probe of an application pointer: no return */
 	if (is_fault_sig(sig) && fault_hook && si && si->si_code > 0 && fault_hook(sig, si, uc))
 		return; /* Chell's own copy faulted: it resumes and reports a short copy */
 	if (chell_tls_crit > 0 && deferrable(sig, si)) {
@@ -165,10 +174,11 @@ static int install_fault_trampoline(int sig)
 	return REAL(sigaction)(sig, &k, NULL);
 }
 
-void chell_set_fault_hook(bool (*hook)(int, siginfo_t *, void *))
+/* Install the trampoline on SIGBUS and SIGSEGV for good (once per image). */
+static void wrap_fault_signals(void)
 {
 	static const int sigs[] = {SIGBUS, SIGSEGV};
-	fault_hook = hook;
+	faults_wrapped = true;
 	for (int i = 0; i < 2; i++) {
 		int sig = sigs[i];
 		struct sigaction cur;
@@ -177,6 +187,97 @@ void chell_set_fault_hook(bool (*hook)(int, siginfo_t *, void *))
 		atomic_store(&wrapped[sig], 1);
 		install_fault_trampoline(sig);
 	}
+}
+
+void chell_set_fault_hook(bool (*hook)(int, siginfo_t *, void *))
+{
+	fault_hook = hook;
+	wrap_fault_signals();
+}
+
+/* ------------------------------------------------- application pointers */
+
+/*
+ * Chell reads some arguments before the kernel would (a path to route it,
+ * a struct flock, an iovec array) and fills some buffers itself (stat). The
+ * kernel answers a bad pointer with EFAULT; a plain load in Chell would raise
+ * SIGSEGV instead. So these arguments are probed first, under a guard: a
+ * thread-local flag and a __builtin_setjmp buffer (a few stores, no system
+ * call). A synchronous SIGSEGV/SIGBUS while the flag is set jumps back and
+ * the probe reports -EFAULT; the caller then hands the whole call to the
+ * kernel, which gives its own answer in its own order of checks (EBADF
+ * before EFAULT, ENOENT before a bad stat buffer, ...). Asynchronous signals
+ * are deferred during a probe (critical section), so an application handler
+ * never runs inside the guard and its own faults are never mistaken for
+ * ours. The trampoline is installed on SIGSEGV/SIGBUS at start-up in every
+ * mode (chell_uaccess_init), so a probe never needs a system call.
+ */
+static void uguard_escape(ucontext_t *uc)
+{
+	tls_uguard = 0;
+	/* leaving the handler by a jump: restore the mask it would have restored */
+	pthread_sigmask(SIG_SETMASK, &uc->uc_sigmask, NULL);
+	__builtin_longjmp(tls_ujmp, 1);
+}
+
+void chell_uaccess_init(void)
+{
+	if (!faults_wrapped)
+		wrap_fault_signals();
+}
+
+__attribute__((noinline, no_sanitize("address", "undefined"))) long
+chell_user_strnlen(const char *s, size_t max)
+{
+	chell_crit_enter();
+	if (__builtin_setjmp(tls_ujmp)) {
+		chell_crit_leave();
+		return -EFAULT;
+	}
+	tls_uguard = 1;
+	__asm__ volatile("" ::: "memory"); /* the flag is set before the first load */
+	/* glibc's strnlen reads aligned blocks that never cross into a page
+	 * beyond the string's end or `max`: it faults exactly where the
+	 * kernel's strncpy_from_user would. */
+	size_t n = strnlen(s, max);
+	__asm__ volatile("" ::: "memory");
+	tls_uguard = 0;
+	chell_crit_leave();
+	return n < max ? (long)n : -ENAMETOOLONG;
+}
+
+__attribute__((noinline, no_sanitize("address", "undefined"))) int
+chell_user_check(const void *p, size_t len, bool write)
+{
+	if (len == 0)
+		return 0;
+	uintptr_t a = (uintptr_t)p, last = a + len - 1;
+	if (last < a)
+		return -EFAULT; /* wraps around the address space */
+	chell_crit_enter();
+	if (__builtin_setjmp(tls_ujmp)) {
+		chell_crit_leave();
+		return -EFAULT;
+	}
+	tls_uguard = 1;
+	__asm__ volatile("" ::: "memory");
+	/* One byte per page. A write probe is an atomic add of zero: it needs
+	 * write access like the kernel's copy_to_user, and leaves the byte as
+	 * it is even if another thread stores to it meanwhile. */
+	for (uintptr_t q = a;;) {
+		if (write)
+			__asm__ volatile("lock orb $0, (%0)" ::"r"(q) : "memory", "cc");
+		else
+			(void)*(volatile const char *)q;
+		uintptr_t next = (q | 4095) + 1; /* the next page */
+		if (next == 0 || next > last)
+			break;
+		q = next;
+	}
+	__asm__ volatile("" ::: "memory");
+	tls_uguard = 0;
+	chell_crit_leave();
+	return 0;
 }
 
 void chell_signals_flush_pending(void)
@@ -225,7 +326,7 @@ CHELL_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigactio
 	int r;
 	if (act == NULL) {
 		r = REAL(sigaction)(sig, NULL, &kold);
-	} else if (fault_hook && is_fault_sig(sig)) {
+	} else if (faults_wrapped && is_fault_sig(sig)) {
 		r = REAL(sigaction)(sig, NULL, &kold);
 		app_act[sig] = *act;
 		if (r == 0)

@@ -4,7 +4,11 @@
  *
  *   chell_randops --seed S --ops N --dir DIR [--files K] [--threads T]
  *                 [--procs P] [--no-fork] [--no-exec] [--no-threads]
- *                 [--no-stdio] [--max-size BYTES] [--verbose]
+ *                 [--no-stdio] [--no-locks] [--no-rwf] [--no-copy]
+ *                 [--no-limits] [--no-badwrite] [--no-unshare]
+ *                 [--kernel K1:...] [--max-size BYTES] [--progress N]
+ *                 [--verbose]
+ *   chell_randops --probe --dir DIR
  *
  * Performs N pseudo-random operations on K files in DIR using only plain
  * POSIX/glibc calls, so it runs unchanged both plainly and under
@@ -24,8 +28,26 @@
  * while the parent waits, and a re-exec'd image (--resume) maps it again.
  * Descriptor tables are per process, as in the kernel.
  *
+ * Beyond reads, writes, seeks, truncation, descriptors and stdio, each
+ * with its own switch: byte-range locks (fcntl F_SETLK/F_GETLK/F_OFD_*,
+ * lockf; every whence, SEEK_CUR from the generator-moved offset, probed
+ * from a non-owner), preadv2/pwritev2 with each RWF flag, sendfile,
+ * copy_file_range and splice (with pipes, bad and directory descriptors),
+ * RLIMIT_NOFILE in a child (dup until EMFILE), writes from bad buffers
+ * (EFAULT, short counts at EOF) and a thread that unshares its descriptor
+ * table. The RWF model needs the bare kernel's answers for the file system
+ * of DIR: a plain run probes them itself; under Chell pass the output of a
+ * plain `chell_randops --probe --dir DIR` as --kernel (see kernel_answers()).
+ *
  * Operations are counted in the shared model: "done" includes those made by
  * children and threads, and the main loop stops when it reaches N.
+ *
+ * Every SIDE_EVERY iterations the main loop also runs a side operation with
+ * its own random stream (so adding them left each seed's main sequence as it
+ * was): a call with a bad pointer argument (path, iovec array, struct flock,
+ * stat buffer) that must fail with EFAULT and leave the offset alone, or a
+ * small soft RLIMIT_NOFILE filled with dup() to exactly the model's free
+ * numbers, followed by the kernel's EMFILE/EBADF/EINVAL at the limit.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -43,7 +65,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -56,6 +81,7 @@
 #define FDLIM 128         /* random descriptor targets (dup2, close_range) stay below */
 #define RESERVED_FD 200   /* our own bookkeeping descriptors live at or above */
 #define MAXOPEN 40        /* open descriptors the generator keeps at most */
+#define FULL_LIMIT 32768  /* the largest RLIMIT_NOFILE a limits child fills */
 #define MAXIO 65536       /* largest single read/write */
 #define MAXWRITERS 32768  /* append-log writers over a run */
 #define RING 48           /* op log entries kept for failure reports */
@@ -84,6 +110,7 @@ struct shm {
 	int32_t fexists[MAXF];
 	struct mofd ofd[MAXOFD];
 	uint32_t nwriters, wbase, phases;
+	char kspec[1024]; /* the bare kernel's RWF answers (--kernel / probed) */
 	_Atomic uint32_t wrec[MAXWRITERS];
 };
 
@@ -99,11 +126,13 @@ static char foreign[MAXFD]; /* open descriptors that are not the generator's */
 
 /* Options. */
 static struct {
-	uint64_t seed, ops, max_size;
+	uint64_t seed, ops, max_size, progress;
 	int files, threads, procs;
 	int no_fork, no_exec, no_threads, no_stdio, verbose;
+	int no_locks, no_rwf, no_copy, no_limits, no_badwrite, no_unshare, probe;
 	const char *dir;
 	const char *resume;
+	const char *kernel;
 } opt = { .seed = 1, .ops = 1000, .max_size = 512 * 1024, .files = 4, .threads = 4, .procs = 3 };
 
 static char dirpath[PATH_MAX];
@@ -1232,6 +1261,8 @@ static int op_close_range(void)
  */
 static int op_lock_cur(void)
 {
+	if (opt.no_locks)
+		return 0;
 	int fd = pick_fd(0);
 	if (fd < 0)
 		return 0;
@@ -1277,43 +1308,6 @@ static int op_lock_cur(void)
 	r = fcntl(fd, ofdlk ? F_OFD_SETLK : F_SETLK, &fl);
 	e = errno;
 	want("unlock", r, e, 0, 0);
-	return 1;
-}
-
-/* A thread leaves the shared descriptor table (close_range UNSHARE or
- * unshare) and closes a descriptor there: ours stays open, at its offset. */
-static void *unshare_thread(void *arg)
-{
-	int *a = arg;
-	if (a[1])
-		a[2] = close_range((unsigned)a[0], (unsigned)a[0], CLOSE_RANGE_UNSHARE);
-	else
-		a[2] = unshare(CLONE_FILES) ? -1 : close(a[0]);
-	a[3] = errno;
-	a[4] = fcntl(a[0], F_GETFD) < 0 ? errno : 0;
-	return NULL;
-}
-
-static int op_unshare(void)
-{
-	if (in_child || opt.no_threads)
-		return 0;
-	int fd = pick_fd(0);
-	if (fd < 0)
-		return 0;
-	int a[5] = {fd, chance(50), 0, 0, 0};
-	begin_op();
-	pthread_t t;
-	if (pthread_create(&t, NULL, unshare_thread, a) || pthread_join(t, NULL))
-		fail("unshare thread: cannot run it");
-	rec(a[1] ? "close_range(UNSHARE) in a thread" : "unshare+close in a thread", fd, 0, 0, 0,
-	    a[2], a[3]);
-	want("unshare and close in the thread", a[2], a[3], 0, 0);
-	want("closed in the thread", a[4] ? -1 : 0, a[4], 0, EBADF);
-	int r = fcntl(fd, F_GETFD);
-	want("still open here", r, errno, fdt[fd].cloexec ? FD_CLOEXEC : 0, 0);
-	long long off = lseek(fd, 0, SEEK_CUR);
-	want("offset here", off, errno, (long long)OF(fd)->off, 0);
 	return 1;
 }
 
@@ -1426,6 +1420,1247 @@ static int op_verify(void)
 	return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* POSIX edges: byte-range locks, RWF flags, sendfile/copy_file_range/  */
+/* splice, descriptor limits, failed and short writes, unshared tables. */
+/* Each class has its own switch (--no-locks, --no-rwf, --no-copy,      */
+/* --no-limits, --no-badwrite, --no-unshare) so a test can isolate it.  */
+
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x00000020
+#endif
+#ifndef RWF_ATOMIC
+#define RWF_ATOMIC 0x00000040
+#endif
+#ifndef RWF_DONTCACHE
+#define RWF_DONTCACHE 0x00000080
+#endif
+#ifndef CLOSE_RANGE_UNSHARE
+#define CLOSE_RANGE_UNSHARE (1U << 1)
+#endif
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static void wait_child(pid_t pid, const char *what);
+static void become_child(const char *name, uint64_t stream);
+
+/* ---- byte-range locks ---- */
+
+/* The kernel's flock_to_posix_lock(): the absolute range [*s, *e] (e =
+ * LLONG_MAX: to the end of all files) that l describes for an OFD whose
+ * offset is cur in a file of size size, or the errno it fails with. */
+static int lock_range(const struct flock *l, long long cur, long long size, long long *s, long long *e)
+{
+	long long base;
+	switch (l->l_whence) {
+	case SEEK_SET: base = 0; break;
+	case SEEK_CUR: base = cur; break;
+	case SEEK_END: base = size; break;
+	default: return EINVAL;
+	}
+	if (l->l_start > LLONG_MAX - base)
+		return EOVERFLOW;
+	long long st = base + l->l_start;
+	if (st < 0)
+		return EINVAL;
+	if (l->l_len > 0) {
+		if (l->l_len - 1 > LLONG_MAX - st)
+			return EOVERFLOW;
+		*e = st + l->l_len - 1;
+	} else if (l->l_len < 0) {
+		if (st + l->l_len < 0)
+			return EINVAL;
+		*e = st - 1;
+		st += l->l_len;
+	} else {
+		*e = LLONG_MAX;
+	}
+	*s = st;
+	return 0;
+}
+
+/* A random lock description: whence, start and length around the file,
+ * relative to the OFD's offset, negative or overflowing now and then. */
+static void rand_flock(struct flock *l, long long cur, long long size)
+{
+	memset(l, 0, sizeof *l);
+	unsigned c = (unsigned)below(100);
+	l->l_whence = c < 30 ? SEEK_SET : c < 80 ? SEEK_CUR : c < 96 ? SEEK_END : (chance(50) ? SEEK_DATA : 7);
+	long long base = l->l_whence == SEEK_CUR ? cur : l->l_whence == SEEK_END ? size : 0;
+	long long target = (long long)below((uint64_t)size + 8192);
+	c = (unsigned)below(100);
+	if (c < 8)
+		l->l_start = -base - 1 - (long long)below(100); /* before byte 0: EINVAL */
+	else if (c < 10)
+		l->l_start = LLONG_MAX - (long long)below(3); /* EOVERFLOW when base > 2 */
+	else if (c < 25)
+		l->l_start = 0; /* "from the current offset" */
+	else
+		l->l_start = target - base;
+	c = (unsigned)below(100);
+	if (c < 20)
+		l->l_len = 0;
+	else if (c < 75)
+		l->l_len = 1 + (long long)below(8192);
+	else
+		l->l_len = -1 - (long long)below(8192); /* [start+len, start-1], EINVAL below 0 */
+}
+
+static long long rep_len(long long s, long long e)
+{
+	return e == LLONG_MAX ? 0 : e - s + 1;
+}
+
+/* Probe queries run from an independent OFD or a forked child. */
+struct lq {
+	int cmd;             /* F_GETLK or F_OFD_GETLK */
+	long long seekto;    /* the probe descriptor's offset first (-1: leave it) */
+	struct flock in;     /* the query */
+	struct flock out;    /* the answer */
+	int ret, err;
+};
+#define MAXLQ 8
+static struct lq *lqs; /* MAXLQ entries in shared memory (a child answers there) */
+
+static void run_queries(int pfd, int nq)
+{
+	for (int i = 0; i < nq; i++) {
+		struct lq *q = &lqs[i];
+		if (q->seekto >= 0 && lseek(pfd, q->seekto, SEEK_SET) != q->seekto) {
+			q->ret = -2;
+			q->err = errno;
+			continue;
+		}
+		q->out = q->in;
+		errno = 0;
+		q->ret = fcntl(pfd, q->cmd, &q->out);
+		q->err = errno;
+	}
+}
+
+/* A query at byte p (length 1), sometimes expressed relative to the probe
+ * descriptor's offset, which the probe moves there first. */
+static void add_query(int *nq, int cmd, short type, long long p)
+{
+	struct lq *q = &lqs[(*nq)++];
+	memset(q, 0, sizeof *q);
+	q->cmd = cmd;
+	q->seekto = -1;
+	q->in.l_type = type;
+	q->in.l_len = 1;
+	if (chance(50)) {
+		q->seekto = (long long)below(4096 + (uint64_t)(p < (1 << 20) ? p : (1 << 20)));
+		q->in.l_whence = SEEK_CUR;
+		q->in.l_start = p - q->seekto;
+	} else {
+		q->in.l_whence = SEEK_SET;
+		q->in.l_start = p;
+	}
+}
+
+/* Verify query i's answer: conflict with the held lock or none. */
+static void check_query(int i, int conflict, short type, long long s, long long e, pid_t pid)
+{
+	struct lq *q = &lqs[i];
+	char what[96];
+	snprintf(what, sizeof what, "lock probe %d (%s type %d whence %d start %lld)", i,
+		 q->cmd == F_OFD_GETLK ? "F_OFD_GETLK" : "F_GETLK", q->in.l_type, q->in.l_whence,
+		 (long long)q->in.l_start);
+	if (q->ret == -2)
+		fail("%s: lseek of the probe descriptor to %lld: %s", what, q->seekto, strerror(q->err));
+	want(what, q->ret, q->err, 0, 0);
+	struct flock x = q->in;
+	if (conflict) {
+		x.l_type = type;
+		x.l_whence = SEEK_SET;
+		x.l_start = s;
+		x.l_len = rep_len(s, e);
+		x.l_pid = pid;
+	} else {
+		x.l_type = F_UNLCK; /* nothing else changes */
+	}
+	if (q->out.l_type != x.l_type || q->out.l_whence != x.l_whence || q->out.l_start != x.l_start ||
+	    q->out.l_len != x.l_len || q->out.l_pid != x.l_pid)
+		fail("%s: answer {type %d whence %d start %lld len %lld pid %d}, kernel model {type %d whence %d "
+		     "start %lld len %lld pid %d}",
+		     what, q->out.l_type, q->out.l_whence, (long long)q->out.l_start, (long long)q->out.l_len,
+		     (int)q->out.l_pid, x.l_type, x.l_whence, (long long)x.l_start, (long long)x.l_len,
+		     (int)x.l_pid);
+}
+
+/* Run lqs[0..nq) from a descriptor that is not the lock owner: a fresh open
+ * of the file in this process (an OFD of its own) or, from_child, the same
+ * from a forked child (another POSIX owner). */
+static void probe_locks(int f, int nq, int from_child)
+{
+	if (from_child) {
+		fflush(NULL);
+		pid_t pid = fork();
+		if (pid < 0)
+			fail("fork (lock probe): %s", strerror(errno));
+		if (pid == 0) {
+			in_child = 1;
+			who = "lock-probe";
+			int pfd = open(fpath[f], O_RDONLY);
+			if (pfd < 0)
+				fail("lock probe: open: %s", strerror(errno));
+			run_queries(pfd, nq);
+			_exit(0);
+		}
+		wait_child(pid, "lock probe");
+		return;
+	}
+	int expfd = lowest_free(0);
+	int pfd = open(fpath[f], O_RDONLY);
+	int e = errno;
+	rec("open(lock probe)", pfd, f, 0, 0, pfd, e);
+	want("open(lock probe)", pfd, e, expfd, 0);
+	run_queries(pfd, nq);
+	int r = close(pfd);
+	e = errno;
+	want("close(lock probe)", r, e, 0, 0);
+}
+
+static const char *lock_cmd_name(int cmd)
+{
+	switch (cmd) {
+	case F_SETLK: return "F_SETLK";
+	case F_SETLKW: return "F_SETLKW";
+	case F_GETLK: return "F_GETLK";
+	case F_OFD_SETLK: return "F_OFD_SETLK";
+	case F_OFD_SETLKW: return "F_OFD_SETLKW";
+	case F_OFD_GETLK: return "F_OFD_GETLK";
+	default: return "lock?";
+	}
+}
+
+/*
+ * One lock operation on a generator descriptor (whose offset the generator
+ * has moved, so SEEK_CUR and lockf() use it), with the kernel's range
+ * arithmetic and argument checks as the model. Nothing is locked between
+ * operations: a lock that is set is probed from a non-owner at its first
+ * and last byte (conflict, with the kernel's report of the range) and just
+ * outside them (no conflict), then removed, and the file is checked to be
+ * free of locks again.
+ */
+static int op_lock(void)
+{
+	if (opt.no_locks)
+		return 0;
+	int fd = pick_fd(0);
+	if (fd < 0)
+		return 0;
+	struct mofd *o = OF(fd);
+	int f = o->file;
+	long long cur = (long long)o->off, size = (long long)sh->fsize[f];
+	struct flock l;
+	rand_flock(&l, cur, size);
+	int v = (int)below(10), cmd = 0, ofdlock = 0, experr = 0, lfcmd = 0;
+	long long s = 0, e = 0, lflen = 0;
+	short held = F_UNLCK;
+	int r, err;
+	char name[48];
+	if (v < 6) {
+		/* set: F_SETLK(W) / F_OFD_SETLK(W) */
+		static const int cmds[4] = { F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW };
+		cmd = cmds[below(4)];
+		ofdlock = cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW;
+		unsigned c = (unsigned)below(100);
+		l.l_type = c < 40 ? F_WRLCK : c < 80 ? F_RDLCK : c < 96 ? F_UNLCK : 5;
+		if (ofdlock && chance(4))
+			l.l_pid = 1 + (pid_t)below(1000); /* OFD locks want l_pid 0 */
+		/* fcntl_setlk(): the range and type, the access mode, then (OFD) l_pid */
+		if ((experr = lock_range(&l, cur, size, &s, &e)))
+			;
+		else if (l.l_type != F_RDLCK && l.l_type != F_WRLCK && l.l_type != F_UNLCK)
+			experr = EINVAL;
+		else if ((l.l_type == F_RDLCK && !rd_ok(o->acc)) || (l.l_type == F_WRLCK && !wr_ok(o->acc)))
+			experr = EBADF;
+		else if (ofdlock && l.l_pid)
+			experr = EINVAL;
+		snprintf(name, sizeof name, "%s(type %d whence %d)", lock_cmd_name(cmd), l.l_type, l.l_whence);
+		struct flock lc = l;
+		begin_op();
+		r = fcntl(fd, cmd, &lc);
+		err = errno;
+		rec(lock_cmd_name(cmd), fd, l.l_start, l.l_len, l.l_whence, r, err);
+		want(name, r, err, 0, experr);
+		if (!experr && l.l_type != F_UNLCK)
+			held = l.l_type;
+	} else if (v < 8) {
+		/* lockf: a write lock from the current offset, len bytes (negative: before it) */
+		static const int lcmds[5] = { F_LOCK, F_TLOCK, F_ULOCK, F_TEST, 9 };
+		lfcmd = lcmds[chance(4) ? 4 : below(4)];
+		lflen = l.l_len;
+		if (chance(5))
+			lflen = -cur - 1 - (long long)below(10);
+		struct flock lk = { .l_whence = SEEK_CUR, .l_start = 0, .l_len = lflen };
+		if (lfcmd == 9)
+			experr = EINVAL;
+		else if ((experr = lock_range(&lk, cur, size, &s, &e)))
+			;
+		else if ((lfcmd == F_LOCK || lfcmd == F_TLOCK) && !wr_ok(o->acc))
+			experr = EBADF;
+		snprintf(name, sizeof name, "lockf(cmd %d, len %lld)", lfcmd, lflen);
+		begin_op();
+		r = lockf(fd, lfcmd, lflen);
+		err = errno;
+		rec("lockf", fd, lfcmd, lflen, cur, r, err);
+		/* F_TEST: no other process holds a lock here */
+		want(name, r, err, 0, experr);
+		if (!experr && (lfcmd == F_LOCK || lfcmd == F_TLOCK))
+			held = F_WRLCK;
+	} else {
+		/* query with nothing locked: only l_type changes, to F_UNLCK */
+		cmd = chance(50) ? F_GETLK : F_OFD_GETLK;
+		unsigned c = (unsigned)below(100);
+		l.l_type = c < 45 ? F_WRLCK : c < 90 ? F_RDLCK : c < 96 ? F_UNLCK : 5;
+		if (cmd == F_OFD_GETLK && chance(4))
+			l.l_pid = 1 + (pid_t)below(1000);
+		/* fcntl_getlk(): F_GETLK wants F_RDLCK or F_WRLCK before all else;
+		 * F_OFD_GETLK checks the range first, then the type (it also takes
+		 * F_UNLCK: "any lock here?") and l_pid */
+		if (cmd == F_GETLK && l.l_type != F_RDLCK && l.l_type != F_WRLCK)
+			experr = EINVAL; /* F_GETLK checks the type first */
+		else if ((experr = lock_range(&l, cur, size, &s, &e)))
+			;
+		else if (l.l_type != F_RDLCK && l.l_type != F_WRLCK && l.l_type != F_UNLCK)
+			experr = EINVAL;
+		else if (cmd == F_OFD_GETLK && l.l_pid)
+			experr = EINVAL;
+		snprintf(name, sizeof name, "%s(type %d whence %d)", lock_cmd_name(cmd), l.l_type, l.l_whence);
+		struct flock lc = l;
+		begin_op();
+		r = fcntl(fd, cmd, &lc);
+		err = errno;
+		rec(lock_cmd_name(cmd), fd, l.l_start, l.l_len, l.l_whence, r, err);
+		want(name, r, err, 0, experr);
+		if (!r) {
+			struct flock x = l;
+			x.l_type = F_UNLCK;
+			if (memcmp(&x, &lc, sizeof x))
+				fail("%s with no lock held: answer {type %d whence %d start %lld len %lld pid %d}, "
+				     "expected the query back with type F_UNLCK",
+				     name, lc.l_type, lc.l_whence, (long long)lc.l_start, (long long)lc.l_len,
+				     (int)lc.l_pid);
+		}
+	}
+	if (held != F_UNLCK) {
+		pid_t pid = ofdlock ? -1 : getpid();
+		/* the owner itself sees no conflict with its own lock */
+		struct flock self = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = s, .l_len = 1 };
+		r = fcntl(fd, ofdlock ? F_OFD_GETLK : F_GETLK, &self);
+		err = errno;
+		want("self query of a held lock", r, err, 0, 0);
+		if (self.l_type != F_UNLCK)
+			fail("%s: the owner's own query at %lld reports a conflict (type %d pid %d)", name, s,
+			     self.l_type, (int)self.l_pid);
+		int child = !in_child && !opt.no_fork && chance(30);
+		int nq = 0;
+		int qcmd = child ? F_GETLK : F_OFD_GETLK;
+		add_query(&nq, qcmd, F_WRLCK, s);
+		add_query(&nq, qcmd, F_RDLCK, s); /* conflicts with a write lock only */
+		if (e != LLONG_MAX)
+			add_query(&nq, qcmd, F_WRLCK, e);
+		if (s > 0)
+			add_query(&nq, qcmd, F_WRLCK, s - 1);
+		if (e < LLONG_MAX - 1)
+			add_query(&nq, qcmd, F_WRLCK, e + 1);
+		probe_locks(f, nq, child);
+		int i = 0;
+		check_query(i++, 1, held, s, e, pid);
+		check_query(i++, held == F_WRLCK, held, s, e, pid);
+		if (e != LLONG_MAX)
+			check_query(i++, 1, held, s, e, pid);
+		if (s > 0)
+			check_query(i++, 0, held, s, e, pid);
+		if (e < LLONG_MAX - 1)
+			check_query(i++, 0, held, s, e, pid);
+		struct flock un = { .l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0 };
+		r = fcntl(fd, ofdlock ? F_OFD_SETLK : F_SETLK, &un);
+		err = errno;
+		want("unlock", r, err, 0, 0);
+	}
+	if (held != F_UNLCK || chance(10)) {
+		/* nothing is locked any more, anywhere in the file */
+		int nq = 0;
+		add_query(&nq, F_OFD_GETLK, F_WRLCK, 0);
+		lqs[0].in.l_len = 0;
+		probe_locks(f, nq, 0);
+		check_query(0, 0, 0, 0, 0, 0);
+	}
+	return 1;
+}
+
+/* ---- preadv2/pwritev2 flags, modelled on the bare kernel's answers ---- */
+
+/* 0x100 is RWF_NOSIGNAL from Linux 6.18 on (unknown before); the last two
+ * bits are unknown to every kernel so far */
+static const int rwf_flags[] = { 0,          RWF_HIPRI,  RWF_DSYNC,     RWF_SYNC, RWF_NOWAIT, RWF_APPEND,
+				 RWF_NOAPPEND, RWF_ATOMIC, RWF_DONTCACHE, 0x100,    0x10000000, (int)0x80000000 };
+#define NRWF ((int)(sizeof rwf_flags / sizeof rwf_flags[0]))
+/* answer index: [write][flag][access 0..2][O_APPEND][zero length] */
+#define RWF_IDX(w, fl, acc, app, zero) (((((w) * NRWF + (fl)) * 3 + (acc)) * 2 + (app)) * 2 + (zero))
+#define NRWF_ANS (2 * NRWF * 3 * 2 * 2)
+#define KSPEC_TAG "K1:"
+
+/*
+ * The model cannot know how a file system answers each RWF flag (RWF_NOWAIT
+ * on tmpfs, RWF_DONTCACHE, RWF_ATOMIC, unknown bits), so it asks the kernel
+ * once: every flag, for reads and writes, on descriptors of each access
+ * mode with and without O_APPEND, with empty and non-empty buffers, on a
+ * scratch file in DIR. Under Chell that probe would go through Chell, so
+ * there the answers come from a plain run: `chell_randops --probe --dir DIR`
+ * prints them (one K1:... word) and `--kernel K1:...` passes them in.
+ * Chell re-adds LD_PRELOAD to every exec, so a re-exec cannot escape it.
+ * An entry is an errno (0: success). RWF_NOWAIT may also say EAGAIN where
+ * the data is not at hand, so its success is "the full count or EAGAIN".
+ */
+static unsigned char rwf_ans[NRWF_ANS];
+static unsigned rwf_usable; /* bit i: flag i has one answer whatever the geometry */
+
+static void probe_kernel(const char *dir, char *out, size_t outsz)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof path, "%s/.randops-probe", dir);
+	unsigned char b[8192];
+	memset(b, 0x5a, sizeof b);
+	unsigned usable = (1u << NRWF) - 1;
+	static const int accs[3] = { O_RDONLY, O_WRONLY, O_RDWR };
+	for (int a = 0; a < 3; a++)
+		for (int app = 0; app < 2; app++)
+			for (int fl = 0; fl < NRWF; fl++)
+				for (int w = 0; w < 2; w++)
+					for (int zero = 0; zero < 2; zero++) {
+						int geo[2];
+						for (int g = 0; g < 2; g++) {
+							int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0644);
+							if (fd < 0 || pwrite(fd, b, sizeof b, 0) != (ssize_t)sizeof b)
+								fprintf(stderr, "chell_randops: probe %s: %s\n", path,
+									strerror(errno)),
+									exit(2);
+							close(fd);
+							fd = open(path, accs[a] | (app ? O_APPEND : 0));
+							if (fd < 0)
+								fprintf(stderr, "chell_randops: probe %s: %s\n", path,
+									strerror(errno)),
+									exit(2);
+							/* g 0: one aligned power-of-two buffer (what RWF_ATOMIC wants);
+							 * g 1: two odd pieces at an odd offset */
+							struct iovec iov[2] = { { b, zero ? 0 : 512 }, { b + 600, zero ? 0 : 77 } };
+							off_t off = g ? 1001 : 4096;
+							ssize_t r = w ? pwritev2(fd, iov, g ? 2 : 1, off, rwf_flags[fl])
+								      : preadv2(fd, iov, g ? 2 : 1, off, rwf_flags[fl]);
+							geo[g] = r < 0 ? errno : 0;
+							close(fd);
+						}
+						if (geo[0] != geo[1])
+							usable &= ~(1u << fl);
+						rwf_ans[RWF_IDX(w, fl, a, app, zero)] = (unsigned char)geo[1];
+					}
+	unlink(path);
+	size_t n = (size_t)snprintf(out, outsz, KSPEC_TAG "%x:", usable);
+	for (int i = 0; i < NRWF_ANS && n + 3 < outsz; i++)
+		n += (size_t)snprintf(out + n, outsz - n, "%02x", rwf_ans[i]);
+}
+
+static int parse_kernel(const char *spec)
+{
+	char *end;
+	if (strncmp(spec, KSPEC_TAG, strlen(KSPEC_TAG)))
+		return -1;
+	spec += strlen(KSPEC_TAG);
+	unsigned long u = strtoul(spec, &end, 16);
+	if (*end != ':' || strlen(end + 1) != 2 * NRWF_ANS)
+		return -1;
+	rwf_usable = (unsigned)u;
+	for (int i = 0; i < NRWF_ANS; i++) {
+		char h[3] = { end[1 + 2 * i], end[2 + 2 * i], 0 };
+		rwf_ans[i] = (unsigned char)strtoul(h, NULL, 16);
+	}
+	return 0;
+}
+
+static int acc_index(int acc)
+{
+	return acc == O_RDONLY ? 0 : acc == O_WRONLY ? 1 : 2;
+}
+
+/* preadv2/pwritev2 with one RWF flag, at the current offset (-1) or a given one. */
+static int op_rwf(void)
+{
+	if (opt.no_rwf)
+		return 0;
+	int fd = pick_fd(0);
+	if (fd < 0)
+		return 0;
+	bufs_init();
+	struct mofd *o = OF(fd);
+	int fl = (int)below(NRWF);
+	if (!(rwf_usable & (1u << fl)))
+		return 0;
+	int flags = rwf_flags[fl], w = chance(50);
+	long long off = chance(40) ? -1 : (long long)roff(o->file);
+	if (chance(4))
+		off = -2 - (long long)below(1000);
+	size_t n = rsize();
+	int app = !!(o->flags & O_APPEND);
+	int ans = rwf_ans[RWF_IDX(w, fl, acc_index(o->acc), app, n == 0)];
+	int nowait = (flags & RWF_NOWAIT) && (ans == 0 || ans == EAGAIN);
+	int experr = off < -1 ? EINVAL : nowait ? 0 : ans;
+	uint64_t pos = off == -1 ? o->off : (uint64_t)(off < 0 ? 0 : off);
+	if (w) {
+		int append = (flags & RWF_APPEND) || (app && !(flags & RWF_NOAPPEND));
+		if (append)
+			pos = sh->fsize[o->file];
+		if (pos >= sh->max_size) {
+			if (off == -1 && !append)
+				return op_lseek_to(fd, (long long)below(sh->max_size + 1));
+			n = 0;
+			experr = off < -1 ? EINVAL : rwf_ans[RWF_IDX(w, fl, acc_index(o->acc), app, 1)];
+			nowait = (flags & RWF_NOWAIT) && (experr == 0 || experr == EAGAIN);
+			if (nowait)
+				experr = 0;
+		} else if (pos + n > sh->cap) {
+			n = (size_t)(sh->cap - pos);
+		}
+		fill_random(buf1, n, 0);
+	}
+	struct iovec iov[8];
+	int cnt = mkiov(iov, buf1, n, 8);
+	char name[48];
+	snprintf(name, sizeof name, "%s(flags 0x%x, off %lld)", w ? "pwritev2" : "preadv2", (unsigned)flags, off);
+	begin_op();
+	ssize_t r = w ? pwritev2(fd, iov, cnt, off, flags) : preadv2(fd, iov, cnt, off, flags);
+	int e = errno;
+	rec(w ? "pwritev2(rwf)" : "preadv2(rwf)", fd, (long long)n, off, flags, r, e);
+	if (nowait && r < 0 && e == EAGAIN)
+		return 1; /* allowed: the data was not at hand */
+	long long exp = experr ? 0 : w ? (long long)n : (long long)m_avail(o->file, pos, n);
+	/* RWF_NOWAIT may also stop short where the rest is not at hand */
+	if (nowait && r > 0 && r < exp)
+		exp = r;
+	want(name, r, e, exp, experr);
+	if (r > 0) {
+		if (w)
+			m_write(o->file, pos, buf1, (size_t)r);
+		else
+			check_bytes(name, o->file, pos, buf1, (size_t)r);
+	}
+	/* an empty transfer never moves the offset, O_APPEND or not */
+	if (r > 0 && off == -1)
+		o->off = pos + (uint64_t)r;
+	return 1;
+}
+
+/* ---- sendfile, copy_file_range, splice ---- */
+
+/* Pick a descriptor for a copy: a generator fd mostly; sometimes -1, a
+ * closed number, or the directory (dfd). *kind: 0 model fd, 1 bad, 2 dir. */
+static int pick_copy_fd(int *kind)
+{
+	unsigned c = (unsigned)below(100);
+	*kind = 0;
+	if (c < 4) {
+		*kind = 1;
+		return chance(50) ? -1 : pick_closed();
+	}
+	if (c < 7) {
+		*kind = 2;
+		return dfd;
+	}
+	return pick_fd(0);
+}
+
+static long long copy_len(void)
+{
+	unsigned c = (unsigned)below(100);
+	if (c < 5)
+		return 0;
+	if (c < 60)
+		return 1 + (long long)below(4096);
+	return 1 + (long long)below(MAXIO);
+}
+
+/* Apply a successful copy to the model: n bytes from (fi, pin) to (fo, pout). */
+static void m_copy(int fi, uint64_t pin, int fo, uint64_t pout, size_t n)
+{
+	if (!n)
+		return;
+	unsigned char *tmp = malloc(n);
+	if (!tmp)
+		fail("out of memory");
+	memcpy(tmp, fdata(fi) + pin, n);
+	m_write(fo, pout, tmp, n);
+	free(tmp);
+}
+
+static int op_sendfile(void)
+{
+	int ik, ok;
+	int in = pick_copy_fd(&ik), out = pick_copy_fd(&ok);
+	if ((ik == 0 && in < 0) || (ok == 0 && out < 0))
+		return 0;
+	struct mofd *oi = ik == 0 ? OF(in) : NULL, *oo = ok == 0 ? OF(out) : NULL;
+	int useoff = chance(50);
+	long long count = copy_len();
+	off_t xoff = 0;
+	if (useoff && ik != 1)
+		xoff = chance(4) ? -1 - (long long)below(100) : (off_t)(oi ? roff(oi->file) : below(4096));
+	int experr = 0;
+	uint64_t pin = 0, pout = 0, n = 0;
+	/* do_sendfile(): the input first (a readable descriptor, a valid
+	 * position), then the output; splice refuses an O_APPEND output */
+	if (ik == 1)
+		experr = EBADF;
+	else if (ik == 0 && !rd_ok(oi->acc))
+		experr = EBADF;
+	else if (useoff && xoff < 0)
+		experr = EINVAL;
+	else if (ok == 1)
+		experr = EBADF;
+	else if (ok == 2)
+		experr = EBADF; /* the directory is open read-only */
+	else if (!wr_ok(oo->acc))
+		experr = EBADF;
+	else if (oo->flags & O_APPEND)
+		experr = EINVAL;
+	else if (ik == 2 && count)
+		experr = EINVAL; /* a directory cannot be spliced from, but nothing is not read */
+	if (!experr && ik == 2) {
+		begin_op();
+		ssize_t r = sendfile(out, in, NULL, 0);
+		int e = errno;
+		rec("sendfile(dir, 0)", in, out, 0, 0, r, e);
+		want("sendfile(directory input, count 0)", r, e, 0, 0);
+		return 1;
+	}
+	if (!experr) {
+		pin = useoff ? (uint64_t)xoff : oi->off;
+		pout = oo->off;
+		if (pout >= sh->max_size)
+			return op_lseek_to(out, (long long)below(sh->max_size + 1));
+		if (pout + (uint64_t)count > sh->cap)
+			count = (long long)(sh->cap - pout);
+		n = m_avail(oi->file, pin, (size_t)count);
+		/* a copy within one file: only through two OFDs and between ranges
+		 * that do not overlap even at the full count (the kernel copies
+		 * through a pipe in pieces and reads on while the output grows) */
+		uint64_t c = (uint64_t)count, sz = sh->fsize[oi->file];
+		if (oi->file == oo->file &&
+		    (fdt[in].ofd == fdt[out].ofd || (c && pout < pin + c && pin < pout + c) ||
+		     (pin + c > sz && pout + c > sz) /* reading to an EOF the writes move */))
+			return 0;
+	}
+	off_t xo = xoff;
+	begin_op();
+	ssize_t r = sendfile(out, in, useoff ? &xo : NULL, (size_t)count);
+	int e = errno;
+	rec(useoff ? "sendfile(off)" : "sendfile", in, out, xoff, count, r, e);
+	want("sendfile", r, e, (long long)n, experr);
+	if (r >= 0) {
+		m_copy(oi->file, pin, oo->file, pout, (size_t)r);
+		if (useoff) {
+			if ((uint64_t)xo != pin + (uint64_t)r)
+				fail("sendfile: *offset %lld after, model %" PRIu64, (long long)xo, pin + (uint64_t)r);
+		} else {
+			oi->off = pin + (uint64_t)r;
+		}
+		oo->off = pout + (uint64_t)r;
+	} else if (useoff && xo != xoff) {
+		fail("sendfile failed but moved *offset from %lld to %lld", (long long)xoff, (long long)xo);
+	}
+	return 1;
+}
+
+static int op_copy_file_range(void)
+{
+	int ik, ok;
+	int in = pick_copy_fd(&ik), out = pick_copy_fd(&ok);
+	if ((ik == 0 && in < 0) || (ok == 0 && out < 0))
+		return 0;
+	struct mofd *oi = ik == 0 ? OF(in) : NULL, *oo = ok == 0 ? OF(out) : NULL;
+	int uin = chance(50), uout = chance(50);
+	unsigned flags = chance(3) ? 1u + (unsigned)below(8) : 0;
+	long long len = copy_len();
+	loff_t xin = 0, xout = 0;
+	if (uin && oi)
+		xin = chance(3) ? -1 - (long long)below(100) : (loff_t)roff(oi->file);
+	if (uout && oo)
+		xout = chance(3) ? -1 - (long long)below(100) : (loff_t)roff(oo->file);
+	int experr = 0;
+	uint64_t n = 0;
+	long long pin = uin ? xin : oi ? (long long)oi->off : 0;
+	long long pout = uout ? xout : oo ? (long long)oo->off : 0;
+	/* the syscall resolves both descriptors, then vfs_copy_file_range():
+	 * flags, then generic_file_rw_checks() (directories, access modes,
+	 * O_APPEND), the copy shortened to the input's EOF, overlap within one
+	 * file, and rw_verify_area() (negative positions) */
+	if (ik == 1 || ok == 1)
+		experr = EBADF;
+	else if (flags)
+		experr = EINVAL;
+	else if (ik == 2 || ok == 2)
+		experr = EISDIR;
+	else if (!rd_ok(oi->acc) || !wr_ok(oo->acc) || (oo->flags & O_APPEND))
+		experr = EBADF;
+	else {
+		uint64_t size = sh->fsize[oi->file];
+		n = pin >= 0 && (uint64_t)pin >= size ? 0 : size - (uint64_t)pin;
+		if (n > (uint64_t)len)
+			n = (uint64_t)len;
+		/* "offsets don't wrap" adds the count to the offset as unsigned:
+		 * a negative offset wraps when the count reaches its magnitude;
+		 * otherwise it fails rw_verify_area() */
+		if ((pin < 0 && len >= -pin) || (pout < 0 && len >= -pout))
+			experr = EOVERFLOW;
+		else if (pin < 0 || pout < 0)
+			experr = EINVAL;
+		else if (oi->file == oo->file && pout + (long long)n > pin && pout < pin + (long long)n)
+			experr = EINVAL;
+		else if ((uint64_t)pout >= sh->max_size && n) {
+			if (!uout)
+				return op_lseek_to(out, (long long)below(sh->max_size + 1));
+			return 0;
+		} else if ((uint64_t)pout + n > sh->cap) {
+			return 0;
+		}
+	}
+	loff_t ai = xin, ao = xout;
+	begin_op();
+	ssize_t r = copy_file_range(in, uin ? &ai : NULL, out, uout ? &ao : NULL, (size_t)len, flags);
+	int e = errno;
+	rec(uin || uout ? "copy_file_range(off)" : "copy_file_range", in, out, pin, len, r, e);
+	char what[80];
+	snprintf(what, sizeof what, "copy_file_range(%s, %s, len %lld, flags %u)", uin ? "off_in" : "NULL",
+		 uout ? "off_out" : "NULL", len, flags);
+	want(what, r, e, experr ? 0 : (long long)n, experr);
+	if (r >= 0) {
+		m_copy(oi->file, (uint64_t)pin, oo->file, (uint64_t)pout, (size_t)r);
+		if (uin) {
+			if (ai != xin + r)
+				fail("%s: *off_in %lld after, model %lld", what, (long long)ai, (long long)xin + r);
+		} else {
+			oi->off = (uint64_t)pin + (uint64_t)r;
+		}
+		if (uout) {
+			if (ao != xout + r)
+				fail("%s: *off_out %lld after, model %lld", what, (long long)ao, (long long)xout + r);
+		} else {
+			oo->off = (uint64_t)pout + (uint64_t)r;
+		}
+	} else if (ai != xin || ao != xout) {
+		fail("%s failed but moved an offset", what);
+	}
+	return 1;
+}
+
+/* A fresh pipe: its two descriptors are the lowest free, as the kernel allots. */
+static void open_pipe(int p[2])
+{
+	int e0 = lowest_free(0);
+	foreign[e0] = 1;
+	int e1 = lowest_free(0);
+	foreign[e0] = 0;
+	int r = pipe2(p, O_CLOEXEC), e = errno;
+	rec("pipe2", -1, 0, 0, 0, r, e);
+	want("pipe2", r, e, 0, 0);
+	if (p[0] != e0 || p[1] != e1)
+		fail("pipe2 gave descriptors %d,%d; lowest free are %d,%d", p[0], p[1], e0, e1);
+}
+
+static void close_pipe(int p[2])
+{
+	for (int i = 0; i < 2; i++)
+		if (close(p[i]))
+			fail("close(pipe %d): %s", p[i], strerror(errno));
+}
+
+/* sendfile and splice into a pipe, splice out of one, copy_file_range with one. */
+static int op_pipe_copy(void)
+{
+	int fd = pick_fd(0);
+	if (fd < 0)
+		return 0;
+	bufs_init();
+	struct mofd *o = OF(fd);
+	int p[2];
+	int v = (int)below(5), useoff = chance(50);
+	size_t count = (size_t)below(16384 + 1); /* fits in an empty pipe */
+	loff_t xoff = useoff ? (loff_t)roff(o->file) : 0, xo = xoff;
+	uint64_t pos = useoff ? (uint64_t)xoff : o->off;
+	ssize_t r;
+	int e, experr = 0;
+	const char *name;
+	open_pipe(p);
+	if (v <= 1) {
+		/* file -> pipe: reads at the offset given or the OFD's, which then advances */
+		name = v == 0 ? "sendfile(to pipe)" : "splice(file to pipe)";
+		experr = rd_ok(o->acc) ? 0 : EBADF;
+		size_t n = experr ? 0 : m_avail(o->file, pos, count);
+		begin_op();
+		if (v == 0) {
+			off_t so = (off_t)xoff;
+			r = sendfile(p[1], fd, useoff ? &so : NULL, count);
+			xo = so;
+		} else {
+			r = splice(fd, useoff ? &xo : NULL, p[1], NULL, count, 0);
+		}
+		e = errno;
+		rec(name, fd, (long long)count, useoff ? xoff : -1, 0, r, e);
+		want(name, r, e, (long long)n, experr);
+		if (r > 0) {
+			ssize_t g = read(p[0], buf1, (size_t)r);
+			if (g != r)
+				fail("%s: read %zd of %zd bytes back from the pipe", name, g, r);
+			check_bytes(name, o->file, pos, buf1, (size_t)r);
+		}
+		if (r >= 0 && !useoff)
+			o->off = pos + (uint64_t)r;
+	} else if (v == 2) {
+		/* pipe -> file: writes at the offset given or the OFD's; never O_APPEND */
+		name = "splice(pipe to file)";
+		if (!useoff && pos >= sh->max_size) {
+			close_pipe(p);
+			return op_lseek_to(fd, (long long)below(sh->max_size + 1));
+		}
+		if (pos + count > sh->cap)
+			count = pos >= sh->cap ? 0 : (size_t)(sh->cap - pos);
+		fill_random(buf1, count, 0);
+		if (count && write(p[1], buf1, count) != (ssize_t)count)
+			fail("write to pipe: %s", strerror(errno));
+		experr = !wr_ok(o->acc) ? EBADF : (o->flags & O_APPEND) ? EINVAL : 0;
+		begin_op();
+		r = splice(p[0], NULL, fd, useoff ? &xo : NULL, count, SPLICE_F_NONBLOCK);
+		e = errno;
+		rec(name, fd, (long long)count, useoff ? xoff : -1, 0, r, e);
+		want(name, r, e, (long long)count, count ? experr : 0);
+		if (r > 0)
+			m_write(o->file, pos, buf1, (size_t)r);
+		if (r >= 0 && !useoff)
+			o->off = pos + (uint64_t)r;
+	} else {
+		/* copy_file_range wants regular files on both ends */
+		name = v == 3 ? "copy_file_range(to pipe)" : "copy_file_range(from pipe)";
+		begin_op();
+		r = v == 3 ? copy_file_range(fd, NULL, p[1], NULL, count, 0)
+			   : copy_file_range(p[0], NULL, fd, NULL, count, 0);
+		e = errno;
+		rec(name, fd, (long long)count, 0, 0, r, e);
+		want(name, r, e, 0, EINVAL);
+	}
+	if (useoff && r >= 0 && xo != xoff + r)
+		fail("%s: offset %lld after, model %lld", name, (long long)xo, (long long)xoff + r);
+	if (useoff && r < 0 && xo != xoff)
+		fail("%s failed but moved the offset", name);
+	close_pipe(p);
+	return 1;
+}
+
+static int op_copy(void)
+{
+	if (opt.no_copy)
+		return 0;
+	unsigned c = (unsigned)below(100);
+	return c < 40 ? op_sendfile() : c < 80 ? op_copy_file_range() : op_pipe_copy();
+}
+
+/* ---- descriptor limits ---- */
+
+/*
+ * In a forked child: lower RLIMIT_NOFILE to L and allocate descriptors
+ * (dup, F_DUPFD, open, by turns) until EMFILE. The count must be exactly
+ * the free numbers below L, each call must return the lowest of them, and
+ * numbers at or above L are refused as the kernel refuses them.
+ */
+static int op_limits(void)
+{
+	if (opt.no_limits || opt.no_fork || in_child)
+		return 0;
+	int src = pick_fd(0);
+	if (src < 0)
+		return 0;
+	/* Mostly a limit among the generator's descriptors; sometimes the limit
+	 * the process has (up to FULL_LIMIT), where a preloaded library keeps
+	 * its own descriptors near the top: they must not count against it.
+	 * That needs room above the soft limit: with soft == hard (and no
+	 * CAP_SYS_RESOURCE to raise it) nothing can live above it, a case
+	 * docs/ARCHITECTURE.md gives as a known limit, so it is not drawn. */
+	struct rlimit rl0;
+	if (getrlimit(RLIMIT_NOFILE, &rl0))
+		fail("getrlimit: %s", strerror(errno));
+	int L = 4 + (int)below(FDLIM - 4);
+	int room = rl0.rlim_max == RLIM_INFINITY || rl0.rlim_cur + 256 <= rl0.rlim_max;
+	if (chance(25) && room)
+		L = rl0.rlim_cur == RLIM_INFINITY || rl0.rlim_cur > FULL_LIMIT ? FULL_LIMIT : (int)rl0.rlim_cur;
+	int f = OF(src)->file;
+	int exp = 0;
+	for (int i = 0; i < L; i++)
+		exp += i >= MAXFD || (fdt[i].ofd < 0 && !foreign[i]);
+	begin_op();
+	rec("limits", src, L, exp, 0, 0, 0);
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0)
+		fail("fork (limits): %s", strerror(errno));
+	if (pid == 0) {
+		become_child("limits", 0x400000 + cur_id);
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl))
+			fail("getrlimit: %s", strerror(errno));
+		rl.rlim_cur = (rlim_t)L;
+		int r = setrlimit(RLIMIT_NOFILE, &rl), e = errno;
+		want("setrlimit(RLIMIT_NOFILE)", r, e, 0, 0);
+		struct rlimit got;
+		if (getrlimit(RLIMIT_NOFILE, &got) || got.rlim_cur != (rlim_t)L)
+			fail("getrlimit after setrlimit(%d): %lld", L, (long long)got.rlim_cur);
+		char *occ = calloc((size_t)L, 1);
+		if (!occ)
+			fail("out of memory");
+		for (int i = 0; i < MAXFD && i < L; i++)
+			occ[i] = fdt[i].ofd >= 0 || foreign[i];
+		int count = 0, last = -1, low = 0;
+		for (int k = 0;; k++) {
+			int want_fd = -1;
+			while (low < L && occ[low])
+				low++;
+			if (low < L)
+				want_fd = low;
+			/* opens only among the first: thousands of them add nothing */
+			int v = k < 96 ? k % 3 : k % 2;
+			const char *name = v == 0 ? "dup" : v == 1 ? "F_DUPFD" : "open";
+			if (v == 0)
+				r = dup(src);
+			else if (v == 1)
+				r = fcntl(src, F_DUPFD, 0);
+			else
+				r = open(fpath[f], O_RDONLY);
+			e = errno;
+			rec(name, src, L, count, 0, r, e);
+			if (want_fd < 0) {
+				want(name, r, e, 0, EMFILE);
+				break;
+			}
+			want(name, r, e, want_fd, 0);
+			occ[r] = 1;
+			last = r;
+			count++;
+			if (count > L)
+				fail("more than %d descriptors under RLIMIT_NOFILE %d", count, L);
+		}
+		if (count != exp)
+			fail("RLIMIT_NOFILE %d: %d descriptors allocated, the model's free count is %d", L, count, exp);
+		/* at and above the limit: dup2/dup3 EBADF, F_DUPFD EINVAL */
+		/* (src itself may be at or above the limit: not as the target) */
+		int hi = L + (int)below(64);
+		if (hi == src)
+			hi++;
+		r = dup2(src, hi);
+		e = errno;
+		rec("dup2(>=limit)", src, hi, L, 0, r, e);
+		want("dup2 at or above RLIMIT_NOFILE", r, e, 0, EBADF);
+		r = dup3(src, L == src ? L + 1 : L, O_CLOEXEC);
+		e = errno;
+		rec("dup3(>=limit)", src, L, L, 0, r, e);
+		want("dup3 at RLIMIT_NOFILE", r, e, 0, EBADF);
+		r = fcntl(src, chance(50) ? F_DUPFD : F_DUPFD_CLOEXEC, hi);
+		e = errno;
+		rec("F_DUPFD(>=limit)", src, hi, L, 0, r, e);
+		want("F_DUPFD at or above RLIMIT_NOFILE", r, e, 0, EINVAL);
+		if (last >= 0) {
+			/* a freed number below the limit is the next one given */
+			r = close(last);
+			e = errno;
+			want("close", r, e, 0, 0);
+			r = dup(src);
+			e = errno;
+			rec("dup(after close)", src, last, 0, 0, r, e);
+			want("dup after a close at the limit", r, e, last, 0);
+			int p[2];
+			r = pipe(p);
+			e = errno;
+			rec("pipe(at limit)", -1, L, 0, 0, r, e);
+			want("pipe at the limit", r, e, 0, EMFILE);
+		}
+		_exit(0);
+	}
+	wait_child(pid, "limits");
+	atomic_fetch_add(&sh->forks, 1);
+	return 1;
+}
+
+/* ---- failed and short writes ---- */
+
+static unsigned char *badpg; /* two pages: readable-writable, then PROT_NONE */
+static size_t pgsz;
+
+static void badpg_init(void)
+{
+	if (badpg)
+		return;
+	pgsz = (size_t)sysconf(_SC_PAGESIZE);
+	void *p = mmap(NULL, 2 * pgsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED || mprotect((char *)p + pgsz, pgsz, PROT_NONE))
+		fail("mmap/mprotect for bad buffers: %s", strerror(errno));
+	badpg = p;
+}
+
+/*
+ * write/pwrite/writev/pwritev whose buffer is bad from the first byte (EFAULT,
+ * nothing written, the size unchanged), or whose later bytes are (a short
+ * count: exactly the good bytes before the first bad one are written, the
+ * size is position + count). Mostly at end of file, where a wrong size shows.
+ */
+static int op_badwrite(void)
+{
+	if (opt.no_badwrite)
+		return 0;
+	int fd = pick_fd(0);
+	if (fd < 0)
+		return 0;
+	bufs_init();
+	badpg_init();
+	struct mofd *o = OF(fd);
+	int f = o->file, posn = chance(50);
+	uint64_t size = sh->fsize[f];
+	long long off = chance(70) ? (long long)size : (long long)roff(f);
+	int app = !!(o->flags & O_APPEND);
+	uint64_t pos = app ? size : posn ? (uint64_t)off : o->off;
+	if (pos >= sh->max_size) {
+		if (!posn && !app)
+			return op_lseek_to(fd, (long long)below(sh->max_size + 1));
+		return 0;
+	}
+	int v = (int)below(5);
+	size_t good = 0;
+	int experr = wr_ok(o->acc) ? 0 : EBADF;
+	struct iovec iov[3];
+	int cnt = 1;
+	const char *name;
+	unsigned char *bad = badpg + pgsz;
+	if (v == 0) {
+		/* the whole buffer in the PROT_NONE page */
+		iov[0] = (struct iovec){ bad, 1 + below(4096) };
+	} else if (v == 1) {
+		/* a pointer no process may use */
+		iov[0] = (struct iovec){ (void *)-1L, 1 + below(4096) };
+	} else if (v == 2) {
+		/* good bytes, then an iovec in the PROT_NONE page */
+		size_t n1 = below(4096);
+		fill_random(buf1, n1, 0);
+		iov[0] = (struct iovec){ buf1, n1 };
+		iov[1] = (struct iovec){ bad + below(64), 1 + below(200) };
+		cnt = 2;
+		good = n1;
+	} else {
+		/* good bytes, then an iovec that runs off a good page into the bad one */
+		size_t n1 = below(4200), g = 1 + below(pgsz - 1);
+		fill_random(buf1, n1, 0);
+		fill_random(bad - g, g, 0);
+		iov[0] = (struct iovec){ buf1, n1 };
+		iov[1] = (struct iovec){ bad - g, g + 1 + below(3000) };
+		cnt = 2;
+		if (chance(30)) {
+			iov[2] = (struct iovec){ buf1, 10 };
+			cnt = 3;
+		}
+		good = n1 + g;
+		if (v == 4) {
+			/* an unusable pointer in a later iovec: the kernel's import of the
+			 * vector rejects the whole call */
+			iov[1].iov_base = (void *)-1L;
+			good = 0;
+		}
+	}
+	if (pos + good > sh->cap)
+		return 0;
+	if (!experr && !good)
+		experr = EFAULT;
+	/* a fault on the first byte in a mapped but inaccessible page (not a
+	 * pointer the kernel rejects outright) still ends the write with
+	 * ->write_end(copied 0), which grows the file to the position */
+	int grows = experr == EFAULT && v != 1 && v != 4;
+	ssize_t r;
+	begin_op();
+	if (cnt == 1) {
+		name = posn ? "pwrite(bad buffer)" : "write(bad buffer)";
+		r = posn ? pwrite(fd, iov[0].iov_base, iov[0].iov_len, off) : write(fd, iov[0].iov_base, iov[0].iov_len);
+	} else {
+		name = posn ? "pwritev(bad iovec)" : "writev(bad iovec)";
+		r = posn ? pwritev(fd, iov, cnt, off) : writev(fd, iov, cnt);
+	}
+	int e = errno;
+	rec(name, fd, (long long)good, posn ? off : -1, v, r, e);
+	want(name, r, e, (long long)good, experr);
+	/* the model takes exactly the r good bytes, iovec by iovec */
+	for (int i = 0, left = 0; i < cnt && r > 0; i++) {
+		size_t k = iov[i].iov_len < (size_t)r - (size_t)left ? iov[i].iov_len : (size_t)r - (size_t)left;
+		m_write(f, pos + (uint64_t)left, iov[i].iov_base, k);
+		left += (int)k;
+		if ((size_t)left == (size_t)r)
+			break;
+	}
+	if (r > 0 && !posn)
+		o->off = pos + (uint64_t)r;
+	if (r < 0 && e == EFAULT && grows && pos > sh->fsize[f])
+		m_truncate(f, pos);
+	/* the size is the kernel's: fstat through the same descriptor */
+	struct stat st;
+	if (fstat(fd, &st))
+		fail("fstat after %s: %s", name, strerror(errno));
+	check_size(name, f, st.st_size);
+	/* and the bytes around the write are exactly the model's, read through
+	 * a descriptor of their own (the generator's may be write-only) */
+	int expfd = lowest_free(0);
+	int rfd = open(fpath[f], O_RDONLY);
+	e = errno;
+	want("open(check bad write)", rfd, e, expfd, 0);
+	uint64_t from = pos > 64 ? pos - 64 : 0;
+	size_t window = (size_t)(pos - from) + (r > 0 ? (size_t)r : 0) + 64;
+	size_t want_n = m_avail(f, from, window);
+	ssize_t g = pread(rfd, buf2, window, (off_t)from);
+	e = errno;
+	want("pread after a bad write", g, e, (long long)want_n, 0);
+	check_bytes(name, f, from, buf2, (size_t)g);
+	if (close(rfd))
+		fail("close: %s", strerror(errno));
+	return 1;
+}
+
+/* ---- a thread with a private descriptor table ---- */
+
+struct ushare {
+	int mode, lo, nclose, closed[8];
+};
+
+/* What the unsharing thread must see at fd: 0 closed, 1 open, 2 open+cloexec. */
+static int ushare_state(const struct ushare *u, int fd)
+{
+	int open_ = fdt[fd].ofd >= 0 || foreign[fd];
+	if (!open_)
+		return 0;
+	if (u->mode == 2) {
+		for (int i = 0; i < u->nclose; i++)
+			if (u->closed[i] == fd)
+				return 0;
+		return 1;
+	}
+	if (fd < u->lo)
+		return 1;
+	return u->mode == 1 ? 2 : 0;
+}
+
+static void *ushare_main(void *arg)
+{
+	struct ushare *u = arg;
+	who = "unshare-thread";
+	int r, e;
+	if (u->mode == 2) {
+		r = unshare(CLONE_FILES);
+		e = errno;
+		rec("unshare(CLONE_FILES)", -1, 0, 0, 0, r, e);
+		want("unshare(CLONE_FILES)", r, e, 0, 0);
+		for (int i = 0; i < u->nclose; i++) {
+			r = close(u->closed[i]);
+			e = errno;
+			rec("close(unshared)", u->closed[i], 0, 0, 0, r, e);
+			want("close in the unshared table", r, e, 0, 0);
+		}
+	} else {
+		unsigned fl = CLOSE_RANGE_UNSHARE | (u->mode == 1 ? CLOSE_RANGE_CLOEXEC : 0);
+		r = close_range((unsigned)u->lo, ~0U, fl);
+		e = errno;
+		rec("close_range(UNSHARE)", -1, u->lo, -1, fl, r, e);
+		want("close_range(UNSHARE)", r, e, 0, 0);
+	}
+	/* the private table, as the model says */
+	for (int fd = 0; fd < MAXFD; fd++) {
+		int st = ushare_state(u, fd);
+		r = fcntl(fd, F_GETFD);
+		e = errno;
+		if (!st) {
+			if (r != -1 || e != EBADF)
+				fail("unshared table: fd %d should be closed (F_GETFD=%d errno=%d)", fd, r, r < 0 ? e : 0);
+		} else if (fdt[fd].ofd >= 0) {
+			int ce = st == 2 || fdt[fd].cloexec;
+			if (r != (ce ? FD_CLOEXEC : 0))
+				fail("unshared table: fd %d F_GETFD=%d errno=%d, model cloexec=%d", fd, r, r < 0 ? e : 0, ce);
+		}
+	}
+	/* descriptors kept still read the right bytes */
+	bufs_init();
+	for (int fd = 0; fd < MAXFD; fd++) {
+		if (fdt[fd].ofd < 0 || !ushare_state(u, fd) || !rd_ok(OF(fd)->acc))
+			continue;
+		struct mofd *o = OF(fd);
+		uint64_t pos = below(sh->fsize[o->file] + 1);
+		size_t n = m_avail(o->file, pos, 4096);
+		ssize_t g = pread(fd, buf1, 4096, (off_t)pos);
+		e = errno;
+		rec("pread(unshared)", fd, 4096, (long long)pos, 0, g, e);
+		want("pread in the unshared table", g, e, (long long)n, 0);
+		check_bytes("pread in the unshared table", o->file, pos, buf1, (size_t)g);
+		break;
+	}
+	free(buf1);
+	free(buf2);
+	buf1 = buf2 = NULL;
+	/* an open takes the lowest number free in the private table */
+	int expfd = -1;
+	for (int fd = 0; fd < MAXFD && expfd < 0; fd++)
+		if (!ushare_state(u, fd))
+			expfd = fd;
+	int f = (int)below(sh->nfiles);
+	if (sh->fexists[f]) {
+		int nfd = open(fpath[f], O_RDONLY);
+		e = errno;
+		rec("open(unshared)", nfd, f, 0, 0, nfd, e);
+		want("open in the unshared table", nfd, e, expfd, 0);
+		r = close(nfd);
+		e = errno;
+		want("close in the unshared table", r, e, 0, 0);
+	}
+	return NULL;
+}
+
+/*
+ * A thread takes a private copy of the descriptor table (close_range with
+ * CLOSE_RANGE_UNSHARE, alone or with CLOSE_RANGE_CLOEXEC, or
+ * unshare(CLONE_FILES) and closes) and changes it; the other threads'
+ * table must be untouched: every descriptor open, at its offset, with its
+ * flags, reading the right bytes.
+ */
+static int op_unshare(void)
+{
+	if (opt.no_unshare || in_child)
+		return 0;
+	struct ushare u = { .mode = (int)below(3), .lo = 3 + (int)below(FDLIM - 3) };
+	if (u.mode == 2) {
+		for (int fd = 3; fd < MAXFD && u.nclose < 8; fd++)
+			if (fdt[fd].ofd >= 0 && chance(50))
+				u.closed[u.nclose++] = fd;
+	}
+	begin_op();
+	pthread_t th;
+	if ((errno = pthread_create(&th, NULL, ushare_main, &u)))
+		fail("pthread_create: %s", strerror(errno));
+	pthread_join(th, NULL);
+	check_fds("after a thread unshared its table");
+	int fd = pick_fd(1);
+	if (fd >= 0) {
+		struct mofd *o = OF(fd);
+		uint64_t pos = below(sh->fsize[o->file] + 1);
+		size_t n = m_avail(o->file, pos, 4096);
+		ssize_t g = pread(fd, buf1, 4096, (off_t)pos);
+		int e = errno;
+		rec("pread(after unshare)", fd, 4096, (long long)pos, 0, g, e);
+		want("pread after another thread unshared", g, e, (long long)n, 0);
+		check_bytes("pread after another thread unshared", o->file, pos, buf1, (size_t)g);
+	}
+	return 1;
+}
+
 /* One basic operation (the ones a forked child may also run). */
 static int op_basic(void)
 {
@@ -1437,7 +2672,8 @@ static int op_basic(void)
 		{ op_write, 9 },    { op_pwrite, 9 },  { op_lseek, 6 },    { op_ftruncate, 2 },
 		{ op_truncate, 1 }, { op_fallocate, 3 }, { op_sync, 1 },   { op_stat, 4 },
 		{ op_dup, 4 },      { op_fcntl, 4 },   { op_close_range, 1 }, { op_badfd, 2 },
-		{ op_lock_cur, 2 }, { op_unshare, 1 },
+		{ op_lock_cur, 2 },
+		{ op_lock, 4 },     { op_rwf, 4 },     { op_copy, 4 },     { op_badwrite, 2 },
 	};
 	int total = 0;
 	for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
@@ -1449,6 +2685,136 @@ static int op_basic(void)
 		x -= tab[i].w;
 	}
 	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Side operations: bad pointers and RLIMIT_NOFILE                     */
+/*
+ * They run every SIDE_EVERY iterations of the main loop, with their own
+ * random stream, so the main sequence of every seed stays what it was. Each
+ * leaves the model as it found it.
+ */
+#define SIDE_EVERY 50
+static struct rng side_rng;
+
+/* Bad pointer arguments: EFAULT (or EBADF first for the access mode), and
+ * the descriptor's offset untouched. */
+static int op_badptr(void)
+{
+	static char *none, *ronly;
+	if (!none) {
+		char *m = mmap(NULL, 8192, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (m == MAP_FAILED)
+			fail("mmap: %s", strerror(errno));
+		mprotect(m + 4096, 4096, PROT_READ);
+		none = m;
+		ronly = m + 4096;
+	}
+	int fd = pick_fd(0);
+	int v = (int)below(fd < 0 ? 3 : 9);
+	struct stat st;
+	long long r;
+	int experr = EFAULT;
+	static const char *names[9] = { "open(bad path)", "stat(bad path)", "truncate(bad path)",
+					"readv(bad iov)", "writev(bad iov)", "F_SETLK(bad flock)",
+					"F_GETLK(read-only flock)", "fstat(bad buf)", "preadv(bad iov)" };
+	int acc = fd >= 0 ? OF(fd)->acc : O_RDWR;
+	begin_op();
+	switch (v) {
+	case 0: r = open(chance(50) ? none : (char *)-1, O_RDWR | O_CREAT, 0644); break;
+	case 1: r = stat(none, &st); break;
+	case 2: r = truncate((char *)-1, 0); break;
+	case 3: r = readv(fd, (struct iovec *)none, 1 + (int)below(4)); experr = rd_ok(acc) ? EFAULT : EBADF; break;
+	case 4: r = writev(fd, (struct iovec *)(void *)-1, 1); experr = wr_ok(acc) ? EFAULT : EBADF; break;
+	case 5: r = fcntl(fd, F_SETLK, (struct flock *)none); break;
+	case 6: r = fcntl(fd, F_GETLK, (struct flock *)ronly); break;
+	case 7: r = fstat(fd, (struct stat *)(chance(50) ? none : ronly)); break;
+	default: r = preadv(fd, (struct iovec *)none, 2, 0); experr = rd_ok(acc) ? EFAULT : EBADF; break;
+	}
+	int e = errno;
+	rec(names[v], fd, v, 0, 0, r, e);
+	want(names[v], r, e, 0, experr);
+	if (fd >= 0) {
+		off_t off = lseek(fd, 0, SEEK_CUR);
+		if (off < 0 || (uint64_t)off != OF(fd)->off)
+			fail("%s: offset of fd %d now %lld, model %" PRIu64, names[v], fd, (long long)off,
+			     OF(fd)->off);
+	}
+	return 1;
+}
+
+/* A small soft RLIMIT_NOFILE: exactly the free numbers below it can be
+ * filled (the tester's own descriptors excepted, none of Chell's), then the
+ * kernel's errors; the limit is restored. */
+static int op_fdlimit(void)
+{
+	int src = pick_fd(0);
+	if (src < 0)
+		return 0;
+	int lim = lowest_free(0) + 1 + (int)below(8);
+	if (lim > FDLIM)
+		return 0;
+	int freev[FDLIM], nfree = 0;
+	for (int i = 0; i < lim; i++)
+		if (fdt[i].ofd < 0 && !foreign[i])
+			freev[nfree++] = i;
+	struct rlimit old, rl;
+	if (getrlimit(RLIMIT_NOFILE, &old))
+		fail("getrlimit: %s", strerror(errno));
+	rl = old;
+	rl.rlim_cur = (rlim_t)lim;
+	begin_op();
+	int r = setrlimit(RLIMIT_NOFILE, &rl), e = errno;
+	rec("setrlimit(NOFILE)", -1, lim, 0, 0, r, e);
+	want("setrlimit(NOFILE)", r, e, 0, 0);
+	for (int k = 0; k < nfree; k++) {
+		r = dup(src);
+		e = errno;
+		rec("dup(below limit)", src, lim, k, 0, r, e);
+		want("dup(below limit)", r, e, freev[k], 0);
+	}
+	int v = (int)below(6), tgt = lim + (int)below(40);
+	if (tgt == src)
+		tgt++; /* dup2(fd, fd) checks no limit (and dup3 says EINVAL) */
+	switch (v) {
+	case 0: r = dup(src); break;
+	case 1: r = dup2(src, tgt); break;
+	case 2: r = dup3(src, tgt, O_CLOEXEC); break;
+	case 3: r = fcntl(src, F_DUPFD, tgt); break;
+	case 4: r = fcntl(src, F_DUPFD_CLOEXEC, (int)below((uint64_t)lim)); break;
+	default: {
+		/* not open(): the shadow handler's first open of a file copies it
+		 * with descriptors of its own, which fails at the limit (EIO) */
+		int pfd[2];
+		r = pipe(pfd);
+		break;
+	}
+	}
+	e = errno;
+	static const int experr[6] = { EMFILE, EBADF, EBADF, EINVAL, EMFILE, EMFILE };
+	rec("at the limit", src, v, tgt, lim, r, e);
+	want("at the limit", r, e, 0, experr[v]);
+	for (int k = 0; k < nfree; k++)
+		close(freev[k]);
+	r = setrlimit(RLIMIT_NOFILE, &old);
+	e = errno;
+	rec("setrlimit(restore)", -1, 0, 0, 0, r, e);
+	want("setrlimit(restore)", r, e, 0, 0);
+	return 1;
+}
+
+static void side_ops(void)
+{
+	static unsigned long iter;
+	if (++iter % SIDE_EVERY)
+		return;
+	struct rng *saved = rg;
+	rg = &side_rng;
+	if (below(4) == 0)
+		op_fdlimit();
+	else
+		op_badptr();
+	rg = saved;
 }
 
 /* ------------------------------------------------------------------ */
@@ -2312,8 +3678,35 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: chell_randops --seed S --ops N --dir DIR [--files K] [--threads T] [--procs P]\n"
-		"       [--no-fork] [--no-exec] [--no-threads] [--no-stdio] [--max-size BYTES] [--verbose]\n");
+		"       [--no-fork] [--no-exec] [--no-threads] [--no-stdio] [--no-locks] [--no-rwf]\n"
+		"       [--no-copy] [--no-limits] [--no-badwrite] [--no-unshare] [--kernel K1:...]\n"
+		"       [--max-size BYTES] [--progress N] [--verbose]\n"
+		"       chell_randops --probe --dir DIR   (plainly: print the kernel's RWF answers)\n");
 	exit(2);
+}
+
+/* Where the RWF model's kernel answers come from: --kernel (a plain
+ * `--probe` run's output), else a probe right here, which is only the
+ * kernel's answer when no Chell is loaded into this process. */
+static void kernel_answers(void)
+{
+	if (opt.no_rwf)
+		return;
+	if (opt.kernel) {
+		if (strlen(opt.kernel) >= sizeof sh->kspec || parse_kernel(opt.kernel))
+			fprintf(stderr, "chell_randops: --kernel: not the output of a `chell_randops --probe` of "
+					"this version\n"),
+				exit(2);
+		strcpy(sh->kspec, opt.kernel);
+		return;
+	}
+	const char *pre = getenv("LD_PRELOAD");
+	if (pre && strstr(pre, "libchell")) {
+		fprintf(stderr, "chell_randops: under Chell the RWF model needs the bare kernel's answers: pass\n"
+				"  --kernel \"$(chell_randops --probe --dir DIR)\" (run plainly), or --no-rwf\n");
+		exit(2);
+	}
+	probe_kernel(dirpath, sh->kspec, sizeof sh->kspec);
 }
 
 static uint64_t num(const char *s, const char *what)
@@ -2362,12 +3755,32 @@ int main(int argc, char **argv)
 			opt.no_threads = 1;
 		else if (!strcmp(a, "--no-stdio"))
 			opt.no_stdio = 1;
+		else if (!strcmp(a, "--no-locks"))
+			opt.no_locks = 1;
+		else if (!strcmp(a, "--no-rwf"))
+			opt.no_rwf = 1;
+		else if (!strcmp(a, "--no-copy"))
+			opt.no_copy = 1;
+		else if (!strcmp(a, "--no-limits"))
+			opt.no_limits = 1;
+		else if (!strcmp(a, "--no-badwrite"))
+			opt.no_badwrite = 1;
+		else if (!strcmp(a, "--no-unshare"))
+			opt.no_unshare = 1;
+		else if (!strcmp(a, "--probe"))
+			opt.probe = 1;
+		else if (ARG("--kernel"))
+			opt.kernel = v;
+		else if (ARG("--progress"))
+			opt.progress = num(v, "progress");
 		else if (!strcmp(a, "--verbose"))
 			opt.verbose = 1;
 		else
 			usage();
 #undef ARG
 	}
+	if (opt.probe && opt.dir && (opt.resume || opt.kernel))
+		usage();
 	if (!opt.dir || opt.files < 1 || opt.files > MAXF || opt.max_size < 4096 ||
 	    opt.max_size > (1ULL << 30) || opt.procs > 64)
 		usage();
@@ -2376,6 +3789,12 @@ int main(int argc, char **argv)
 			fprintf(stderr, "chell_randops: %s: %s\n", opt.dir, strerror(errno)), exit(2);
 		if (!realpath(opt.dir, dirpath))
 			fprintf(stderr, "chell_randops: %s: %s\n", opt.dir, strerror(errno)), exit(2);
+	}
+	if (opt.probe) {
+		char spec[1024];
+		probe_kernel(dirpath, spec, sizeof spec);
+		printf("%s\n", spec);
+		return 0;
 	}
 	for (int f = 0; f < opt.files; f++)
 		snprintf(fpath[f], sizeof fpath[f], "%s/f%d", dirpath, f);
@@ -2388,11 +3807,14 @@ int main(int argc, char **argv)
 	} else {
 		fprintf(stderr,
 			"randops: seed=%" PRIu64 " ops=%" PRIu64 " dir=%s files=%d threads=%d procs=%d "
-			"max_size=%" PRIu64 "%s%s%s%s\n",
+			"max_size=%" PRIu64 "%s%s%s%s%s%s%s%s%s%s\n",
 			opt.seed, opt.ops, dirpath, opt.files, opt.no_threads ? 0 : opt.threads,
 			opt.no_fork ? 0 : opt.procs, opt.max_size, opt.no_fork ? " no-fork" : "",
 			opt.no_exec ? " no-exec" : "", opt.no_threads ? " no-threads" : "",
-			opt.no_stdio ? " no-stdio" : "");
+			opt.no_stdio ? " no-stdio" : "", opt.no_locks ? " no-locks" : "",
+			opt.no_rwf ? " no-rwf" : "", opt.no_copy ? " no-copy" : "",
+			opt.no_limits ? " no-limits" : "", opt.no_badwrite ? " no-badwrite" : "",
+			opt.no_unshare ? " no-unshare" : "");
 		/* Descriptors inherited from whoever started us (shells, CI runners
 		 * leak some) would shift every descriptor number and so change the
 		 * run: a seed must name the same run everywhere. Chell's own
@@ -2425,9 +3847,16 @@ int main(int argc, char **argv)
 		sh->cap = cap;
 		sh->nfiles = opt.files;
 		rng_seed(&main_rng, opt.seed, 0);
+		kernel_answers();
 		scan_foreign();
 	}
+	if (!opt.no_rwf && parse_kernel(sh->kspec))
+		fail("model: bad kernel answers \"%.40s...\"", sh->kspec);
+	lqs = mmap(NULL, MAXLQ * sizeof *lqs, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (lqs == MAP_FAILED)
+		fail("mmap lock probe area: %s", strerror(errno));
 	bufs_init();
+	rng_seed(&side_rng, sh->seed, 0x51de);
 	open_dirfd();
 	foreign[memfd < MAXFD ? memfd : 0] |= memfd < MAXFD;
 	if (dfd < MAXFD)
@@ -2437,10 +3866,17 @@ int main(int argc, char **argv)
 		int (*fn)(void);
 		int w; /* per 1000 */
 	} tab[] = {
-		{ op_basic, 955 }, { op_stdio, 25 }, { op_verify, 5 }, { op_fork, 8 },
-		{ op_exec, 1 },    { op_threads, 3 }, { op_procs, 3 },
+		{ op_basic, 951 }, { op_stdio, 25 }, { op_verify, 5 }, { op_fork, 8 },
+		{ op_exec, 1 },    { op_threads, 3 }, { op_procs, 3 }, { op_limits, 2 },
+		{ op_unshare, 2 },
 	};
+	/* --progress N: a line on stderr each time another N operations are done */
+	uint64_t next_progress = opt.progress ? (atomic_load(&sh->done) / opt.progress + 1) * opt.progress : 0;
 	while (remaining() > 0) {
+		if (next_progress && atomic_load(&sh->done) >= next_progress) {
+			fprintf(stderr, "randops: progress %" PRIu64 "/%" PRIu64 "\n", atomic_load(&sh->done), opt.ops);
+			next_progress = (atomic_load(&sh->done) / opt.progress + 1) * opt.progress;
+		}
 		int x = (int)below(1000);
 		for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) {
 			if (x < tab[i].w) {
@@ -2449,6 +3885,8 @@ int main(int argc, char **argv)
 			}
 			x -= tab[i].w;
 		}
+		if (remaining() > 0)
+			side_ops();
 	}
 
 	check_fds("end");

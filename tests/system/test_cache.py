@@ -26,10 +26,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHELL, LIBCHELL, PROGS, SEM_PROGS, run
+from conftest import CHELL, LIBCHELL, PROGS, SEM_PROGS, Manager, describe, fresh_manager, run
 from test_randops import SUMMARY, randops_argv, report
 
-POOL_SIZE = "8M"  # 4 chunk slots: smaller than the test files, so evictions happen
 TIMEOUT = 300
 RANDOPS_TOTAL = int(os.environ.get("CHELL_CACHE_RANDOPS_OPS", "60000"))
 
@@ -40,72 +39,6 @@ PLAIN_ENV = {
     "TZ": "UTC",
 }
 PLAIN_ENV.update({k: v for k, v in os.environ.items() if k in ("ASAN_OPTIONS", "UBSAN_OPTIONS")})
-
-
-def describe(res):
-    return (f"exit status {res.returncode}\n--- stdout ---\n"
-            + res.stdout.decode(errors="replace")[-3000:]
-            + "\n--- stderr ---\n" + res.stderr.decode(errors="replace")[-3000:])
-
-
-class Manager:
-    """A chelld serving `pool` in front of `backing`."""
-
-    def __init__(self, pool, backing, size=POOL_SIZE):
-        self.pool, self.backing, self.size = Path(pool), Path(backing), size
-
-    def start(self):
-        res = run([CHELL, "cache", "start", "--pool", self.pool, "--size", self.size,
-                   "--backing", self.backing], timeout=60)
-        assert res.returncode == 0, describe(res)
-
-    def stop(self):
-        res = run([CHELL, "cache", "stop", "--pool", self.pool], timeout=120)
-        assert res.returncode == 0, describe(res)
-
-    def client(self, *ops):
-        """tests/progs/chelld_client on the manager's socket."""
-        res = run([PROGS / "chelld_client", self.pool / "chelld.sock", "hello", *ops], timeout=120)
-        assert res.returncode == 0, describe(res)
-        return res.stdout.decode()
-
-    def flush(self):
-        """Write back every file. ENOENT is chelld's answer when some cached
-        file was deleted meanwhile (sqlite's journal): the others are still
-        written, which the callers check by content."""
-        out = self.client("flush:all")
-        assert "flush status=OK" in out or "flush status=ENOENT" in out, out
-
-    def cmd(self, argv, extra=()):
-        return [str(CHELL), "run", "--mode", "cache", "--set", f"cache.pool={self.pool}",
-                "--set", f"cache.backing={self.backing}", *extra, "--"] + [str(a) for a in argv]
-
-
-class fresh_manager:
-    """A chelld on a new pool and backing directory, stopped and removed on exit.
-
-    One per test (starting one takes a fraction of a second), so a test
-    never depends on what an earlier one left in the small pool."""
-
-    def __enter__(self):
-        self.pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
-        self.backing = tempfile.mkdtemp(prefix="chell-cache-back-", dir="/tmp")
-        self.m = Manager(self.pool, self.backing)
-        self.m.start()
-        return self.m
-
-    def __exit__(self, *exc):
-        try:
-            self.m.stop()
-        finally:
-            shutil.rmtree(self.pool, ignore_errors=True)
-            shutil.rmtree(self.backing, ignore_errors=True)
-
-
-@pytest.fixture
-def mgr():
-    with fresh_manager() as m:
-        yield m
 
 
 @pytest.fixture

@@ -696,3 +696,133 @@ def test_fallback_odirect_fifo_devnull(dirs, tmp_path):
     assert (dirs["data"] / "plain").read_bytes() == (ref_dir / "plain").read_bytes()
     if (ref_dir / "odirect").exists():
         assert (dirs["data"] / "odirect").read_bytes() == (ref_dir / "odirect").read_bytes()
+
+
+# ------------------------------------------------------------------------
+# A file system mounted after start-up
+# ------------------------------------------------------------------------
+
+# Without --path, direct mode serves the fast tier (tmpfs, DAX) by mount
+# type. The program below starts, serves a tmpfs file (one read, one write),
+# then waits while the test mounts an ext4 image under a directory of that
+# tmpfs, and works on a file there: the kernel must serve it (ext4 is not the
+# fast tier), so the stats count no more reads or writes, and its answers are
+# the kernel's.
+LATE_MOUNT_PY = r"""
+import os, sys
+d, mnt = sys.argv[1], sys.argv[2]
+fd = os.open(d + "/tmpfs-file", os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, b"t" * 100)
+print("tmpfs pread", len(os.pread(fd, 100, 0)))
+os.close(fd)
+sys.stdout.flush()
+sys.stdin.readline()  # the test mounts the ext4 image now
+fd = os.open(mnt + "/ext4-file", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+for i in range(3):
+    os.write(fd, bytes([65 + i]) * 5000)
+os.lseek(fd, 4990, os.SEEK_SET)
+print("ext4 read", os.read(fd, 20))
+print("ext4 pread", os.pread(fd, 10, 14995), os.pread(fd, 10, 15000))
+os.ftruncate(fd, 7000)
+print("ext4 size", os.fstat(fd).st_size, os.lseek(fd, 0, os.SEEK_END))
+os.close(fd)
+"""
+
+
+def test_late_mount_under_tmpfs_uses_kernel(workdir, tmp_path):
+    if os.geteuid() != 0 or not shutil.which("mkfs.ext4"):
+        pytest.skip("needs root and mkfs.ext4 to mount a loop image")
+    img = tmp_path / "ext4.img"
+    with open(img, "wb") as f:
+        f.truncate(16 << 20)
+    mk = run(["mkfs.ext4", "-q", "-F", img])
+    assert mk.returncode == 0, describe(mk)
+    data, stats = workdir / "data", workdir / "stats"
+    mnt = data / "mnt"
+    for p in (data, stats, mnt):
+        p.mkdir(exist_ok=True)
+    script = tmp_path / "late.py"
+    script.write_text(LATE_MOUNT_PY)
+    cmd = chell_cmd("direct", [], [sys.executable, script, data, mnt],
+                    ["--set", f"stats.file={stats}/stats.%p.json"])
+    p = subprocess.Popen([str(a) for a in cmd], env=PLAIN_ENV, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    mounted = False
+    try:
+        first = p.stdout.readline()
+        assert first == b"tmpfs pread 100\n", (first, p.stderr.read())
+        m = run(["mount", "-o", "loop", img, mnt])
+        if m.returncode != 0:
+            pytest.skip("cannot mount a loop image here: " + m.stderr.decode())
+        mounted = True
+        out, err = p.communicate(b"go\n", timeout=120)
+        assert p.returncode == 0, (out, err)
+        assert out == (b"ext4 read b'AAAAAAAAAABBBBBBBBBB'\n"
+                       b"ext4 pread b'CCCCC' b''\n"
+                       b"ext4 size 7000 7000\n"), (out, err)
+        assert (mnt / "ext4-file").read_bytes() == b"A" * 5000 + b"B" * 2000
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if mounted:
+            run(["umount", mnt])
+    st = load_stats(stats)
+    assert len(st) == 1 and st[0]["mode"] == "direct", st
+    # the tmpfs file was served by direct; the ext4 file by the kernel
+    assert st[0]["writes"] == 1 and st[0]["reads"] == 1, st[0]
+
+
+# A second tmpfs with a size limit, mounted after start-up under the first:
+# still the fast tier, so direct serves it (its device is new: the mount
+# table is re-read), and running out of its space gives the kernel's ENOSPC
+# at the kernel's byte count.
+LATE_TMPFS_PY = r"""
+import os, sys
+mnt = sys.argv[1]
+sys.stdin.readline()  # the test mounts the small tmpfs now
+fd = os.open(mnt + "/f", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+n = 0
+try:
+    for i in range(400):
+        n += os.write(fd, b"x" * 4096)
+except OSError as e:
+    print("error", e.errno)
+print("wrote", n, os.fstat(fd).st_size, os.lseek(fd, 0, os.SEEK_END))
+os.close(fd)
+"""
+
+
+def test_late_tmpfs_mount_under_tmpfs_served_like_kernel(workdir, tmp_path):
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a tmpfs")
+    script = tmp_path / "late_tmpfs.py"
+    script.write_text(LATE_TMPFS_PY)
+    stats = workdir / "stats"
+    stats.mkdir()
+    outs = []
+    for under_chell in (False, True):
+        mnt = workdir / f"mnt{int(under_chell)}"
+        mnt.mkdir()
+        argv = [sys.executable, script, mnt]
+        if under_chell:
+            argv = chell_cmd("direct", [], argv, ["--set", f"stats.file={stats}/stats.%p.json"])
+        p = subprocess.Popen([str(a) for a in argv], env=PLAIN_ENV, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        m = run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mnt])
+        try:
+            if m.returncode != 0:
+                pytest.skip("cannot mount a tmpfs here: " + m.stderr.decode())
+            out, err = p.communicate(b"go\n", timeout=120)
+            assert p.returncode == 0, (out, err)
+            outs.append(out)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+            if m.returncode == 0:
+                run(["umount", mnt])
+    assert outs[0].startswith(b"error 28\n"), outs[0]
+    assert outs[1] == outs[0], outs
+    st = load_stats(stats)
+    assert len(st) == 1 and st[0]["writes"] > 0, st

@@ -9,18 +9,23 @@ validates the generator; a run under Chell validates Chell.
 Every failure prints a one-line reproducer: the exact command line.
 
 The big shadow run executes CHELL_RANDOPS_OPS operations in total (default
-200000), split across several seeds.
+200000), split across several seeds. The edge classes (EDGE_CLASSES: locks,
+RWF flags, sendfile/copy_file_range/splice, RLIMIT_NOFILE, failed and short
+writes, unshared descriptor tables) are checked plainly on tmpfs and /tmp
+(test_plain_edges) and under every mode (test_edges_mode); the 1,000,000
+operation runs are scripts/randops_soak.sh's, outside CI.
 """
 import os
 import subprocess
 import re
 import shlex
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PROGS, chell_cmd, run
+from conftest import PROGS, REPO, chell_cmd, run
 
 RANDOPS = PROGS / "chell_randops"
 SUMMARY = re.compile(
@@ -36,23 +41,64 @@ BIG_SEEDS = [
 ]
 
 
-def randops_argv(seed, ops, d, extra=()):
+# The operation classes beyond plain file I/O, each with its own switch
+# (--no-CLASS): byte-range locks, preadv2/pwritev2 RWF flags, sendfile /
+# copy_file_range / splice, RLIMIT_NOFILE, failed and short writes, and a
+# thread that unshares its descriptor table.
+EDGE_CLASSES = ["locks", "rwf", "copy", "limits", "badwrite", "unshare"]
+NO_EDGES = [f"--no-{c}" for c in EDGE_CLASSES]
+
+_kernel_answers = {}
+
+
+def kernel_answers(d):
+    """The bare kernel's answers to every RWF flag on d's file system, from
+    `chell_randops --probe` run plainly (under Chell the probe would see
+    Chell, and Chell re-adds itself to every exec, so the generator cannot
+    probe the kernel from inside). One probe per file system."""
+    dev = os.stat(d).st_dev
+    if dev not in _kernel_answers:
+        env = {k: v for k, v in os.environ.items()
+               if k != "LD_PRELOAD" and not k.startswith("CHELL_")}
+        res = run([RANDOPS, "--probe", "--dir", d], env=env, timeout=60)
+        if res.returncode != 0:
+            pytest.fail(f"chell_randops --probe --dir {d}: {res.stderr.decode(errors='replace')}")
+        _kernel_answers[dev] = res.stdout.decode().strip()
+    return _kernel_answers[dev]
+
+
+def randops_argv(seed, ops, d, extra=(), edges=False):
+    """The generator's command line for the existing directory d.
+
+    edges: also the EDGE_CLASSES (with the kernel's RWF answers for d's file
+    system). Off by default, so the long runs under Chell (test_shadow_big,
+    test_mode_small, and the shadow-under-test runs of test_direct.py and
+    test_cache.py) keep their scope; the edge classes run in every mode in
+    test_edges_mode and in scripts/randops_soak.sh."""
     if not RANDOPS.exists():
         pytest.fail(f"{RANDOPS} is not built (tests/progs/CMakeLists.txt)")
-    return [str(RANDOPS), "--seed", str(seed), "--ops", str(ops), "--dir", str(d)] + list(extra)
+    extra = list(extra) + ([] if edges else NO_EDGES)
+    argv = [str(RANDOPS), "--seed", str(seed), "--ops", str(ops), "--dir", str(d)] + extra
+    if "--no-rwf" not in extra:
+        argv += ["--kernel", kernel_answers(d)]
+    return argv
 
 
-def run_randops(mode, seed, ops, base, extra=(), timeout=600):
+def run_randops(mode, seed, ops, base, extra=(), timeout=600, mgr=None, edges=False):
     """Run chell_randops plainly (mode None) or under `chell run --mode MODE`.
 
     base: a fresh directory; the files go to base/data, shadow copies and
     reports to base/shadow, traces to base/trace (outside the routed prefix).
-    Returns (summary match, stdout, stderr, base paths). Fails with a
-    reproducer on any error.
+    Cache mode (mgr: a conftest Manager) puts the files under the manager's
+    backing directory instead. Returns (summary match, stdout, stderr,
+    elapsed seconds). Fails with a reproducer on any error.
     """
     data = base / "data"
-    data.mkdir()
-    argv = randops_argv(seed, ops, data, extra)
+    if mode == "cache":
+        data = Path(tempfile.mkdtemp(prefix=f"r{seed}-", dir=mgr.backing))
+    else:
+        data.mkdir()
+    argv = randops_argv(seed, ops, data, extra, edges)
     shadow = base / "shadow"
     trace = base / "trace"
     if mode is None:
@@ -65,11 +111,16 @@ def run_randops(mode, seed, ops, base, extra=(), timeout=600):
         elif mode == "trace":
             trace.mkdir()
             cli = ["--trace-file", str(trace / "trace.%p")]
+        elif mode == "cache":
+            cli = ["--set", f"cache.pool={mgr.pool}", "--set", f"cache.backing={mgr.backing}"]
         cmd = chell_cmd(mode, [data], argv, cli)
     # one line that works after the test's temporary directories are gone
+    # (cache mode: with a chelld serving the same pool and backing directory)
     dirs = [data] + ([shadow] if mode == "shadow" else []) + ([trace] if mode == "trace" else [])
     repro = shlex.join(["mkdir", "-p"] + [str(x) for x in dirs]) + " && " + \
         shlex.join(str(c) for c in cmd)
+    if mode == "cache":
+        repro = f"(chelld on {mgr.pool} in front of {mgr.backing}) " + repro
     env = dict(os.environ)
     env.pop("CHELL_SHADOW_DIR", None)  # the command line says where
     t0 = time.monotonic()
@@ -129,7 +180,7 @@ def fresh(base, label):
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_plain_model(workdir, seed):
     """Without Chell the generator's own model must agree with the kernel."""
-    m, _, err, _ = run_randops(None, seed, 20000, fresh(workdir, "r"))
+    m, _, err, _ = run_randops(None, seed, 20000, fresh(workdir, "r"), edges=True)
     assert f"randops: seed={seed} ops=20000" in err  # parameters announced at start
     assert int(m.group(4)) > 0, "no fork was exercised"
     assert int(m.group(5)) > 0, "no exec was exercised"
@@ -144,10 +195,24 @@ def test_plain_restricted(workdir):
     assert m.group(4, 5, 6) == ("0", "0", "0")
 
 
+@pytest.mark.parametrize("fs", ["tmpfs", "tmp"])
+@pytest.mark.parametrize("cls", EDGE_CLASSES)
+def test_plain_edges(workdir, cls, fs):
+    """One class of edge operations alone, plainly: the generator's model of
+    it must be the kernel's, on tmpfs (posix, trace, shadow, direct) and on
+    the file system of /tmp (where cache mode's backing files live)."""
+    others = [f"--no-{c}" for c in EDGE_CLASSES if c != cls]
+    if fs == "tmpfs":
+        run_randops(None, 31, 10000, fresh(workdir, "r"), others, edges=True)
+    else:
+        with tempfile.TemporaryDirectory(prefix="chell-randops-", dir="/tmp") as d:
+            run_randops(None, 31, 10000, Path(d), others, edges=True)
+
+
 def test_plain_deterministic(workdir):
     """A seed names one run: same sequence of compound operations every time."""
-    a, _, _, _ = run_randops(None, 42, 8000, fresh(workdir, "a"))
-    b, _, _, _ = run_randops(None, 42, 8000, fresh(workdir, "b"))
+    a, _, _, _ = run_randops(None, 42, 8000, fresh(workdir, "a"), edges=True)
+    b, _, _, _ = run_randops(None, 42, 8000, fresh(workdir, "b"), edges=True)
     assert a.group(0) == b.group(0)
 
 
@@ -209,3 +274,35 @@ def test_mode_small(request, workdir, mode):
             traced = sum(p.stat().st_size for p in (base / "trace").iterdir())
             assert traced > 0, "trace mode wrote no trace"
     assert total == 15000 * len(seeds)
+
+
+# ------------------------------------------------- every mode, CI-sized
+#
+# The edge classes (EDGE_CLASSES) with everything else, a few thousand
+# operations per mode. A failure names the operation, the seed and the
+# command that reproduces it; scripts/randops_soak.sh runs the same for
+# 1,000,000 operations outside CI.
+
+EDGE_SEEDS = [21, 22]
+EDGE_OPS = 3000
+
+
+@pytest.mark.parametrize("mode", ["posix", "trace", "shadow", "direct", "cache"])
+def test_edges_mode(request, workdir, mode):
+    mgr = request.getfixturevalue("mgr") if mode == "cache" else None
+    for seed in EDGE_SEEDS:
+        m, _, _, elapsed = run_randops(mode, seed, EDGE_OPS, fresh(workdir, f"{mode}{seed}"),
+                                       mgr=mgr, edges=True)
+        report(request, f"randops {mode} (edges): {m.group(0)} in {elapsed:.1f}s")
+        assert int(m.group(3)) == EDGE_OPS
+
+
+def test_soak_script(workdir):
+    """scripts/randops_soak.sh: segments, progress, the final count (the
+    mechanics; which classes pass under which mode is test_edges_mode's)."""
+    res = run([REPO / "scripts" / "randops_soak.sh", "--mode", "posix", "--ops", "3000",
+               "--segment", "1500", "--seed", "5", "--", "--no-copy", "--no-unshare"], timeout=300)
+    out = res.stdout.decode(errors="replace")
+    assert res.returncode == 0, out + res.stderr.decode(errors="replace")
+    assert "seed 5: progress" in out and "seed 6: ok, 1500 operations" in out, out
+    assert out.rstrip().endswith("randops soak: mode=posix ops=3000 divergences=0"), out

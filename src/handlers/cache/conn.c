@@ -16,6 +16,7 @@
  * Only raw system calls are used here (chell/sys.h): the interposed names
  * would route our own descriptors back into Chell.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,9 +124,23 @@ static ssize_t recv_msg(void *buf, size_t cap, int *fd)
 			    .msg_controllen = sizeof(ctl.buf)};
 	ssize_t n;
 	*fd = -1;
+	/* Wait for the reply outside the descriptor window (fork and the
+	 * application's getrlimit wait for it), then take it inside, so a
+	 * descriptor that comes with it is installed even when the application
+	 * has used up its RLIMIT_NOFILE (the kernel would drop it: MSG_CTRUNC). */
+	struct pollfd pfd = {.fd = sock, .events = POLLIN};
 	do
-		n = CHELL_SC(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC, 0, 0, 0);
+		n = CHELL_SC(SYS_poll, &pfd, 1, REPLY_TIMEOUT_S * 1000, 0, 0, 0);
 	while (n == -EINTR);
+	if (n == 0)
+		return -EAGAIN; /* as the receive timeout (SO_RCVTIMEO) said before */
+	if (n < 0)
+		return n;
+	chell_internal_window_enter();
+	do
+		n = CHELL_SC(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT, 0, 0, 0);
+	while (n == -EINTR);
+	chell_internal_window_leave();
 	if (n < 0)
 		return n;
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
@@ -256,10 +271,15 @@ int cache_conn_ensure(void)
 		return -ECONNREFUSED;
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	memcpy(sa.sun_path, cache_sock_path, sizeof(sa.sun_path));
+	/* in the window: the socket is never one of the application's descriptors */
+	chell_internal_window_enter();
 	int s = (int)CHELL_SC(SYS_socket, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, 0, 0, 0);
+	if (s >= 0)
+		s = chell_internal_fd(s, 1);
+	chell_internal_window_leave();
 	int e = s;
 	if (s >= 0) {
-		sock = chell_internal_fd(s, 1);
+		sock = s;
 		struct timeval tv = {.tv_sec = REPLY_TIMEOUT_S};
 		CHELL_SC(SYS_setsockopt, sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv), 0);
 		do

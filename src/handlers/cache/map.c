@@ -159,9 +159,10 @@ static int reopen(int fd, uint32_t need)
 	int fl = sys_fcntl(fd, F_GETFL, 0);
 	bool try_rw = (need & CHELLD_ACC_WRITE) || (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 	fdt_lock();
-	int nfd = try_rw ? sys_open(p, O_RDWR | O_CLOEXEC | O_NOCTTY, 0) : -EACCES;
+	/* never at the cost of one of the application's descriptors */
+	int nfd = try_rw ? chell_internal_openat(AT_FDCWD, p, O_RDWR | O_CLOEXEC | O_NOCTTY, 0) : -EACCES;
 	if (nfd < 0 && !(need & CHELLD_ACC_WRITE))
-		nfd = sys_open(p, O_RDONLY | O_CLOEXEC | O_NOCTTY, 0);
+		nfd = chell_internal_openat(AT_FDCWD, p, O_RDONLY | O_CLOEXEC | O_NOCTTY, 0);
 	if (nfd >= 0) {
 		nfd = chell_internal_fd(nfd, 1);
 		atomic_store(&reg_fd, nfd);

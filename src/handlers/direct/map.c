@@ -52,14 +52,16 @@ static int mapping_fd(int fd, int writable, int *opened)
 		return fd;
 	char path[64];
 	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	int nfd = sys_open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
+	/* never at the cost of one of the application's descriptors */
+	int nfd = chell_internal_openat(AT_FDCWD, path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
 	if (nfd >= 0)
 		*opened = 1;
 	return nfd;
 }
 
 /*
- * Reopening through /proc briefly holds a low descriptor number. A fork in
+ * Reopening through /proc may briefly hold a low descriptor number (when the
+ * application has free ones below its limit). A fork in
  * another thread at that moment would leave it open in the child, where the
  * application never opened it; so the window runs under the descriptor-table
  * lock, which fork() takes too. (Lock order: descriptor table, then maps.)
