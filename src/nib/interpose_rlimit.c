@@ -168,7 +168,10 @@ CHELL_EXPORT int chell_internal_openat(int dirfd, const char *path, int flags, m
 
 uint64_t chell_fsize_limit = UINT64_MAX;
 
-void chell_fsize_refresh(void)
+/* Out of line: the wrappers below also run inside ASan's own start-up
+ * (setlim), before its shadow memory exists; a stack object inlined into
+ * them would be touched there. Only RLIMIT_FSIZE changes come here. */
+__attribute__((noinline)) void chell_fsize_refresh(void)
 {
 	struct rlimit rl;
 	uint64_t v = UINT64_MAX;
