@@ -5,8 +5,12 @@
  */
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include "../nib/nib.h"
@@ -202,4 +206,59 @@ void mapped_times_flush(struct mapped_times *t, int fd, int status, uint64_t eof
 	 * (utimensat by path): the next read and write ask the kernel again. */
 	__atomic_store_n(&t->atime_tick, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&t->mtime_tick, 0, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------ limits */
+
+ssize_t mapped_write_refused(ssize_t e)
+{
+	if (e == -EFBIG)
+		CHELL_SC(SYS_tgkill, CHELL_SC(SYS_getpid, 0, 0, 0, 0, 0, 0),
+			 CHELL_SC(SYS_gettid, 0, 0, 0, 0, 0, 0), SIGXFSZ, 0, 0, 0);
+	return e;
+}
+
+/* Every file system takes at least 2 GiB - 1 (MAX_NON_LFS); only past
+ * that is its own limit asked for. */
+static bool past_maxbytes(int fd, uint64_t pos)
+{
+	if (pos <= (uint64_t)INT_MAX)
+		return false;
+	struct stat st;
+	if (sys_fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return false;
+	return (int64_t)pos > chell_maxbytes(fd, st.st_dev);
+}
+
+off_t mapped_lseek(uint64_t *offp, int fd, off_t off, int whence, uint64_t size)
+{
+	_Atomic uint64_t *o = (_Atomic uint64_t *)offp;
+	long long n;
+	switch (whence) {
+	case SEEK_SET:
+		if (off < 0 || past_maxbytes(fd, (uint64_t)off))
+			return -EINVAL;
+		atomic_store(o, (uint64_t)off);
+		return off;
+	case SEEK_CUR: {
+		uint64_t cur = atomic_load(o);
+		if (off == 0)
+			return (off_t)cur; /* the kernel answers this one unchecked */
+		for (;;) {
+			if (__builtin_add_overflow((long long)cur, (long long)off, &n) || n < 0 ||
+			    past_maxbytes(fd, (uint64_t)n))
+				return -EINVAL;
+			if (atomic_compare_exchange_weak(o, &cur, (uint64_t)n))
+				return (off_t)n;
+		}
+	}
+	case SEEK_END:
+		if (__builtin_add_overflow((long long)size, (long long)off, &n) || n < 0 ||
+		    past_maxbytes(fd, (uint64_t)n))
+			return -EINVAL;
+		atomic_store(o, (uint64_t)n);
+		return (off_t)n;
+	default:
+		return -EINVAL;
+	}
 }

@@ -31,6 +31,7 @@
 #ifndef CHELL_HANDLERS_MAPPED_H
 #define CHELL_HANDLERS_MAPPED_H
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdbool.h>
@@ -38,6 +39,8 @@
 #include <sys/types.h>
 #include <time.h>
 #include <sys/uio.h>
+
+#include "chell/handler.h"
 
 /* What the kernel clamps one read or write to (fs.h MAX_RW_COUNT) */
 #define MAPPED_MAX_RW_COUNT (INT_MAX & ~4095L)
@@ -75,6 +78,94 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
  * (process_vm_readv), for layers that run without a fault guard (trace,
  * shadow) and only look at the lengths. */
 bool mapped_iov_readable(const struct iovec *iov, int cnt);
+
+/* ---- limits: what the kernel checks before a read or write moves a byte
+ * (rw_verify_area, generic_write_check_limits), for the mapped path. */
+
+/* RLIMIT_FSIZE's soft limit, kept by the Nib (chell_fsize_limit, nib.h):
+ * a load, not a system call, on every write. */
+static inline uint64_t mapped_fsize(void)
+{
+	extern uint64_t chell_fsize_limit;
+	return __atomic_load_n(&chell_fsize_limit, __ATOMIC_RELAXED);
+}
+
+/* rw_verify_area: pos + count past LLONG_MAX is EINVAL. `count` is the
+ * caller's (read/pread/write/pwrite: unclamped; vectors: the clamped sum,
+ * as import_iovec leaves it). */
+static inline int mapped_verify_area(uint64_t pos, uint64_t count)
+{
+	return pos > (uint64_t)LLONG_MAX || count > (uint64_t)LLONG_MAX - pos ? -EINVAL : 0;
+}
+
+/* The count rw_verify_area sees: read, pread, write and pwrite pass theirs
+ * unclamped; the vector forms the sum import_iovec already clamped
+ * (`total`, from mapped_iov_total). */
+static inline uint64_t mapped_rw_count(const chell_ctx *c, const struct iovec *iov, ssize_t total)
+{
+	bool one = c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD || c->op == CHELL_OP_WRITE ||
+		   c->op == CHELL_OP_PWRITE;
+	return one ? (uint64_t)iov[0].iov_len : (uint64_t)total;
+}
+
+/* What a write of `count` bytes at `pos` may move: count cut at the
+ * RLIMIT_FSIZE limit, or -EFBIG at or past it (the caller then raises
+ * SIGXFSZ with mapped_write_refused, once). The file system's own largest
+ * size cannot matter below the current end of file, and writes that extend
+ * the file go through the kernel, which checks it. */
+static inline ssize_t mapped_write_room(uint64_t pos, size_t count)
+{
+	uint64_t lim = mapped_fsize();
+	if (__builtin_expect(pos + count <= lim, 1))
+		return (ssize_t)count;
+	if (pos >= lim)
+		return -EFBIG;
+	return (ssize_t)(lim - pos);
+}
+/* -EFBIG from mapped_write_room: SIGXFSZ to the calling thread, as the
+ * kernel sends it (ignored, caught or fatal as the application set it). */
+ssize_t mapped_write_refused(ssize_t e);
+
+/* Where a non-appending write of `count` bytes lands and how much of it
+ * the limit lets through: at `off`, or (off == -1) at the shared offset
+ * *offp, which is advanced by that much atomically, so concurrent writers
+ * of one description get disjoint ranges. The count (in *pos), or -EFBIG
+ * after SIGXFSZ (call with no lock held: a handler may run). */
+static inline ssize_t mapped_write_claim(uint64_t *offp, off_t off, size_t count, uint64_t *pos)
+{
+	uint64_t p = off >= 0 ? (uint64_t)off : __atomic_load_n(offp, __ATOMIC_RELAXED);
+	for (;;) {
+		ssize_t room = mapped_write_room(p, count);
+		if (room < 0)
+			return mapped_write_refused(room);
+		if (off >= 0 || __atomic_compare_exchange_n(offp, &p, p + (uint64_t)room, true,
+							    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+			*pos = p;
+			return room;
+		}
+	}
+}
+
+/* lseek SEEK_SET, SEEK_CUR and SEEK_END on an offset kept in user space
+ * (*offp), as generic_file_llseek answers: a negative or overflowing result
+ * is EINVAL, and so is one past the file system's largest size
+ * (chell_maxbytes, asked only past 2 GiB). `size` is
+ * the file's size (used by SEEK_END only); fd is the kernel descriptor. */
+off_t mapped_lseek(uint64_t *offp, int fd, off_t off, int whence, uint64_t size);
+
+/* ---- leases. The kernel grants F_SETLEASE by counting the inode's open
+ * files: a read lease only if none is open for writing, a write lease only
+ * if the taker's is the only one; and any conflicting open breaks a lease.
+ * A mapped file holds files of Chell's own (a writable reopen behind a
+ * read-only descriptor, the mapping's reference on the file, a manager's
+ * descriptor), so before the application takes a lease the file leaves the
+ * mapped path in the process (cache: also in the manager) until its last
+ * close there, and Chell opens it no more: the counts are the
+ * application's own. Releasing (F_UNLCK) changes nothing. */
+static inline bool mapped_takes_lease(int cmd, unsigned long arg)
+{
+	return cmd == F_SETLEASE && (int)arg != F_UNLCK;
+}
 
 /* ---- times: shared by the process tree, inside the per-file entry */
 struct mapped_times {

@@ -365,6 +365,12 @@ int shadow_own_open(const char *path, int flags, mode_t mode)
 	return chell_internal_openat(AT_FDCWD, path, flags, mode);
 }
 
+int shadow_own_open_noatime(const char *path, int flags)
+{
+	int fd = shadow_own_open(path, flags | O_NOATIME, 0);
+	return fd == -EPERM ? shadow_own_open(path, flags, 0) : fd;
+}
+
 /* Copy [pos, end) of in to out at the same offsets. 0 or -errno. */
 static int copy_extent(int in, int out, off_t pos, off_t end)
 {
@@ -892,6 +898,7 @@ static int shadow_adopt(chell_ctx *c)
 		sys_lseek(fd, cur, SEEK_SET);
 	l->sfd = fd;
 	l->vfd = -2;
+	l->vnoatime = 0;
 	l->svfd = -2;
 	c->f->local[c->layer] = l;
 	chell_log("shadow: reopened lost shadow %s after exec (its offset is now per process)",
@@ -1013,7 +1020,7 @@ static void shadow_release(chell_ctx *c)
 		 * The application's descriptor is gone, so reach the file by
 		 * its path, if that still names the same inode.
 		 */
-		int fd = shadow_own_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);
+		int fd = shadow_own_open_noatime(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		char spath[PATH_MAX];
 		shadow_entry_path(o.e, spath, sizeof(spath));
 		int sfd = shadow_own_open(spath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0);

@@ -182,7 +182,9 @@ _Static_assert(sizeof(struct shadow_priv) <= CHELL_PRIV_BYTES, "shadow_priv too 
 /* Process-local state (f->local[layer]), allocated on demand. */
 struct shadow_local {
 	int sfd;  /* reopened shadow fd after exec if the inherited one was lost, else -1 */
-	int vfd;  /* read-only kernel fd on the primary inode (write-only OFDs), -1/-2 */
+	int vfd;  /* read-only kernel fd on the primary inode (write-only and O_DIRECT
+		   * OFDs; read-back without touching atime), -1/-2 */
+	int vnoatime; /* vfd has O_NOATIME: 1, it could not (not the owner): -1, 0 unknown */
 	int svfd; /* read-only fd on the shadow file (write-only OFDs), -1/-2 */
 };
 
@@ -207,6 +209,10 @@ void shadow_lock_push(struct shadow_lock *l);
 void shadow_lock_pop(struct shadow_lock *l);
 /* Open a file for shadow's own use (raw openat from AT_FDCWD; -errno). */
 int shadow_own_open(const char *path, int flags, mode_t mode);
+/* shadow_own_open of a file only shadow reads (flags without O_NOATIME):
+ * with O_NOATIME where permitted (owner or CAP_FOWNER), so that shadow's
+ * own reads leave the file's atime as the application's calls leave it. */
+int shadow_own_open_noatime(const char *path, int flags);
 /* The shadow path of an entry. */
 void shadow_entry_path(const struct shadow_inode *e, char *out, size_t outlen);
 /* The context to run the reference operation through chell_posix_handler. */

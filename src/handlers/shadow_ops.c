@@ -142,19 +142,27 @@ static int reads_via_views(chell_ctx *c)
 	return (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT);
 }
 
-static int reopen_ro(int fd)
+/* /proc/thread-self, not /proc/self: a thread with a private descriptor
+ * table (unshare(CLONE_FILES)) has its own fd N, and /proc/self/fd/N is the
+ * thread group leader's. */
+static void self_link(int fd, char link[48])
 {
-	char link[40] = "/proc/self/fd/";
 	char num[16];
 	rn(fd, num, sizeof(num));
+	strcpy(link, "/proc/thread-self/fd/");
 	strcat(link, num);
-	int r = shadow_own_open(link, O_RDONLY | O_CLOEXEC, 0);
+}
+
+static int reopen_ro(int fd)
+{
+	char link[48];
+	self_link(fd, link);
+	int r = shadow_own_open_noatime(link, O_RDONLY | O_CLOEXEC);
 	return r >= 0 ? chell_internal_fd(r, 1) : -1;
 }
 
-static struct shadow_local *verify_fds(struct shadow_op *o)
+static struct shadow_local *local_of(chell_ctx *c)
 {
-	chell_ctx *c = o->c;
 	struct shadow_local *l = c->f->local[c->layer];
 	if (!l) {
 		l = malloc(sizeof(*l));
@@ -162,13 +170,41 @@ static struct shadow_local *verify_fds(struct shadow_op *o)
 			return NULL;
 		l->sfd = -1;
 		l->vfd = l->svfd = -2;
+		l->vnoatime = 0;
 		c->f->local[c->layer] = l;
 	}
-	if (l->vfd == -2)
+	return l;
+}
+
+/*
+ * The view on the primary inode, or -1. A write lease counts every open
+ * file of the inode (mapped.h): the view must not exist when the
+ * application takes one (shadow_fcntl drops it), and opening it while one
+ * is held would break the application's lease. Read leases care about
+ * writers only, never about a read-only view.
+ */
+static int primary_view(chell_ctx *c)
+{
+	struct shadow_local *l = local_of(c);
+	if (!l)
+		return -1;
+	if (l->vfd == -2) {
+		if (sys_fcntl(c->fd, F_GETLEASE, 0) == F_WRLCK)
+			return -1; /* not now: asked again after the lease */
 		l->vfd = reopen_ro(c->fd);
+	}
+	return l->vfd;
+}
+
+static struct shadow_local *verify_fds(struct shadow_op *o)
+{
+	chell_ctx *c = o->c;
+	struct shadow_local *l = local_of(c);
+	if (!l || primary_view(c) < 0)
+		return NULL;
 	if (l->svfd == -2)
 		l->svfd = reopen_ro(o->sfd);
-	return l->vfd >= 0 && l->svfd >= 0 ? l : NULL;
+	return l->svfd >= 0 ? l : NULL;
 }
 
 /* Read the primary at pos as the application would see it, and the shadow. */
@@ -184,13 +220,40 @@ static int below_keeps_data(chell_ctx *c)
 	       c->f->stack->handlers[c->layer + 1] == &chell_cache_handler;
 }
 
-static ssize_t primary_pread(struct shadow_op *o, void *buf, size_t n, off_t pos)
+/*
+ * A read through the layer under test touches atime as the application's
+ * read would, which a write never does: where the kernel holds the written
+ * bytes (every handler but cache, whose pool keeps them until write-back),
+ * a check reads them through the primary view, opened O_NOATIME. It is
+ * kept, not opened per check: closing any descriptor of a file drops the
+ * process's POSIX record locks on it. -1 where that cannot be: O_NOATIME
+ * not permitted (neither owner nor CAP_FOWNER: remembered per file; the
+ * layer under test is read, and atime may move), a write lease held
+ * (primary_view), or cache below. Not to be closed by the caller.
+ */
+static int noatime_fd(struct shadow_op *o)
+{
+	chell_ctx *c = o->c;
+	struct shadow_local *l = local_of(c);
+	if (!l || l->vnoatime < 0 || reads_via_views(c) || below_keeps_data(c))
+		return -1;
+	int fd = primary_view(c);
+	if (fd >= 0 && !l->vnoatime)
+		l->vnoatime = (sys_fcntl(fd, F_GETFL, 0) & O_NOATIME) ? 1 : -1;
+	return l->vnoatime > 0 ? fd : -1;
+}
+
+/* Read the primary at pos as the application would see it: through tfd
+ * (noatime_fd) if there is one. */
+static ssize_t primary_pread(struct shadow_op *o, int tfd, void *buf, size_t n, off_t pos)
 {
 	chell_ctx *c = o->c;
 	if (reads_via_views(c)) {
 		struct shadow_local *l = verify_fds(o);
 		return l ? sys_pread(l->vfd, buf, n, pos) : -EBADF;
 	}
+	if (tfd >= 0)
+		return sys_pread(tfd, buf, n, pos);
 	chell_ctx rc = *c;
 	rc.op = CHELL_OP_PREAD;
 	struct iovec v = {buf, n};
@@ -219,9 +282,10 @@ void shadow_check_range(struct shadow_op *o, const char *what, off_t start, off_
 		return;
 	unsigned char *b = a + chunk;
 	off_t pos = start, end = start + len;
+	int tfd = noatime_fd(o);
 	while (pos < end) {
 		size_t want = (size_t)(end - pos) < chunk ? (size_t)(end - pos) : chunk;
-		ssize_t r1 = primary_pread(o, b, want, pos);
+		ssize_t r1 = primary_pread(o, tfd, b, want, pos);
 		ssize_t r2 = shadow_pread(o, a, want, pos);
 		if (r1 != r2) {
 			char b1[40], b2[40];
@@ -337,8 +401,9 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 		unsigned char *buf = lo < hi ? scratch_get(&s, chunk) : NULL;
 		ok = lo >= hi || buf != NULL;
 		/* Whole, aligned chunks (an O_DIRECT description reads nothing else). */
+		int tfd = noatime_fd(o);
 		for (off_t pos = lo & ~(off_t)4095; ok && pos < hi;) {
-			ssize_t r = primary_pread(o, buf, chunk, pos);
+			ssize_t r = primary_pread(o, tfd, buf, chunk, pos);
 			if (r <= 0) {
 				ok = r == 0;
 				break;
@@ -360,8 +425,16 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 	chell_ctx lc = *c;
 	lc.op = CHELL_OP_LSEEK;
 	off_t cur = chell_down_lseek(&lc, 0, SEEK_CUR);
-	if (cur >= 0)
-		sys_lseek(o->sfd, cur, SEEK_SET);
+	if (cur >= 0 && sys_lseek(o->sfd, cur, SEEK_SET) != cur &&
+	    !(o->e->flags & SHADOW_F_OFF)) {
+		/* Past the largest file size of the copy's file system: offsets
+		 * cannot be compared any more (shadow_op_begin skips it). */
+		__atomic_or_fetch(&o->e->flags, SHADOW_F_OFF, __ATOMIC_RELAXED);
+		chell_log("shadow: the shadow copy %s cannot take the offset %lld of %s (past the"
+			  " largest file size of the file system of shadow.dir); the file is no"
+			  " longer checked", spath, (long long)cur,
+			  c->f && c->f->path ? c->f->path : "?");
+	}
 }
 
 /* File offsets after the operation must agree. */
@@ -625,6 +698,30 @@ ssize_t shadow_read(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off
 	return r1;
 }
 
+/*
+ * The application's call failed with EFBIG at or past RLIMIT_FSIZE (`end`:
+ * the first byte it would have needed), so the kernel sent it SIGXFSZ. The
+ * reference call would fail the same way, and send a second SIGXFSZ: its
+ * result is taken as EFBIG without making it. (A write that crosses the
+ * limit is cut short without a signal, and is replayed.)
+ */
+static bool over_fsize(long r1, uint64_t end)
+{
+	return r1 == -EFBIG && end > mapped_fsize();
+}
+
+/* Where a write on the copy lands (its offset, or its end for an append). */
+static uint64_t copy_write_pos(struct shadow_op *o, off_t off, int flags)
+{
+	int sfl = sys_fcntl(o->sfd, F_GETFL, 0);
+	struct stat st;
+	if ((((sfl >= 0 && (sfl & O_APPEND)) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND)) &&
+	    sys_fstat(o->sfd, &st) == 0)
+		return (uint64_t)st.st_size;
+	off_t p = off >= 0 ? off : sys_lseek(o->sfd, 0, SEEK_CUR);
+	return p >= 0 ? (uint64_t)p : 0;
+}
+
 ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t off, int flags)
 {
 	struct shadow_op o;
@@ -651,7 +748,7 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	o.h->r_test = r1;
 	if (closed_meanwhile(&o, r1))
 		return r1;
-	if (r1 == -EFAULT || (r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
+	if ((r1 == -EAGAIN && (flags & RWF_NOWAIT)) || flags_refused(r1, flags)) {
 		o.h->r_shadow = r1;
 		shadow_op_end(&o);
 		return r1;
@@ -659,10 +756,16 @@ ssize_t shadow_write(chell_ctx *c, const struct iovec *iov, int iovcnt, off_t of
 	/*
 	 * Same iovecs for the shadow. (An application thread changing the
 	 * buffer while the write is in progress would make the two copies
-	 * differ; that program has a data race of its own.)
+	 * differ; that program has a data race of its own.) An EFAULT is
+	 * replayed too: a write past EOF from an unmapped (but user-range)
+	 * buffer fails, yet the kernel has already moved the size up to the
+	 * write's offset (tmpfs and ext4 alike), and the same bad buffer makes
+	 * it do the same to the copy.
 	 */
 	chell_ctx sc = shadow_ref_ctx(&o);
-	ssize_t r2 = POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
+	ssize_t r2 = over_fsize(r1, copy_write_pos(&o, off, flags) + 1)
+			     ? -EFBIG
+			     : POSIX->write(&sc, iov, iovcnt, off, flags & ~RWF_NOWAIT);
 	o.h->r_shadow = r2;
 	if (shadow_fs_dependent(&o, chell_op_name(c->op), r1, r2, lo, -1)) {
 		shadow_op_end(&o);
@@ -733,6 +836,13 @@ off_t shadow_lseek(chell_ctx *c, off_t off, int whence)
 			r2 = r1;
 		}
 	}
+	/* Positions past the largest file size are EINVAL, and that size is
+	 * the file system's (tmpfs: LLONG_MAX; ext4: 16 TiB) */
+	if (whence != SEEK_DATA && whence != SEEK_HOLE &&
+	    shadow_fs_dependent(&o, "lseek", r1, r2, 0, 0)) {
+		shadow_op_end(&o);
+		return r1;
+	}
 	check_result(&o, "lseek", r1, r2);
 	check_offsets(&o);
 	shadow_op_end(&o);
@@ -793,7 +903,7 @@ int shadow_ftruncate(chell_ctx *c, off_t len)
 	if (closed_meanwhile(&o, r1))
 		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
-	int r2 = POSIX->ftruncate(&sc, len);
+	int r2 = over_fsize(r1, (uint64_t)len) ? -EFBIG : POSIX->ftruncate(&sc, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
 	if (shadow_fs_dependent(&o, "ftruncate", r1, r2, old >= 0 && old < len ? old : len, -1)) {
@@ -821,7 +931,9 @@ int shadow_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	if (closed_meanwhile(&o, r1))
 		return r1;
 	chell_ctx sc = shadow_ref_ctx(&o);
-	int r2 = POSIX->fallocate(&sc, mode, off, len);
+	int r2 = off >= 0 && len > 0 && len <= LLONG_MAX - off && over_fsize(r1, (uint64_t)(off + len))
+			 ? -EFBIG
+			 : POSIX->fallocate(&sc, mode, off, len);
 	o.h->r_test = r1;
 	o.h->r_shadow = r2;
 	int shifts = (mode & (FALLOC_FL_COLLAPSE_RANGE | FALLOC_FL_INSERT_RANGE)) != 0;
@@ -900,6 +1012,14 @@ int shadow_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	 * that the shadow mirrors; descriptor flags, locks, leases, seals and
 	 * the rest pass down unchecked.
 	 */
+	struct shadow_local *l = c->f ? c->f->local[c->layer] : NULL;
+	if (cmd == F_SETLEASE && (int)arg == F_WRLCK && l && l->vfd >= 0) {
+		/* see primary_view; closing it drops the process's POSIX
+		 * locks on the file, a known limit (a write lease with record
+		 * locks held) */
+		chell_internal_close(l->vfd);
+		l->vfd = -2;
+	}
 	if ((cmd != F_SETFL && cmd != F_GETFL) || !shadow_op_begin(c, &o))
 		return chell_down_fcntl(c, cmd, arg);
 	int64_t a[1] = {cmd == F_SETFL ? (int64_t)arg : -1};

@@ -81,7 +81,7 @@ __attribute__((format(printf, 2, 3))) static void emit(uint64_t t0, const char *
 					(unsigned long long)(d % 1000 / 100));
 	}
 	line[len++] = '\n';
-	sys_write_all(trace_fd, line, len);
+	chell_own_write(trace_fd, line, len);
 }
 
 /* " = 42" or " = -1 ENOENT (No such file or directory)" */

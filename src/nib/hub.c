@@ -100,6 +100,7 @@ __attribute__((constructor(101))) static void chell_init(void)
 {
 	char err[512];
 	chell_real_resolve();
+	chell_fsize_refresh();
 	if (fdt_init() < 0) {
 		chell_log("cannot allocate the descriptor table; Chell is disabled");
 		handoff_abandon();

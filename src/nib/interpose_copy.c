@@ -128,48 +128,52 @@ static int verify_area(int64_t pos, size_t count)
 }
 
 /*
- * The largest file size of the file system holding e (s_maxbytes): lseek
+ * The largest file size of the file system holding fd (s_maxbytes): lseek
  * accepts exactly the positions up to it. Found once per device by a binary
  * search on a descriptor of our own (so the application's offset is never
- * touched); only needed for positions beyond 2 GiB.
+ * touched); only needed for positions beyond 2 GiB. Shared with the mapped
+ * handlers' lseek (nib.h).
  */
-static int64_t maxbytes(const struct end *e)
+int64_t chell_maxbytes(int fd, dev_t dev)
 {
 	/* A small lock-free cache: a slot is claimed (state 0 -> 1), filled,
 	 * then published (state 2); readers look only at published slots. */
 	static struct { _Atomic int state; uint64_t dev; int64_t max; } known[8];
-	if (!S_ISREG(e->st.st_mode))
-		return INT64_MAX;
 	for (int i = 0; i < 8; i++)
 		if (atomic_load_explicit(&known[i].state, memory_order_acquire) == 2 &&
-		    known[i].dev == e->st.st_dev)
+		    known[i].dev == (uint64_t)dev)
 			return known[i].max;
 	char path[64];
-	snprintf(path, sizeof path, "/proc/self/fd/%d", e->fd);
-	int fd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		fd = sys_open(path, O_WRONLY | O_CLOEXEC, 0);
-	if (fd < 0)
+	snprintf(path, sizeof path, "/proc/thread-self/fd/%d", fd); /* private tables too */
+	int pfd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+	if (pfd < 0)
+		pfd = sys_open(path, O_WRONLY | O_CLOEXEC, 0);
+	if (pfd < 0)
 		return INT64_MAX;
 	int64_t lo = 0, hi = INT64_MAX; /* lo is accepted; find the last one */
 	while (lo < hi) {
 		int64_t mid = lo + (hi - lo) / 2 + 1;
-		if (sys_lseek(fd, mid, SEEK_SET) >= 0)
+		if (sys_lseek(pfd, mid, SEEK_SET) >= 0)
 			lo = mid;
 		else
 			hi = mid - 1;
 	}
-	sys_close(fd);
+	sys_close(pfd);
 	for (int i = 0; i < 8; i++) {
 		int empty = 0;
 		if (atomic_compare_exchange_strong(&known[i].state, &empty, 1)) {
-			known[i].dev = e->st.st_dev;
+			known[i].dev = (uint64_t)dev;
 			known[i].max = lo;
 			atomic_store_explicit(&known[i].state, 2, memory_order_release);
 			break;
 		}
 	}
 	return lo;
+}
+
+static int64_t maxbytes(const struct end *e)
+{
+	return S_ISREG(e->st.st_mode) ? chell_maxbytes(e->fd, e->st.st_dev) : INT64_MAX;
 }
 
 /* --------------------------------------------------------------- the copy */

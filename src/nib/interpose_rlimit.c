@@ -164,6 +164,38 @@ CHELL_EXPORT int chell_internal_openat(int dirfd, const char *path, int flags, m
 	return fd;
 }
 
+/* ----------------------------------------------------------- RLIMIT_FSIZE */
+
+uint64_t chell_fsize_limit = UINT64_MAX;
+
+/* Out of line: the wrappers below also run inside ASan's own start-up
+ * (setlim), before its shadow memory exists; a stack object inlined into
+ * them would be touched there. Only RLIMIT_FSIZE changes come here. */
+__attribute__((noinline)) void chell_fsize_refresh(void)
+{
+	struct rlimit rl;
+	uint64_t v = UINT64_MAX;
+	if (prlim(0, RLIMIT_FSIZE, NULL, &rl) == 0 &&
+	    rl.rlim_cur != RLIM_INFINITY)
+		v = (uint64_t)rl.rlim_cur;
+	__atomic_store_n(&chell_fsize_limit, v, __ATOMIC_RELAXED);
+}
+
+int chell_own_write(int fd, const void *buf, size_t n)
+{
+	uint64_t lim = __atomic_load_n(&chell_fsize_limit, __ATOMIC_RELAXED);
+	struct stat st;
+	if (lim != UINT64_MAX && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+		int fl = sys_fcntl(fd, F_GETFL, 0);
+		off_t pos = fl >= 0 && (fl & O_APPEND) ? st.st_size : sys_lseek(fd, 0, SEEK_CUR);
+		if (pos >= 0 && (uint64_t)pos >= lim)
+			return -EFBIG;
+		if (pos >= 0 && n > lim - (uint64_t)pos)
+			n = (size_t)(lim - (uint64_t)pos); /* cut short: no signal */
+	}
+	return sys_write_all(fd, buf, n);
+}
+
 /* ------------------------------------------------------------ interposed */
 
 static bool own_nofile(pid_t pid, int res)
@@ -181,6 +213,10 @@ static int do_prlimit(pid_t pid, int res, const struct rlimit *nw, struct rlimit
 	long r = prlim(pid, res, nw, old);
 	if (lock)
 		chell_nofile_unlock();
+	/* the mapped write paths cut writes at RLIMIT_FSIZE from a copy of
+	 * the limit (nib.h), which follows every change made through libc */
+	if (r == 0 && nw && res == RLIMIT_FSIZE)
+		chell_fsize_refresh();
 	return (int)hub_ret(r);
 }
 

@@ -25,7 +25,7 @@ static void log_emit(const char *fmt, va_list ap)
 		len = sizeof(buf) - 2;
 	if (len == 0 || buf[len - 1] != '\n')
 		buf[len++] = '\n';
-	sys_write_all(2, buf, len);
+	chell_own_write(2, buf, len);
 }
 
 CHELL_EXPORT void chell_log(const char *fmt, ...)

@@ -215,6 +215,20 @@ int chell_nofile_place(int fd, int cloexec);
 int chell_nofile_dup_high(int fd);
 bool chell_is_internal_fd(int fd);
 /* Where internal descriptors live: near the top of the soft limit. */
+/* ---- file size limits */
+/* s_maxbytes of the file system holding fd (interpose_copy.c) */
+int64_t chell_maxbytes(int fd, dev_t dev);
+/* RLIMIT_FSIZE's soft limit (UINT64_MAX: none), read at start-up and after
+ * every setrlimit/prlimit through libc (interpose_rlimit.c), for the mapped
+ * write paths (mapped.h). */
+extern uint64_t chell_fsize_limit;
+void chell_fsize_refresh(void);
+/* Chell's own output (logs, traces) to fd: under a finite RLIMIT_FSIZE a
+ * regular file gets only what fits below the limit, so the kernel never
+ * sends the application a SIGXFSZ that only Chell's bytes caused. 0 or
+ * -errno (-EFBIG: dropped at the limit). */
+int chell_own_write(int fd, const void *buf, size_t n);
+
 int chell_internal_floor(void);
 int chell_internal_list(int *out, int max);
 

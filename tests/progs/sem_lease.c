@@ -91,6 +91,24 @@ int main(int argc, char **argv)
 	T(fcntl(fd, F_SETLEASE, F_UNLCK));
 	close(fd);
 
+	say("-- a read lease beside another read-only descriptor that has read\n");
+	fd = T(open(P("w"), O_RDONLY | O_CLOEXEC));
+	fd2 = T(open(P("w"), O_RDONLY | O_CLOEXEC));
+	T(pread(fd2, buf, 4096, 0));
+	T(pread(fd, buf, 100, 0));
+	T(fcntl(fd, F_SETLEASE, F_RDLCK));
+	getlease("setlease", fd);
+	T(pread(fd2, buf, 4096, 4096));
+	T(read(fd, buf, 100));
+	getlease("reads", fd);
+	int fd3 = T(open(P("w"), O_RDONLY | O_CLOEXEC)); /* no conflict with a read lease */
+	T(pread(fd3, buf, 100, 0));
+	getlease("another read-only open", fd);
+	close(fd3);
+	T(fcntl(fd, F_SETLEASE, F_UNLCK));
+	close(fd2);
+	close(fd);
+
 	say("-- leases refused while another descriptor is open\n");
 	fd = T(open(P("w"), O_RDWR | O_CLOEXEC));
 	fd2 = T(open(P("w"), O_RDONLY | O_CLOEXEC));

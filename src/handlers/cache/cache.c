@@ -504,6 +504,9 @@ static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t 
 			sys_pread(c->fd, iov[0].iov_base, 0, 0);
 		return total;
 	}
+	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
+			       mapped_rw_count(c, iov, total)) < 0)
+		return -EINVAL; /* rw_verify_area, before the flags */
 	if (flags) {
 		/* the kernel's verdict on the flags (mapped.h), checked last as
 		 * the kernel does */
@@ -581,6 +584,13 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 		return e;
 	}
 	uint64_t pos = direct_inode_refresh(in, c->fd);
+	ssize_t room = mapped_write_room(pos, total); /* at the end, where it lands */
+	if (room < 0) {
+		append_lock(c->fd, F_UNLCK);
+		chell_lock_release(&in->lock);
+		return mapped_write_refused(room); /* no lock held while a handler runs */
+	}
+	total = (size_t)room;
 	struct extension x;
 	ssize_t r = reserve(c, in, pos, pos + total, &x);
 	if (r == 0) {
@@ -618,6 +628,9 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 	ssize_t total = mapped_iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
+	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
+			       mapped_rw_count(c, iov, total)) < 0)
+		return -EINVAL; /* rw_verify_area, before the flags */
 	if (flags) {
 		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, flags, true);
 		if (e < 0)
@@ -633,14 +646,10 @@ static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 		if (r > 0 && off == -1)
 			atomic_store(offp, end); /* write(): the offset follows; pwrite(): unchanged */
 	} else {
-		uint64_t pos;
-		if (off >= 0) {
-			pos = (uint64_t)off;
-		} else {
-			pos = atomic_load(offp);
-			while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
-				;
-		}
+		uint64_t pos = 0;
+		total = mapped_write_claim((uint64_t *)offp, off, (size_t)total, &pos);
+		if (total < 0)
+			return total;
 		uint64_t end = pos + (uint64_t)total;
 		if (end > isize(in)) {
 			/* extending: reserve, store, then publish the size */
@@ -686,32 +695,10 @@ static off_t cache_lseek(chell_ctx *c, off_t off, int whence)
 	_Atomic uint64_t *offp = OFFSET(c);
 	switch (whence) {
 	case SEEK_SET:
-		if (off < 0)
-			return -EINVAL;
-		atomic_store(offp, (uint64_t)off);
-		return off;
-	case SEEK_CUR: {
-		uint64_t cur = atomic_load(offp);
-		for (;;) {
-			long long n;
-			if (__builtin_add_overflow((long long)cur, (long long)off, &n))
-				return -EOVERFLOW;
-			if (n < 0)
-				return -EINVAL;
-			if (atomic_compare_exchange_weak(offp, &cur, (uint64_t)n))
-				return (off_t)n;
-		}
-	}
-	case SEEK_END: {
-		uint64_t size = direct_inode_refresh(L(c)->inode, c->fd);
-		long long n;
-		if (__builtin_add_overflow((long long)size, (long long)off, &n))
-			return -EOVERFLOW;
-		if (n < 0)
-			return -EINVAL;
-		atomic_store(offp, (uint64_t)n);
-		return (off_t)n;
-	}
+	case SEEK_CUR:
+	case SEEK_END:
+		return mapped_lseek((uint64_t *)offp, c->fd, off, whence,
+				    whence == SEEK_END ? direct_inode_refresh(L(c)->inode, c->fd) : 0);
 	case SEEK_DATA:
 	case SEEK_HOLE: {
 		/* Only the backing file knows holes, and only once the cache's
@@ -729,7 +716,10 @@ static off_t cache_lseek(chell_ctx *c, off_t off, int whence)
 
 static int cache_ftruncate(chell_ctx *c, off_t len)
 {
-	if (!active(c) || len < 0 || (status(c) & O_ACCMODE) == O_RDONLY)
+	/* Past RLIMIT_FSIZE the kernel refuses (EFBIG and SIGXFSZ, after its
+	 * other checks) where the manager, with its own limit, would not. */
+	if (!active(c) || len < 0 || (status(c) & O_ACCMODE) == O_RDONLY ||
+	    (uint64_t)len > mapped_fsize())
 		return chell_down_ftruncate(c, len); /* the kernel's answer, errors included */
 	struct direct_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
@@ -769,7 +759,10 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 	 * dirty ones past the new end too, and only TRUNCATE drops them. */
 	if (!inode_ready && len >= 0 && direct_inode_init() == 0)
 		inode_ready = 1;
-	int fd = len >= 0 && inode_ready ? sys_open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK, 0) : -1;
+	/* past RLIMIT_FSIZE: the kernel's refusal (see cache_ftruncate) */
+	int fd = len >= 0 && inode_ready && (uint64_t)len <= mapped_fsize()
+			 ? sys_open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK, 0)
+			 : -1;
 	int r = CACHE_MISS_KERNEL;
 	struct stat st;
 	if (fd >= 0 && sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
@@ -828,18 +821,16 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
 }
 
 /*
- * File leases are the kernel's, and count every other descriptor of the
- * file: a write lease needs the taker's descriptor to be the only one, a
- * read lease no writer, and any open the lease conflicts with breaks it.
- * So before the application takes one, the file leaves the cache as for a
- * shared mapping (written back, dropped, bypassed until its last close in
- * the process; the manager then holds no descriptor of it, chelld/files.c)
- * and this descriptor moves to the kernel path: no later open by Chell,
- * ours or the manager's, can break the lease.
+ * Leases (mapped.h, mapped_takes_lease): before the application takes one,
+ * the file leaves the cache as for a shared mapping (written back, dropped,
+ * bypassed until its last close in the process; the manager then holds no
+ * descriptor of it, chelld/files.c) and this descriptor moves to the
+ * kernel path: no later open by Chell, ours or the manager's, can break the
+ * lease.
  */
-static void leave_for_lease(chell_ctx *c, unsigned long arg)
+static void leave_for_lease(chell_ctx *c)
 {
-	if (!active(c) || (int)arg == F_UNLCK)
+	if (!active(c))
 		return;
 	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
 	go_kernel(c);
@@ -847,8 +838,8 @@ static void leave_for_lease(chell_ctx *c, unsigned long arg)
 
 static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
-	if (cmd == F_SETLEASE)
-		leave_for_lease(c, arg);
+	if (mapped_takes_lease(cmd, arg))
+		leave_for_lease(c);
 	int r = chell_down_fcntl(c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0 && active(c) && (arg & O_DIRECT)) {
 		/* the application asks for the kernel's I/O path from now on */

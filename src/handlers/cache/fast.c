@@ -87,7 +87,8 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 static inline unsigned char *writable(struct cache_local *l, int st, uint64_t off, size_t n)
 {
 	if ((st & (O_APPEND | O_SYNC | O_DSYNC)) || (st & O_ACCMODE) == O_RDONLY ||
-	    !one_chunk(off, n) || off + n > cached_size(l))
+	    !one_chunk(off, n) || off + n > cached_size(l) ||
+	    off + n > mapped_fsize() /* RLIMIT_FSIZE: the general path cuts or refuses */)
 		return NULL;
 	uintptr_t e = cache_entry_of(l->cf, off >> CACHE_CHUNK_SHIFT);
 	return (e & CACHE_E_WRITABLE) ? (unsigned char *)(e & ~CACHE_E_WRITABLE) : NULL;

@@ -481,6 +481,9 @@ static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 			sys_pread(c->fd, iov[0].iov_base, 0, 0);
 		return total;
 	}
+	if (unlikely(mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
+					mapped_rw_count(c, iov, total)) < 0))
+		return -EINVAL; /* rw_verify_area, before the flags */
 	if (flags) {
 		int e = check_flags(c, flags, false);
 		if (e < 0)
@@ -548,6 +551,9 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 	ssize_t total = mapped_iov_total(iov, cnt);
 	if (total <= 0)
 		return total;
+	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
+			       mapped_rw_count(c, iov, total)) < 0)
+		return -EINVAL; /* rw_verify_area, before the flags */
 	if (flags) {
 		int e = check_flags(c, flags, true);
 		if (e < 0)
@@ -586,14 +592,10 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 			}
 		}
 	} else {
-		uint64_t pos;
-		if (off >= 0) {
-			pos = (uint64_t)off;
-		} else {
-			pos = atomic_load(offp);
-			while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
-				;
-		}
+		uint64_t pos = 0;
+		total = mapped_write_claim((uint64_t *)offp, off, (size_t)total, &pos);
+		if (total < 0)
+			return total;
 		uint64_t end = pos + (uint64_t)total;
 		if (end > isize(in) && l->map->map_sync != 2) {
 			/* Growing the file needs a system call anyway: let it be the
@@ -603,7 +605,7 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 			chell_lock_acquire(&in->lock);
 			if (pos > isize(in)) /* a hole before pos, for every process */
 				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-			r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c));
+			r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c)); /* cuts at the limit itself */
 			if (r > 0 && pos + (uint64_t)r > isize(in))
 				isize_set(in, pos + (uint64_t)r);
 			chell_lock_release(&in->lock);
@@ -644,32 +646,10 @@ static off_t direct_lseek(chell_ctx *c, off_t off, int whence)
 	_Atomic uint64_t *offp = OFFSET(c);
 	switch (whence) {
 	case SEEK_SET:
-		if (off < 0)
-			return -EINVAL;
-		atomic_store(offp, (uint64_t)off);
-		return off;
-	case SEEK_CUR: {
-		uint64_t cur = atomic_load(offp);
-		for (;;) {
-			long long n;
-			if (__builtin_add_overflow((long long)cur, (long long)off, &n))
-				return -EOVERFLOW;
-			if (n < 0)
-				return -EINVAL;
-			if (atomic_compare_exchange_weak(offp, &cur, (uint64_t)n))
-				return (off_t)n;
-		}
-	}
-	case SEEK_END: {
-		uint64_t size = direct_inode_refresh(L(c)->inode, c->fd);
-		long long n;
-		if (__builtin_add_overflow((long long)size, (long long)off, &n))
-			return -EOVERFLOW;
-		if (n < 0)
-			return -EINVAL;
-		atomic_store(offp, (uint64_t)n);
-		return (off_t)n;
-	}
+	case SEEK_CUR:
+	case SEEK_END:
+		return mapped_lseek((uint64_t *)offp, c->fd, off, whence,
+				    whence == SEEK_END ? direct_inode_refresh(L(c)->inode, c->fd) : 0);
 	case SEEK_DATA:
 	case SEEK_HOLE: {
 		/* the kernel knows the holes; its answer becomes our offset */
@@ -743,6 +723,8 @@ static int direct_fsync(chell_ctx *c, int datasync)
 
 static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (mapped_takes_lease(cmd, arg) && L(c))
+		direct_map_retire(D(c)->dev, D(c)->ino);
 	int r = chell_down_fcntl(c, cmd, arg);
 	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT))
 		go_kernel(c); /* the application asks for the kernel's I/O path */

@@ -48,6 +48,9 @@ struct direct_map {
 	uint32_t hole_gen;            /* inode->hole_gen the chunk flags were checked against */
 	uint32_t extent_gen;          /* hole_gen when [data_lo, data_hi) was seen all data */
 	uint64_t data_lo, data_hi;
+	int retired;                  /* a lease was taken: no chunk is mapped any more */
+	void **reserved;              /* retired chunks' address ranges (PROT_NONE) */
+	size_t nreserved;
 	struct direct_map *next;
 	/* chunk k lives at l1[k >> L2_BITS][k & (L2-1)]: O(1) lookup, no realloc */
 	direct_chunk_ptr *_Atomic l1[DIRECT_L1_SIZE];
@@ -57,6 +60,9 @@ extern int direct_populate;
 extern int direct_map_sync_mode;        /* 0 off, 1 auto, 2 on */
 struct direct_map *direct_map_get(int fd, uint64_t dev, uint64_t ino, int want_write, int *err);
 void direct_map_put(struct direct_map *m);
+/* The application takes a lease on (dev, ino) (mapped_takes_lease): this
+ * process's mapping of it, if any, lets go of the file for good. */
+void direct_map_retire(uint64_t dev, uint64_t ino);
 /* Address of file offset `off`, mapping its chunk if needed; NULL on failure. */
 unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t chunk);
 void direct_map_after_fork(void);

@@ -96,7 +96,7 @@ static inline unsigned char *writable(struct direct_local *l, int st, uint64_t o
 	    l->map->map_sync == 2 /* DAX: flushing and NT policy live in the general path */)
 		return NULL;
 	if ((off & CHUNK_MASK(direct_chunk_shift)) + n > (1ull << direct_chunk_shift) ||
-	    off + n > cached_size(l))
+	    off + n > cached_size(l) || off + n > mapped_fsize() /* RLIMIT_FSIZE: general path */)
 		return NULL;
 	unsigned char *e = direct_entry(l->map, off);
 	return e ? (unsigned char *)((uintptr_t)e & ~DIRECT_SPARSE) + (off & CHUNK_MASK(direct_chunk_shift))

@@ -144,7 +144,64 @@ void direct_map_put(struct direct_map *m)
 				munmap((void *)((uintptr_t)l2[j] & ~DIRECT_SPARSE), chunk);
 		free((void *)l2);
 	}
+	for (size_t i = 0; i < m->nreserved; i++)
+		munmap(m->reserved[i], chunk);
+	free(m->reserved);
 	free(m);
+}
+
+/*
+ * Leases count the inode's open files (mapped.h), and every chunk mapping
+ * holds the file it was mapped from (a writable reopen behind a read-only
+ * descriptor, or an application descriptor the application may close). So
+ * each chunk is replaced, at the same address, by an inaccessible anonymous
+ * reservation: the file references go, and a copy still in flight in
+ * another thread faults into its guard (the kernel then serves it) instead
+ * of touching memory reused for something else. The slots are cleared and
+ * the retired map maps nothing again: every descriptor of the file in this
+ * process is served by the kernel at its offsets from now on, and a new
+ * descriptor of it finds this map (no reopen that could break the lease)
+ * until the last one is closed.
+ */
+void direct_map_retire(uint64_t dev, uint64_t ino)
+{
+	pthread_mutex_lock(&maps_lock);
+	struct direct_map *m;
+	for (m = maps; m; m = m->next)
+		if (m->dev == dev && m->ino == ino)
+			break;
+	if (!m || m->retired) {
+		pthread_mutex_unlock(&maps_lock);
+		return;
+	}
+	m->retired = 1;
+	size_t chunk = (size_t)1 << direct_chunk_shift;
+	for (int i = 0; i < DIRECT_L1_SIZE; i++) {
+		direct_chunk_ptr *l2 = m->l1[i];
+		if (!l2)
+			continue;
+		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++) {
+			void *a = (void *)((uintptr_t)atomic_load(&l2[j]) & ~DIRECT_SPARSE);
+			if (!a)
+				continue;
+			atomic_store(&l2[j], NULL);
+			void **r = realloc(m->reserved, (m->nreserved + 1) * sizeof(*r));
+			void *p = REAL(mmap64)(a, chunk, PROT_NONE,
+					       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+			if (!r || p == MAP_FAILED) {
+				/* cannot keep the address: let it go (a racing copy
+				 * may then fault, guarded, or see reused memory only
+				 * if it was still in flight) */
+				if (r)
+					m->reserved = r;
+				munmap(a, chunk);
+				continue;
+			}
+			m->reserved = r;
+			m->reserved[m->nreserved++] = p;
+		}
+	}
+	pthread_mutex_unlock(&maps_lock);
 }
 
 static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k);
@@ -163,6 +220,8 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 {
 	size_t chunk = (size_t)1 << direct_chunk_shift;
 	pthread_mutex_lock(&maps_lock);
+	if (m->retired)
+		goto fail; /* a lease: the kernel serves the file (direct_map_retire) */
 	direct_chunk_ptr *l2 = m->l1[k >> DIRECT_L2_BITS];
 	if (!l2) {
 		l2 = calloc((size_t)1 << DIRECT_L2_BITS, sizeof(*l2));
