@@ -132,7 +132,7 @@ static size_t iov_total(const struct iovec *iov, int cnt)
  * description cannot be read, and an O_DIRECT one only at block-aligned
  * offsets, counts and buffers (ranges of any alignment are checked); so for
  * those, data is read through read-only, buffered descriptors of our own:
- * on the primary inode (reopened through /proc/self/fd, which works even if
+ * on the primary inode (reopened through /proc/thread-self/fd, which works even if
  * the file was unlinked) and on the shadow. Opened on first need, kept per
  * process.
  */
@@ -144,11 +144,8 @@ static int reads_via_views(chell_ctx *c)
 
 static int reopen_ro(int fd)
 {
-	char link[40] = "/proc/self/fd/";
-	char num[16];
-	rn(fd, num, sizeof(num));
-	strcat(link, num);
-	int r = shadow_own_open(link, O_RDONLY | O_CLOEXEC, 0);
+	char link[CHELL_FD_PATH_MAX];
+	int r = shadow_own_open(chell_fd_path(link, fd), O_RDONLY | O_CLOEXEC, 0);
 	return r >= 0 ? chell_internal_fd(r, 1) : -1;
 }
 

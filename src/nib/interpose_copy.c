@@ -144,8 +144,8 @@ static int64_t maxbytes(const struct end *e)
 		if (atomic_load_explicit(&known[i].state, memory_order_acquire) == 2 &&
 		    known[i].dev == e->st.st_dev)
 			return known[i].max;
-	char path[64];
-	snprintf(path, sizeof path, "/proc/self/fd/%d", e->fd);
+	char path[CHELL_FD_PATH_MAX];
+	chell_fd_path(path, e->fd);
 	int fd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (fd < 0)
 		fd = sys_open(path, O_WRONLY | O_CLOEXEC, 0);

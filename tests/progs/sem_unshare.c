@@ -176,6 +176,40 @@ static void run_thread(void *(*fn)(void *))
 	pthread_join(t, NULL);
 }
 
+/* The first use of a file by this process, from a thread with a private
+ * table, of a file another process wrote (under cache mode its bytes may
+ * be only in the pool): what the thread writes must be what main reads
+ * afterwards through a description of its own. Chell's reopens of the
+ * descriptor (/proc/.../fd/N) must name the thread's table, not the
+ * thread-group leader's. */
+static void *t_first_touch(void *p)
+{
+	say("-- thread: unshare(CLONE_FILES), then the first write of a file another process wrote\n");
+	T(unshare(CLONE_FILES));
+	T(close(fa)); /* the next open takes a number that is another file in main's table */
+	int n = (int)T(open(P("other"), O_RDWR));
+	say("  took fa's number: %s\n", n == fa ? "yes" : "no");
+	T(pwrite(n, "THREAD", 6, 4));
+	T(close(n));
+	return NULL;
+}
+
+static void first_touch(void)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		int n = open(P("other"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+		_exit(n >= 0 && write(n, "0123456789abcdefghij", 20) == 20 ? 0 : 1);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	say("-- a child wrote 'other': exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	run_thread(t_first_touch);
+	int n = (int)T(open(P("other"), O_RDONLY));
+	readsome("other in main", n, 20);
+	T(close(n));
+}
+
 int main(int argc, char **argv)
 {
 	sem_init(argc, argv);
@@ -206,6 +240,8 @@ int main(int argc, char **argv)
 	vm_clone("execs", (void *)1);
 	check_main("the clone child exec'd");
 
+	first_touch();
+
 	/* closing in main after the others are gone */
 	T(close(fa));
 	T(close(fb));
@@ -221,5 +257,6 @@ int main(int argc, char **argv)
 	sem_content("t3");
 	sem_content("t4");
 	sem_content("late");
+	sem_content("other");
 	return 0;
 }
