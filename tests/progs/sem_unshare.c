@@ -210,6 +210,38 @@ static void first_touch(void)
 	T(close(n));
 }
 
+/* A new process whose first exchange with anything Chell keeps per
+ * process (cache mode: the manager's socket) happens in a thread with a
+ * private table: that table, and what was made in it, goes with the
+ * thread; the main thread's own writes and reads must still be exact. */
+static void *t_read_first(void *p)
+{
+	T(unshare(CLONE_FILES));
+	int n = (int)T(open(P("other"), O_RDONLY));
+	readsome("other in the child's thread", n, 20);
+	T(close(n));
+	return NULL;
+}
+
+static void first_in_thread(void)
+{
+	say("-- a child whose first read is in a thread with a private table\n");
+	pid_t pid = fork();
+	if (pid == 0) {
+		run_thread(t_read_first);
+		int n = (int)T(open(P("other"), O_RDWR));
+		T(pwrite(n, "CHILD", 5, 12));
+		T(close(n));
+		n = (int)T(open(P("other"), O_RDONLY));
+		readsome("other in the child's main thread", n, 20);
+		T(close(n));
+		_exit(0);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	say("  child exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 int main(int argc, char **argv)
 {
 	sem_init(argc, argv);
@@ -241,6 +273,7 @@ int main(int argc, char **argv)
 	check_main("the clone child exec'd");
 
 	first_touch();
+	first_in_thread();
 
 	/* closing in main after the others are gone */
 	T(close(fa));
