@@ -62,6 +62,33 @@ static inline int sys_mkdir(const char *p, mode_t m) { return (int)CHELL_SC(SYS_
 static inline int sys_unlink(const char *p) { return (int)CHELL_SC(SYS_unlinkat, AT_FDCWD, p, 0, 0, 0, 0); }
 static inline ssize_t sys_readlink(const char *p, char *b, size_t n)
 { return CHELL_SC(SYS_readlinkat, AT_FDCWD, p, b, n, 0, 0); }
+
+/*
+ * The /proc name of descriptor fd in the calling thread's descriptor table,
+ * written into out (CHELL_FD_PATH_MAX bytes), which is returned. Never
+ * /proc/self/fd: that is the thread-group leader's table, and a thread may
+ * have a table of its own (unshare(CLONE_FILES), close_range with
+ * CLOSE_RANGE_UNSHARE), or the leader may have left the one the others
+ * share; there the same number is another file, or none. Formatted by hand
+ * (no libc): usable anywhere, signal handlers included.
+ */
+#define CHELL_FD_PATH_MAX 48
+static inline char *chell_fd_path(char *out, int fd)
+{
+	static const char pre[] = "/proc/thread-self/fd/";
+	char digits[12];
+	unsigned v = fd < 0 ? 0u : (unsigned)fd, n = 0;
+	do
+		digits[n++] = (char)('0' + v % 10);
+	while ((v /= 10) != 0);
+	char *p = out;
+	for (const char *q = pre; *q; q++)
+		*p++ = *q;
+	while (n)
+		*p++ = digits[--n];
+	*p = 0;
+	return out;
+}
 static inline long sys_getcwd(char *b, size_t n) { return CHELL_SC(SYS_getcwd, b, n, 0, 0, 0, 0); }
 static inline pid_t sys_getpid(void) { return (pid_t)CHELL_SC(SYS_getpid, 0, 0, 0, 0, 0, 0); }
 static inline pid_t sys_gettid(void) { return (pid_t)CHELL_SC(SYS_gettid, 0, 0, 0, 0, 0, 0); }

@@ -115,7 +115,7 @@ struct chelld_open {
  * data): the client uses the kernel path on its own descriptor. */
 #define CHELLD_FILE_BYPASS 1u
 
-/* (libchell sends a descriptor it reopened through /proc/self/fd from the
+/* (libchell sends a descriptor it reopened through /proc/thread-self/fd from the
  * application's - O_RDWR when that one may write - so the manager never
  * holds the application's own open file description: its OFD and flock
  * locks, O_APPEND and offset stay the application's; the kernel checks the

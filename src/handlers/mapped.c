@@ -80,8 +80,8 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
 		 * with O_NOATIME where we may (owner or CAP_FOWNER). */
 		int pfd = fd;
 		if (write || (status & O_ACCMODE) == O_WRONLY) {
-			char self[40];
-			snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+			char self[CHELL_FD_PATH_MAX];
+			chell_fd_path(self, fd);
 			int base = O_RDONLY | O_CLOEXEC | (status & O_APPEND);
 			pfd = sys_open(self, base | O_NOATIME, 0);
 			if (pfd == -EPERM)

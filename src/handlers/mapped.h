@@ -63,7 +63,7 @@ struct mapped_rwf {
 /* 0 if the kernel accepts `flags` on preadv2/pwritev2 of this file, else
  * -errno as it would answer. `fd` is the application's descriptor (its
  * O_APPEND and access mode matter); a write-only one is reopened
- * read-only through /proc/self/fd for the question. For RWF_ATOMIC the answer is about the flag only (the
+ * read-only through /proc/thread-self/fd for the question. For RWF_ATOMIC the answer is about the flag only (the
  * size rules are the real write's). */
 int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool write);
 

@@ -593,9 +593,8 @@ static void __attribute__((noreturn)) diverge_text(const struct shadow_op *o, co
 		if (c->fd >= 0) {
 			/* What the kernel thinks the descriptor is: a mismatch means
 			 * the descriptor table is wrong, not the file's data. */
-			char link[40], target[PATH_MAX];
-			snprintf(link, sizeof(link), "/proc/self/fd/%d", c->fd);
-			ssize_t n = sys_readlink(link, target, sizeof(target) - 1);
+			char link[CHELL_FD_PATH_MAX], target[PATH_MAX];
+			ssize_t n = sys_readlink(chell_fd_path(link, c->fd), target, sizeof(target) - 1);
 			if (n > 0) {
 				target[n] = '\0';
 				sb_printf(&b, "kernel fd: %d -> %s%s\n", c->fd, target,
@@ -794,9 +793,8 @@ static int shadow_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 	if (sys_fstat(r1, &pst) < 0 || !S_ISREG(pst.st_mode) || sys_fstat(r2, &sst) < 0 ||
 	    (e && (pst.st_dev != e->dev || pst.st_ino != e->ino))) {
 		/* Became something else meanwhile (a rename race): leave it unchecked. */
-		char link[40], target[PATH_MAX];
-		snprintf(link, sizeof(link), "/proc/self/fd/%d", r1);
-		ssize_t tn = sys_readlink(link, target, sizeof(target) - 1);
+		char link[CHELL_FD_PATH_MAX], target[PATH_MAX];
+		ssize_t tn = sys_readlink(chell_fd_path(link, r1), target, sizeof(target) - 1);
 		target[tn > 0 ? tn : 0] = '\0';
 		chell_log("shadow: %s changed while being opened (fd %d is %s, inode %llu, expected"
 			  " %llu); not checked", abs, r1, target, (unsigned long long)pst.st_ino,

@@ -132,7 +132,7 @@ static size_t iov_total(const struct iovec *iov, int cnt)
  * description cannot be read, and an O_DIRECT one only at block-aligned
  * offsets, counts and buffers (ranges of any alignment are checked); so for
  * those, data is read through read-only, buffered descriptors of our own:
- * on the primary inode (reopened through /proc/self/fd, which works even if
+ * on the primary inode (reopened through /proc/thread-self/fd, which works even if
  * the file was unlinked) and on the shadow. Opened on first need, kept per
  * process.
  */
@@ -142,22 +142,10 @@ static int reads_via_views(chell_ctx *c)
 	return (fl & O_ACCMODE) == O_WRONLY || (fl & O_DIRECT);
 }
 
-/* /proc/thread-self, not /proc/self: a thread with a private descriptor
- * table (unshare(CLONE_FILES)) has its own fd N, and /proc/self/fd/N is the
- * thread group leader's. */
-static void self_link(int fd, char link[48])
-{
-	char num[16];
-	rn(fd, num, sizeof(num));
-	strcpy(link, "/proc/thread-self/fd/");
-	strcat(link, num);
-}
-
 static int reopen_ro(int fd)
 {
-	char link[48];
-	self_link(fd, link);
-	int r = shadow_own_open_noatime(link, O_RDONLY | O_CLOEXEC);
+	char link[CHELL_FD_PATH_MAX];
+	int r = shadow_own_open_noatime(chell_fd_path(link, fd), O_RDONLY | O_CLOEXEC);
 	return r >= 0 ? chell_internal_fd(r, 1) : -1;
 }
 

@@ -118,9 +118,8 @@ static bool image_loads_chell(int dirfd, const char *path, int at_flags, int dep
 	int fd = sys_openat(dirfd, path,
 			    O_RDONLY | O_CLOEXEC | ((at_flags & AT_SYMLINK_NOFOLLOW) ? O_NOFOLLOW : 0), 0);
 	if (fd == -ENOENT && (at_flags & AT_EMPTY_PATH)) {
-		char self[64]; /* execveat(fd, "", AT_EMPTY_PATH), fexecve */
-		snprintf(self, sizeof(self), "/proc/self/fd/%d", dirfd);
-		fd = sys_open(self, O_RDONLY | O_CLOEXEC, 0);
+		char self[CHELL_FD_PATH_MAX]; /* execveat(fd, "", AT_EMPTY_PATH), fexecve */
+		fd = sys_open(chell_fd_path(self, dirfd), O_RDONLY | O_CLOEXEC, 0);
 	}
 	if (fd < 0)
 		return false;

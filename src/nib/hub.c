@@ -374,9 +374,8 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
 	f->slot = slot;
 	f->ofd = o;
 	f->stack = chell_mode_stack;
-	char link[64], target[PATH_MAX];
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	ssize_t n = sys_readlink(link, target, sizeof(target) - 1);
+	char link[CHELL_FD_PATH_MAX], target[PATH_MAX];
+	ssize_t n = sys_readlink(chell_fd_path(link, fd), target, sizeof(target) - 1);
 	f->path = strdup(n > 0 ? (target[n] = 0, target) : "?");
 	fdt_install(fd, f);
 	fdt_unlock();

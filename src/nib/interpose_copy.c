@@ -143,8 +143,8 @@ int64_t chell_maxbytes(int fd, dev_t dev)
 		if (atomic_load_explicit(&known[i].state, memory_order_acquire) == 2 &&
 		    known[i].dev == (uint64_t)dev)
 			return known[i].max;
-	char path[64];
-	snprintf(path, sizeof path, "/proc/thread-self/fd/%d", fd); /* private tables too */
+	char path[CHELL_FD_PATH_MAX];
+	chell_fd_path(path, fd); /* the calling thread's table: private tables too */
 	int pfd = sys_open(path, O_RDONLY | O_CLOEXEC, 0);
 	if (pfd < 0)
 		pfd = sys_open(path, O_WRONLY | O_CLOEXEC, 0);

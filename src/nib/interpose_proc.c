@@ -260,6 +260,19 @@ static bool exec_args_ok(const char *path, char *const envp[])
 	return true;
 }
 
+/* Whether exec holds the RLIMIT_NOFILE lock (no window of another thread
+ * open while the kernel replaces the process, so the new image gets the
+ * application's limit). Not in a clone(CLONE_VM|CLONE_VFORK) child: it
+ * runs on its parent's memory and thread identity, so a successful exec
+ * would leave the parent's lock taken for good (every other thread of the
+ * parent then hangs on its next descriptor of Chell's own); and no window
+ * of the parent's threads changes the child's limit (prlimit on the parent
+ * process), nor can the child, single-threaded, have one open itself. */
+static bool exec_holds_nofile(void)
+{
+	return !chell_fdt_cap || !fdt_cur()->vm_child;
+}
+
 /* Run `call` (which uses `env`) with the descriptor handoff in place, and
  * undo the bookkeeping if the exec fails. */
 #define EXEC_WITH_HANDOFF(what, target, envp, call)                        \
@@ -271,10 +284,13 @@ static bool exec_args_ok(const char *path, char *const envp[])
 		const struct exec_target t_ = target;                      \
 		char **env = handoff_prepare_exec(envp, &t_);              \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
-		chell_nofile_hold(); /* the application's RLIMIT_NOFILE */ \
+		bool hold_ = exec_holds_nofile();                          \
+		if (hold_)                                                 \
+			chell_nofile_hold(); /* the application's limit */ \
 		int r_ = (call);                                           \
 		int e_ = errno;                                            \
-		chell_nofile_release();                                    \
+		if (hold_)                                                 \
+			chell_nofile_release();                            \
 		handoff_exec_failed(env);                                  \
 		errno = e_;                                                \
 		return r_;                                                 \

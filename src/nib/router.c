@@ -328,9 +328,8 @@ int router_abspath(int dirfd, const char *path, char *out, size_t outlen)
 			return (int)n;
 		n = (long)strlen(out);
 	} else {
-		char link[64];
-		snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
-		n = sys_readlink(link, out, outlen - 1);
+		char link[CHELL_FD_PATH_MAX];
+		n = sys_readlink(chell_fd_path(link, dirfd), out, outlen - 1);
 		if (n < 0)
 			return (int)n;
 		out[n] = 0;

@@ -115,6 +115,23 @@ int main(int argc, char **argv)
 	}
 	close(fd);
 
+	say("-- whole blocks across EOF after a truncation, the buffer ending in them\n");
+	/* A truncation leaves no block of the file in the cache, so a write
+	 * from inside the file past its end stores whole blocks without a
+	 * fill; the buffer's bad page cuts the second iovec in the block that
+	 * holds the new end. Then SEEK_HOLE, which under cache mode writes the
+	 * file back first: the file still ends where the stored bytes end,
+	 * not at the end of the block the failed store would have reached. */
+	fd = fresh("e", 41060 + 5000, 0);
+	{
+		T(ftruncate(fd, 41060));
+		struct iovec v[2] = {{good, 1000}, {edge - 5000, 8000}};
+		T(pwritev(fd, v, 2, 41060 - 3608));
+		T(lseek(fd, 0, SEEK_HOLE));
+		after("pwritev into PROT_NONE across EOF after ftruncate", fd, "e");
+	}
+	close(fd);
+
 	say("-- O_APPEND\n");
 	fd = fresh("d", 300, O_APPEND);
 	{

@@ -176,6 +176,72 @@ static void run_thread(void *(*fn)(void *))
 	pthread_join(t, NULL);
 }
 
+/* The first use of a file by this process, from a thread with a private
+ * table, of a file another process wrote (under cache mode its bytes may
+ * be only in the pool): what the thread writes must be what main reads
+ * afterwards through a description of its own. Chell's reopens of the
+ * descriptor (/proc/.../fd/N) must name the thread's table, not the
+ * thread-group leader's. */
+static void *t_first_touch(void *p)
+{
+	say("-- thread: unshare(CLONE_FILES), then the first write of a file another process wrote\n");
+	T(unshare(CLONE_FILES));
+	T(close(fa)); /* the next open takes a number that is another file in main's table */
+	int n = (int)T(open(P("other"), O_RDWR));
+	say("  took fa's number: %s\n", n == fa ? "yes" : "no");
+	T(pwrite(n, "THREAD", 6, 4));
+	T(close(n));
+	return NULL;
+}
+
+static void first_touch(void)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		int n = open(P("other"), O_RDWR | O_CREAT | O_TRUNC, 0644);
+		_exit(n >= 0 && write(n, "0123456789abcdefghij", 20) == 20 ? 0 : 1);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	say("-- a child wrote 'other': exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+	run_thread(t_first_touch);
+	int n = (int)T(open(P("other"), O_RDONLY));
+	readsome("other in main", n, 20);
+	T(close(n));
+}
+
+/* A new process whose first exchange with anything Chell keeps per
+ * process (cache mode: the manager's socket) happens in a thread with a
+ * private table: that table, and what was made in it, goes with the
+ * thread; the main thread's own writes and reads must still be exact. */
+static void *t_read_first(void *p)
+{
+	T(unshare(CLONE_FILES));
+	int n = (int)T(open(P("other"), O_RDONLY));
+	readsome("other in the child's thread", n, 20);
+	T(close(n));
+	return NULL;
+}
+
+static void first_in_thread(void)
+{
+	say("-- a child whose first read is in a thread with a private table\n");
+	pid_t pid = fork();
+	if (pid == 0) {
+		run_thread(t_read_first);
+		int n = (int)T(open(P("other"), O_RDWR));
+		T(pwrite(n, "CHILD", 5, 12));
+		T(close(n));
+		n = (int)T(open(P("other"), O_RDONLY));
+		readsome("other in the child's main thread", n, 20);
+		T(close(n));
+		_exit(0);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	say("  child exit %d\n", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+}
+
 int main(int argc, char **argv)
 {
 	sem_init(argc, argv);
@@ -206,6 +272,9 @@ int main(int argc, char **argv)
 	vm_clone("execs", (void *)1);
 	check_main("the clone child exec'd");
 
+	first_touch();
+	first_in_thread();
+
 	/* closing in main after the others are gone */
 	T(close(fa));
 	T(close(fb));
@@ -221,5 +290,6 @@ int main(int argc, char **argv)
 	sem_content("t3");
 	sem_content("t4");
 	sem_content("late");
+	sem_content("other");
 	return 0;
 }

@@ -78,6 +78,33 @@ static void free_backings(void)
 	backings = NULL;
 }
 
+/*
+ * The socket's number names it only in the descriptor table it was made in,
+ * and in tables copied from that one afterwards. A thread with a table of
+ * its own (unshare(CLONE_FILES), close_range with CLOSE_RANGE_UNSHARE) that
+ * connects leaves the socket in its table only, and it goes with that
+ * table; a table copied before the connection never had it. There the
+ * number is nothing, or another descriptor of Chell's (a reopen for a
+ * registration took it: a request sent there fails, and closing it would
+ * close that one). So before each use: is this our socket, here (its inode)?
+ * If not, the connection is forgotten, never closed (it is not ours in this
+ * table), and the caller connects anew in its own table; the generation
+ * changes, so registrations are redone on the new connection.
+ */
+static uint64_t sock_dev, sock_ino;
+
+static bool sock_here(void)
+{
+	struct stat st;
+	if (sys_fstat(sock, &st) == 0 && (uint64_t)st.st_dev == sock_dev &&
+	    (uint64_t)st.st_ino == sock_ino)
+		return true;
+	sock = -1;
+	drop_access_table();
+	free_backings();
+	return false;
+}
+
 static void disconnect(void)
 {
 	if (sock >= 0)
@@ -264,7 +291,7 @@ static int hello(void)
 
 int cache_conn_ensure(void)
 {
-	if (sock >= 0)
+	if (sock >= 0 && sock_here())
 		return (int)cache_conn_gen;
 	uint64_t now = now_ms();
 	if (retry_after_ms && now < retry_after_ms)
@@ -280,6 +307,12 @@ int cache_conn_ensure(void)
 	int e = s;
 	if (s >= 0) {
 		sock = s;
+		struct stat st;
+		sock_dev = sock_ino = 0;
+		if (sys_fstat(s, &st) == 0) {
+			sock_dev = (uint64_t)st.st_dev;
+			sock_ino = (uint64_t)st.st_ino;
+		}
 		struct timeval tv = {.tv_sec = REPLY_TIMEOUT_S};
 		CHELL_SC(SYS_setsockopt, sock, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv), 0);
 		do
@@ -341,8 +374,9 @@ void cache_conn_after_fork(void)
 {
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	conn_lock = fresh;
-	/* The parent's socket and access table stay the parent's. */
-	if (sock >= 0)
+	/* The parent's socket and access table stay the parent's (the child's
+	 * copy is closed where the forking thread's table has it). */
+	if (sock >= 0 && sock_here())
 		chell_internal_close(sock);
 	sock = -1;
 	drop_access_table();
@@ -355,7 +389,7 @@ void cache_conn_after_fork(void)
 void cache_conn_bye(void)
 {
 	cache_lock();
-	if (sock >= 0) {
+	if (sock >= 0 && sock_here()) {
 		struct chelld_bye m = {0};
 		struct chelld_rhdr r;
 		cache_map_unreported(&m.counts);

@@ -135,6 +135,24 @@ __attribute__((noinline)) static void mark_guarded(const struct cache_ctl *ctl, 
 	tls_in = 0;
 }
 
+/* The application's buffer faulted in a store that had raised ext_end
+ * (ext_raise): the mark goes back, unless another write raised it further
+ * meanwhile. A mark left past the file's end would let a later write-back
+ * of the block holding the end write all of it, growing the backing file
+ * past the size (cache/layout.h: write-back stops at max(size, ext_end)). */
+__attribute__((noinline)) static void ext_rollback(void)
+{
+	if (tls_ext_new && sigsetjmp(tls_jmp, 0) == 0) {
+		tls_in = 1;
+		__asm__ volatile("" ::: "memory");
+		uint64_t cur = tls_ext_new;
+		__atomic_compare_exchange_n(&((struct cache_ctl *)(uintptr_t)ctl_of(tls_base))->ext_end,
+					    &cur, tls_ext_prev, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+		__asm__ volatile("" ::: "memory");
+		tls_in = 0;
+	}
+}
+
 /* After a fault in cache_copy_in. */
 __attribute__((noinline)) static int verdict_in(void)
 {
@@ -146,15 +164,17 @@ __attribute__((noinline)) static int verdict_in(void)
 	 * file. */
 	mark_guarded(ctl_of(tls_base), tls_first, tls_nb);
 	/* and the extension mark goes back: these bytes are not the write's */
-	if (tls_ext_new && sigsetjmp(tls_jmp, 0) == 0) {
-		tls_in = 1;
-		__asm__ volatile("" ::: "memory");
-		uint64_t cur = tls_ext_new;
-		__atomic_compare_exchange_n(&((struct cache_ctl *)(uintptr_t)ctl_of(tls_base))->ext_end,
-					    &cur, tls_ext_prev, 0, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
-		__asm__ volatile("" ::: "memory");
-		tls_in = 0;
-	}
+	ext_rollback();
+	return COPY_EFAULT;
+}
+
+/* After a fault in cache_copy_overwrite: nothing to mark (the blocks stay
+ * invalid), but the extension mark it raised goes back as in verdict_in. */
+__attribute__((noinline)) static int verdict_overwrite(void)
+{
+	if (in_chunk(tls_addr, tls_base))
+		return COPY_MISS;
+	ext_rollback();
 	return COPY_EFAULT;
 }
 
@@ -231,8 +251,9 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 						   uint64_t *incarnation, uint64_t ext_end)
 {
 	tls_base = base;
+	tls_ext_new = 0;
 	if (sigsetjmp(tls_jmp, 0))
-		return verdict_out(); /* nothing to mark: the blocks stay invalid */
+		return verdict_overwrite();
 	tls_in = 1;
 	__asm__ volatile("" ::: "memory");
 	const struct cache_ctl *ctl = ctl_of(base);
@@ -240,7 +261,7 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 	if (state(ctl) == CACHE_CHUNK_LIVE && all_invalid(ctl, off, n)) {
 		*slot = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		*incarnation = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
-		if (ext_end) /* the blocks stay invalid if this faults: no bytes of ours */
+		if (ext_end) /* a fault gives it back (verdict_overwrite) */
 			ext_raise(ctl, ext_end);
 		direct_guarded_memcpy(base + off, src, n);
 		if (cache_dax)

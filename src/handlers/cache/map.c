@@ -14,7 +14,7 @@
  * the switch; an unmapped hole that another mmap could reuse never appears.
  *
  * Registration (OPEN_FILE) is lazy, per connection, and uses a descriptor
- * reopened through /proc/self/fd: the kernel checks the process's access
+ * reopened through /proc/thread-self/fd: the kernel checks the process's access
  * again on the reopen, so it proves access like the application's own
  * descriptor would, and the manager never holds the application's open
  * file description (its OFD and flock locks, its O_APPEND, its offset stay
@@ -154,8 +154,8 @@ static bool registered(const struct cache_file *cf, uint32_t gen, uint32_t need)
  */
 static int reopen(int fd, uint32_t need)
 {
-	char p[64];
-	snprintf(p, sizeof(p), "/proc/self/fd/%d", fd);
+	char p[CHELL_FD_PATH_MAX];
+	chell_fd_path(p, fd);
 	int fl = sys_fcntl(fd, F_GETFL, 0);
 	bool try_rw = (need & CHELLD_ACC_WRITE) || (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY);
 	fdt_lock();
@@ -183,9 +183,8 @@ static void reopen_done(int nfd)
 /* OPEN_FILE with descriptor rfd (caller holds cache_lock, connected). */
 static int register_locked(struct cache_file *cf, int rfd, uint32_t gen)
 {
-	char link[64], path[CHELLD_PATH_MAX];
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", rfd);
-	ssize_t n = sys_readlink(link, path, sizeof(path) - 1);
+	char link[CHELL_FD_PATH_MAX], path[CHELLD_PATH_MAX];
+	ssize_t n = sys_readlink(chell_fd_path(link, rfd), path, sizeof(path) - 1);
 	if (n <= 0 || path[0] != '/')
 		return CACHE_MISS_KERNEL;
 	static struct chelld_open m; /* 4 KB: not on the stack; cache_lock guards it */

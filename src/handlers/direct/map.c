@@ -50,8 +50,8 @@ static int mapping_fd(int fd, int writable, int *opened)
 	*opened = 0;
 	if (fl >= 0 && ((fl & O_ACCMODE) == O_RDWR || (!writable && (fl & O_ACCMODE) == O_RDONLY)))
 		return fd;
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	char path[CHELL_FD_PATH_MAX];
+	chell_fd_path(path, fd);
 	/* never at the cost of one of the application's descriptors */
 	int nfd = chell_internal_openat(AT_FDCWD, path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC, 0);
 	if (nfd >= 0)
