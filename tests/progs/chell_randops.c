@@ -1253,64 +1253,6 @@ static int op_close_range(void)
 	return 1;
 }
 
-/*
- * A byte-range lock relative to the offset (l_whence = SEEK_CUR): it lands
- * at the description's offset + l_start, as a second description of the
- * file sees with F_OFD_GETLK; then it is removed. Under Chell the offset
- * may live in user space, and the kernel must still see it.
- */
-static int op_lock_cur(void)
-{
-	if (opt.no_locks)
-		return 0;
-	int fd = pick_fd(0);
-	if (fd < 0)
-		return 0;
-	struct mofd *o = OF(fd);
-	long long cur = (long long)o->off;
-	long long st = (long long)below((uint64_t)cur + 70) - cur - 5; /* [-cur-5, 64] */
-	long long len = 1 + (long long)below(32);
-	short type = o->acc == O_RDONLY ? F_RDLCK
-		     : o->acc == O_WRONLY ? F_WRLCK
-					    : (chance(50) ? F_RDLCK : F_WRLCK);
-	int ofdlk = chance(50);
-	begin_op();
-	struct flock fl = {.l_type = type, .l_whence = SEEK_CUR, .l_start = st, .l_len = len};
-	int r = fcntl(fd, ofdlk ? F_OFD_SETLK : F_SETLK, &fl);
-	int e = errno;
-	rec(ofdlk ? "F_OFD_SETLK(cur)" : "F_SETLK(cur)", fd, st, len, cur, r, e);
-	if (cur + st < 0) {
-		want("lock at SEEK_CUR before the start", r, e, 0, EINVAL);
-		return 1;
-	}
-	want("lock at SEEK_CUR", r, e, 0, 0);
-	/* another description of the file (not routed: /proc) looks */
-	char self[64];
-	snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
-	int p = open(self, O_RDONLY | O_CLOEXEC);
-	if (p < 0)
-		fail("open %s: %s", self, strerror(errno));
-	struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
-	r = fcntl(p, ofdlk ? F_OFD_GETLK : F_GETLK, &q);
-	e = errno;
-	rec("F_GETLK(probe)", p, q.l_start, q.l_len, q.l_type, r, e);
-	want("F_GETLK(probe)", r, e, 0, 0);
-	if (ofdlk) { /* process locks of our own process never conflict with us */
-		want("lock type", q.l_type, 0, type, 0);
-		want("lock start = offset + l_start", q.l_start, 0, cur + st, 0);
-		want("lock length", q.l_len, 0, len, 0);
-	}
-	close(p);
-	fl.l_type = F_UNLCK;
-	fl.l_whence = SEEK_SET;
-	fl.l_start = 0;
-	fl.l_len = 0;
-	r = fcntl(fd, ofdlk ? F_OFD_SETLK : F_SETLK, &fl);
-	e = errno;
-	want("unlock", r, e, 0, 0);
-	return 1;
-}
-
 /* Operations that must fail: closed/invalid descriptors. */
 static int op_badfd(void)
 {
@@ -2672,7 +2614,6 @@ static int op_basic(void)
 		{ op_write, 9 },    { op_pwrite, 9 },  { op_lseek, 6 },    { op_ftruncate, 2 },
 		{ op_truncate, 1 }, { op_fallocate, 3 }, { op_sync, 1 },   { op_stat, 4 },
 		{ op_dup, 4 },      { op_fcntl, 4 },   { op_close_range, 1 }, { op_badfd, 2 },
-		{ op_lock_cur, 2 },
 		{ op_lock, 4 },     { op_rwf, 4 },     { op_copy, 4 },     { op_badwrite, 2 },
 	};
 	int total = 0;
