@@ -22,15 +22,6 @@
 #include "shadow.h"
 #include "../nib/nib.h" /* chell_info */
 
-#ifndef RWF_NOWAIT
-#define RWF_NOWAIT 0x00000008
-#endif
-#ifndef RWF_APPEND
-#define RWF_APPEND 0x00000010
-#endif
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
 #ifndef FALLOC_FL_COLLAPSE_RANGE
 #define FALLOC_FL_COLLAPSE_RANGE 0x08
 #endif

@@ -75,6 +75,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "rwf_compat.h"
+
 #define MAXF 16           /* files in the model */
 #define MAXOFD 512        /* open file descriptions tracked */
 #define MAXFD 256         /* descriptor numbers tracked per process */
@@ -213,10 +215,6 @@ static void fill_random(unsigned char *p, size_t n, int newlines)
 			p[i] = '\n';
 }
 
-/* Size of one I/O: often small, sometimes up to 64 KiB, sometimes empty. */
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
 #define RWF_UNKNOWN 0x40000000 /* a bit no kernel defines (yet) */
 
 /* The kernel's verdict on preadv2/pwritev2 flags that every file system
@@ -244,6 +242,7 @@ static int read_flags(void)
 static const int write_fls[9] = {0, 0, RWF_DSYNC, RWF_SYNC, RWF_APPEND, RWF_NOAPPEND,
 				 RWF_NOAPPEND | RWF_DSYNC, RWF_APPEND | RWF_NOAPPEND, RWF_UNKNOWN};
 
+/* Size of one I/O: often small, sometimes up to 64 KiB, sometimes empty. */
 static size_t rsize(void)
 {
 	unsigned c = (unsigned)below(100);
@@ -1368,18 +1367,6 @@ static int op_verify(void)
 /* Each class has its own switch (--no-locks, --no-rwf, --no-copy,      */
 /* --no-limits, --no-badwrite, --no-unshare) so a test can isolate it.  */
 
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
-#ifndef RWF_ATOMIC
-#define RWF_ATOMIC 0x00000040
-#endif
-#ifndef RWF_DONTCACHE
-#define RWF_DONTCACHE 0x00000080
-#endif
-#ifndef CLOSE_RANGE_UNSHARE
-#define CLOSE_RANGE_UNSHARE (1U << 1)
-#endif
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif

@@ -17,17 +17,8 @@
 #include <sys/mman.h>
 #include <sys/uio.h>
 
+#include "rwf_compat.h"
 #include "sem_common.h"
-
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
-#ifndef RWF_ATOMIC
-#define RWF_ATOMIC 0x00000040
-#endif
-#ifndef RWF_DONTCACHE
-#define RWF_DONTCACHE 0x00000080
-#endif
 
 #define PG 4096
 #define FILE_SIZE (64 * 1024)
