@@ -1564,6 +1564,22 @@ static const char *lock_cmd_name(int cmd)
 	}
 }
 
+/* One fcntl lock command as drawn: the call, its record and its check
+ * against experr. The kernel's answer (F_GETLK fills it in) goes to *ans,
+ * the call's text to name. */
+static int lock_call(int fd, int cmd, const struct flock *l, int experr, struct flock *ans,
+		     char *name, size_t namelen)
+{
+	snprintf(name, namelen, "%s(type %d whence %d)", lock_cmd_name(cmd), l->l_type, l->l_whence);
+	*ans = *l;
+	begin_op();
+	int r = fcntl(fd, cmd, ans);
+	int err = errno;
+	rec(lock_cmd_name(cmd), fd, l->l_start, l->l_len, l->l_whence, r, err);
+	want(name, r, err, 0, experr);
+	return r;
+}
+
 /*
  * One lock operation on a generator descriptor (whose offset the generator
  * has moved, so SEEK_CUR and lockf() use it), with the kernel's range
@@ -1608,13 +1624,8 @@ static int op_lock(void)
 			experr = EBADF;
 		else if (ofdlock && l.l_pid)
 			experr = EINVAL;
-		snprintf(name, sizeof name, "%s(type %d whence %d)", lock_cmd_name(cmd), l.l_type, l.l_whence);
-		struct flock lc = l;
-		begin_op();
-		r = fcntl(fd, cmd, &lc);
-		err = errno;
-		rec(lock_cmd_name(cmd), fd, l.l_start, l.l_len, l.l_whence, r, err);
-		want(name, r, err, 0, experr);
+		struct flock lc;
+		r = lock_call(fd, cmd, &l, experr, &lc, name, sizeof name);
 		if (!experr && l.l_type != F_UNLCK)
 			held = l.l_type;
 	} else if (v < 8) {
@@ -1658,13 +1669,8 @@ static int op_lock(void)
 			experr = EINVAL;
 		else if (cmd == F_OFD_GETLK && l.l_pid)
 			experr = EINVAL;
-		snprintf(name, sizeof name, "%s(type %d whence %d)", lock_cmd_name(cmd), l.l_type, l.l_whence);
-		struct flock lc = l;
-		begin_op();
-		r = fcntl(fd, cmd, &lc);
-		err = errno;
-		rec(lock_cmd_name(cmd), fd, l.l_start, l.l_len, l.l_whence, r, err);
-		want(name, r, err, 0, experr);
+		struct flock lc;
+		r = lock_call(fd, cmd, &l, experr, &lc, name, sizeof name);
 		if (!r) {
 			struct flock x = l;
 			x.l_type = F_UNLCK;
