@@ -125,7 +125,10 @@ typedef struct chell_ctx {
  * Read/write take iovecs and an offset with preadv2() semantics: off == -1
  * means "at the current offset, and advance it"; the hub has already
  * validated arguments the way the kernel would (negative pread offsets,
- * access mode, iovec count).
+ * access mode, iovec count), and the iovec array itself is readable (the
+ * Nib probes it before dispatch: a bad one goes to the kernel, EFAULT), so
+ * a layer may read the lengths without a guard of its own. The buffers the
+ * iovecs point to are not checked: that is the copy's job.
  */
 struct chell_handler {
 	const char *name;

@@ -142,22 +142,6 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 	return outside ? -EFAULT : (ssize_t)total;
 }
 
-bool mapped_iov_readable(const struct iovec *iov, int cnt)
-{
-	if (cnt > IOV_MAX)
-		cnt = IOV_MAX;
-	int pid = (int)CHELL_SC(SYS_getpid, 0, 0, 0, 0, 0, 0);
-	for (int i = 0; i < cnt; i += 32) {
-		struct iovec scratch[32];
-		int k = cnt - i < 32 ? cnt - i : 32;
-		struct iovec mine = {scratch, (size_t)k * sizeof(*iov)};
-		struct iovec theirs = {(void *)(iov + i), mine.iov_len};
-		if (CHELL_SC(SYS_process_vm_readv, pid, &mine, 1, &theirs, 1, 0) != (long)mine.iov_len)
-			return false;
-	}
-	return true;
-}
-
 /* The kernel's own atime update for a read of fd: a 1-byte read at the end
  * of file reads nothing and calls file_accessed(), which applies the mount's
  * rule and O_NOATIME exactly as for the application's read. */

@@ -81,10 +81,6 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
  * array only inside a fault guard (direct/copy.c), so a bad pointer is
  * EFAULT and never a signal. The sum, or -errno. */
 ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
-/* Can the array of cnt iovecs be read? Asked of the kernel
- * (process_vm_readv), for layers that run without a fault guard (trace,
- * shadow) and only look at the lengths. */
-bool mapped_iov_readable(const struct iovec *iov, int cnt);
 
 /* ---- limits: what the kernel checks before a read or write moves a byte
  * (rw_verify_area, generic_write_check_limits), for the mapped path. */
