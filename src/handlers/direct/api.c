@@ -28,17 +28,13 @@ static __thread struct {
 
 /*
  * Zero-copy appends cannot go through the kernel's atomic O_APPEND, so they
- * serialise with every other zero-copy appender of the file - in any process
- * tree - with an open-file-description lock on one byte at 2^62, far beyond
- * any data. (Ordinary write() appends use the kernel and need no lock.)
+ * serialise with every other appender of the file that Chell serves - in
+ * any process tree - with the base's append lock (mapped_append_lock).
+ * (Ordinary write() appends in direct mode use the kernel.)
  */
 static int append_lock(int fd, short type)
 {
-	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 1ll << 62, .l_len = 1};
-	int r;
-	do
-		r = sys_fcntl(fd, F_OFD_SETLKW, (long)&fl);
-	while (r == -EINTR);
+	int r = mapped_append_lock(fd, type);
 	if (r < 0) {
 		errno = -r;
 		return -1;
@@ -94,7 +90,7 @@ CHELL_EXPORT ssize_t chell_get_write_buf(int fd, void **buf, size_t count)
 	struct chell_file *f = direct_file_get(fd, &layer);
 	if (f) {
 		chell_ctx c = {f, fd, layer, CHELL_OP_WRITE, NULL};
-		struct direct_local *l = (struct direct_local *)f->local[layer];
+		struct mapped_local *l = (struct mapped_local *)f->local[layer];
 		int st = atomic_load((_Atomic int32_t *)&f->ofd->status_flags);
 		size_t chunk = (size_t)1 << direct_chunk_shift;
 		if ((st & O_ACCMODE) == O_RDONLY || !l->map->writable) {
@@ -103,7 +99,7 @@ CHELL_EXPORT ssize_t chell_get_write_buf(int fd, void **buf, size_t count)
 			return -1;
 		}
 		bool append = st & O_APPEND;
-		struct direct_inode *in = l->inode;
+		struct mapped_inode *in = l->inode;
 		chell_lock_acquire(&in->lock); /* held until the commit for O_APPEND */
 		if (append && append_lock(fd, F_WRLCK) < 0) {
 			int e = errno;
@@ -112,7 +108,7 @@ CHELL_EXPORT ssize_t chell_get_write_buf(int fd, void **buf, size_t count)
 			errno = e;
 			return -1;
 		}
-		uint64_t pos = append ? direct_inode_refresh(in, fd)
+		uint64_t pos = append ? mapped_inode_refresh(in, fd)
 				      : atomic_load((_Atomic uint64_t *)&f->ofd->offset);
 		size_t n = count, to_end = chunk - (size_t)(pos & (chunk - 1));
 		if (n > to_end)
@@ -189,8 +185,8 @@ CHELL_EXPORT ssize_t chell_commit_write_buf(int fd, const void *buf, size_t len)
 	tls_w.fd = -1;
 	if (!f)
 		return write(fd, buf, len);
-	struct direct_local *l = (struct direct_local *)f->local[tls_w.layer];
-	struct direct_inode *in = l->inode;
+	struct mapped_local *l = (struct mapped_local *)f->local[tls_w.layer];
+	struct mapped_inode *in = l->inode;
 	ssize_t r = (ssize_t)len;
 	uint64_t end = tls_w.pos + len;
 	/* The bytes are already in place. If the reservation grew the file by
@@ -212,7 +208,7 @@ CHELL_EXPORT ssize_t chell_commit_write_buf(int fd, const void *buf, size_t len)
 	chell_lock_release(&in->lock);
 	if (r > 0) {
 		if (l->map->map_sync == 2)
-			direct_flush(buf, len);
+			mapped_flush(l->map->persist, buf, len);
 		atomic_store((_Atomic uint64_t *)&f->ofd->offset, end);
 		DSTAT(writes, 1);
 		DSTAT(zero_copy, 1);

@@ -20,74 +20,45 @@
 #include <ucontext.h>
 
 #include "chell/pmem.h"
-#include "direct.h"
+#include "base.h"
 
-size_t direct_nt_threshold = 256 * 1024;
-
-extern const char direct_copy_nt_loop[], direct_copy_nt_after[];
 static __thread int tls_fault;
 static __thread volatile int tls_in_copy;
 static __thread void *tls_jmp[5];
 
-__attribute__((noinline)) size_t direct_copy(void *dst, const void *src, size_t n, int *fault)
+/* nt: NULL for memcpy, else the persistence core's non-temporal copy
+ * (then drained: the stores are ordered before the write returns, as a
+ * flushed copy's are). One guard for both, so a fault anywhere in either
+ * comes back here. */
+__attribute__((noinline)) size_t mapped_copy_ops(void *dst, const void *src, size_t n, int *fault,
+						 const struct chell_persist_ops *nt)
 {
 	tls_fault = 0;
 	if (__builtin_setjmp(tls_jmp)) {
-		/* back from a fault inside memcpy: nothing is known to be copied */
+		/* back from a fault inside the copy: nothing is known to be copied */
 		tls_in_copy = 0;
 		*fault = tls_fault;
 		return 0;
 	}
 	tls_in_copy = 1;
 	__asm__ volatile("" ::: "memory"); /* the flag is set before the copy starts */
-	direct_guarded_memcpy(dst, src, n);
+	if (likely(!nt))
+		mapped_guarded_memcpy(dst, src, n);
+	else
+		nt->memcpy_nodrain(nt->ctx, dst, src, n);
 	__asm__ volatile("" ::: "memory");
 	tls_in_copy = 0;
+	if (nt)
+		nt->drain(nt->ctx);
 	*fault = 0;
 	return n;
 }
 
-/* Non-temporal copy: 8-byte movnti stores, then the tail with movsb. The
- * loop is one block of instructions; a fault inside it resumes after it
- * with RCX = bytes left (kept up to date by the loop). */
-__attribute__((noinline)) size_t direct_copy_nt(void *dst, const void *src, size_t n, int *fault)
-{
-	size_t left = n;
-	tls_fault = 0;
-	__asm__ volatile(".globl direct_copy_nt_loop\n\t.hidden direct_copy_nt_loop\n"
-			 "direct_copy_nt_loop:\n\t"
-			 "cmp $8, %%rcx\n\t"
-			 "jb 2f\n\t"
-			 "mov (%%rsi), %%rax\n\t"
-			 "movnti %%rax, (%%rdi)\n\t"
-			 "add $8, %%rsi\n\t"
-			 "add $8, %%rdi\n\t"
-			 "sub $8, %%rcx\n\t"
-			 "jmp direct_copy_nt_loop\n"
-			 "2:\n\t"
-			 "rep movsb\n\t"
-			 "sfence\n"
-			 ".globl direct_copy_nt_after\n\t.hidden direct_copy_nt_after\n"
-			 "direct_copy_nt_after:\n\t"
-			 : "+D"(dst), "+S"(src), "+c"(left)
-			 :
-			 : "rax", "memory", "cc");
-	*fault = tls_fault;
-	return n - left;
-}
-
 /* Called by the signal layer for every synchronous SIGBUS/SIGSEGV (in cache
  * mode through the cache's own hook, for mapped.c's guarded reads). */
-bool direct_fault_fixup(int sig, siginfo_t *si, void *uc_)
+bool mapped_fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	greg_t ip = uc->uc_mcontext.gregs[REG_RIP];
-	if (ip >= (greg_t)direct_copy_nt_loop && ip < (greg_t)direct_copy_nt_after) {
-		/* the non-temporal loop: resume after it, RCX = bytes left */
-		uc->uc_mcontext.gregs[REG_RIP] = (greg_t)direct_copy_nt_after;
-		tls_fault = sig;
-		return true;
-	}
 	if (!tls_in_copy)
 		return false; /* not ours */
 	tls_fault = sig;
@@ -102,23 +73,18 @@ bool direct_fault_fixup(int sig, siginfo_t *si, void *uc_)
 /* The persistence core's primitives (include/chell/pmem.h): the flush
  * instruction chosen from CPUID once (clwb, clflushopt, clflush, or none
  * where the platform persists caches), overridable with CHELL_PMEM_FLUSH,
- * the same for direct, cache and every pmem user. */
-static const struct chell_persist_ops *persist;
-
-void direct_flush(const void *addr, size_t len)
+ * the same for direct, cache and every pmem user. Each mapping keeps the
+ * pointer it was made with (direct_map, cache_file), so every flush of a
+ * mapped handler goes through one set of operations that a test can
+ * replace (the power-failure simulator, tests/unit/test_mapped_persist.c). */
+const struct chell_persist_ops *mapped_persist(void)
 {
-	persist->flush(persist->ctx, addr, len);
-	persist->drain(persist->ctx);
+	return chell_persist_default();
 }
 
-void direct_fence(void)
+int mapped_copy_init(void)
 {
-	persist->drain(persist->ctx);
-}
-
-int direct_copy_init(void)
-{
-	persist = chell_persist_default();
-	chell_set_fault_hook(direct_fault_fixup);
+	chell_persist_default(); /* chosen once, before any copy needs it */
+	chell_set_fault_hook(mapped_fault_fixup);
 	return 0;
 }
