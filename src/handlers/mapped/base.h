@@ -300,6 +300,13 @@ void mapped_go_kernel(chell_ctx *c, const struct mapped_ops *ops);
 ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags);
 ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags);
 off_t mapped_lseek_op(chell_ctx *c, off_t off, int whence);
+/* The methods every handler on the base takes as they are, for its
+ * struct chell_handler. */
+#define MAPPED_METHODS                                                                  \
+	.release = mapped_release, .sync_out = mapped_sync_out, .sync_in = mapped_sync_in, \
+	.close = mapped_close, .fstat = mapped_fstat, .read = mapped_read,               \
+	.write = mapped_write, .lseek = mapped_lseek_op
+
 /* Make the file end at `end` (> its size) through the kernel: fallocate of
  * [off, off+len) (never shrinks; keeps holes before off as a write would),
  * or ftruncate where the file system has no fallocate. 0 or -errno. */
