@@ -449,51 +449,16 @@ static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	return r;
 }
 
-const struct chell_handler chell_direct_handler = {
-	.name = "direct",
-	.summary = "files on tmpfs/DAX mapped in chunks; read/write are memcpy",
-	.proc_init = direct_proc_init,
-	.proc_event = direct_proc_event,
-	.open = direct_open,
-	.opened = direct_opened,
-	.adopt = direct_adopt,
-	.detach = direct_detach,
-	.escape = direct_escape,
-	MAPPED_METHODS,
-	.fsync = direct_fsync,
-	.ftruncate = direct_ftruncate,
-	.fallocate = direct_fallocate,
-	.fcntl = direct_fcntl,
-	.truncate = direct_truncate,
-};
 
-/* --------------------------------------------------------- for api.c */
-
-struct chell_file *direct_file_get(int fd, int *layer)
-{
-	struct chell_file *f = file_get_fd(fd);
-	if (!f)
-		return NULL;
-	for (int i = 0; i < f->stack->depth; i++) {
-		if (f->stack->handlers[i] == &chell_direct_handler) {
-			struct mapped_ofd *d = (struct mapped_ofd *)f->ofd->priv[i];
-			if (d->active && f->local[i]) {
-				*layer = i;
-				return f;
-			}
-			break;
-		}
-	}
-	file_put(f);
-	return NULL;
-}
+/* ------------------------------------------------------------ zero-copy */
 
 /* get_read_buf on a direct file: a pointer into the mapping, up to the end
  * of the chunk, offset advanced like read(). */
-ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count)
+static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 {
-	chell_ctx cc = {f, fd, layer, CHELL_OP_READ, NULL};
-	chell_ctx *c = &cc;
+	if (!mapped_active(c))
+		return chell_down_get_read_buf(c, buf, count);
+	int fd = c->fd;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
 	if (count > (size_t)MAPPED_MAX_RW_COUNT)
@@ -528,10 +493,31 @@ ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **bu
 	if (!a) {
 		uint64_t expect = pos + n;
 		atomic_compare_exchange_strong(offp, &expect, pos);
-		return -ENODATA; /* the caller copies through read() instead */
+		return CHELL_FAST_MISS; /* the library copies through read() instead */
 	}
 	DSTAT(zero_copy, 1);
 	DSTAT(read_bytes, n);
 	*buf = a;
 	return (ssize_t)n;
 }
+
+const struct chell_handler chell_direct_handler = {
+	.name = "direct",
+	.summary = "files on tmpfs/DAX mapped in chunks; read/write are memcpy",
+	.proc_init = direct_proc_init,
+	.proc_event = direct_proc_event,
+	.open = direct_open,
+	.opened = direct_opened,
+	.adopt = direct_adopt,
+	.detach = direct_detach,
+	.escape = direct_escape,
+	MAPPED_METHODS,
+	.fsync = direct_fsync,
+	.ftruncate = direct_ftruncate,
+	.fallocate = direct_fallocate,
+	.fcntl = direct_fcntl,
+	.get_read_buf = direct_get_read_buf,
+	.get_write_buf = direct_get_write_buf,
+	.commit_write_buf = direct_commit_write_buf,
+	.truncate = direct_truncate,
+};

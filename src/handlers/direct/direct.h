@@ -11,7 +11,8 @@
  *   direct.c   the handler operations: where writes and appends go, holes,
  *              the kernel fallbacks, fsync on persistent memory
  *   map.c      per-process chunk mappings of each file (a chunk's memory)
- *   api.c      chell_get_read_buf / chell_get_write_buf
+ *   zerocopy.c chell_get_write_buf / chell_commit_write_buf (the reads:
+ *              direct.c)
  */
 #ifndef CHELL_DIRECT_H
 #define CHELL_DIRECT_H
@@ -89,8 +90,8 @@ static inline struct mapped_stats *direct_stats_tls(void)
 /* ---- direct.c */
 extern const struct chell_handler chell_direct_handler;
 extern const struct chell_fast_ops direct_fast_ops; /* fast.c */
-/* For api.c: the direct state of fd, or NULL when fd is not direct. */
-struct chell_file *direct_file_get(int fd, int *layer);
-ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count);
+/* zerocopy.c: the get_write_buf / commit_write_buf methods */
+ssize_t direct_get_write_buf(chell_ctx *c, void **buf, size_t count);
+ssize_t direct_commit_write_buf(chell_ctx *c, const void *buf, size_t len);
 
 #endif
