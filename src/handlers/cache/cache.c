@@ -83,7 +83,7 @@ static const struct mapped_stat_key cache_stat_keys[] = {
 	KEY("read_misses", read_misses), KEY("write_misses", write_misses),
 	KEY("kernel_fallbacks", kernel_fallbacks), KEY("mmaps", mmaps), KEY("remaps", remaps),
 	KEY("syncs", syncs), KEY("fsyncs", fsyncs), KEY("extends", extends), KEY("bypassed", bypassed),
-	KEY("overwrites", overwrites),
+	KEY("overwrites", overwrites), KEY("zero_copy", zero_copy),
 };
 static const struct mapped_stats_spec cache_stats_spec = {
 	MAPPED_STATS_CACHE, "cache", cache_stat_keys, sizeof(cache_stat_keys) / sizeof(cache_stat_keys[0])};
@@ -580,6 +580,7 @@ static void leave_for_lease(chell_ctx *c)
 	if (!mapped_active(c))
 		return;
 	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	cache_lent_settle(L(c)->cf); /* no descriptor of Chell's may stay open */
 	go_kernel(c);
 }
 
@@ -650,5 +651,6 @@ const struct chell_handler chell_cache_handler = {
 	.fallocate = cache_fallocate,
 	.fcntl = cache_fcntl,
 	.mmap = cache_mmap,
+	.get_read_buf = cache_get_read_buf,
 	.truncate = cache_truncate,
 };

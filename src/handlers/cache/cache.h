@@ -75,6 +75,8 @@ extern char cache_sock_path[108]; /* sizeof(sockaddr_un.sun_path) */
  * can only ever see chunk files of this very (file, chunk) and detects the
  * switch by the control page's identity. */
 #define CACHE_E_WRITABLE ((uintptr_t)1)
+/* Lent to the application for zero-copy (zerocopy.c): never mapped over. */
+#define CACHE_E_LENT 2u
 struct cache_counts {
 	_Atomic uint64_t v[6]; /* struct chelld_client_counts order */
 };
@@ -89,6 +91,7 @@ struct cache_file {
 	_Atomic uint64_t synced_size; /* the size at this process's last SYNC (or first open) */
 	struct cache_counts counts;
 	struct cache_file *next;
+	int zc_fd;              /* the backing file, read-only, once a chunk was lent (zerocopy.c) */
 	struct mapped_table chunks;
 };
 /* size: the file's size now (a new entry starts from it as "synced"). */
@@ -174,6 +177,17 @@ int cache_ctl_live(const unsigned char *base);
  * would have copied. */
 size_t cache_user_readable(const void *p, size_t n);
 int cache_copy_init(void);
+
+/* ---- zerocopy.c: zero-copy reads on a hit ---- */
+ssize_t cache_get_read_buf(chell_ctx *c, const void **buf, size_t count);
+/* The fault hook's part: a SIGBUS at addr in a lent chunk the manager
+ * revoked is repaired (the backing file mapped there): true. */
+bool cache_lent_fault(int sig, const void *addr);
+/* The file leaves the cache for a lease: every lent chunk gets the
+ * backing file's bytes now, and the descriptor kept for that goes. */
+void cache_lent_settle(struct cache_file *cf);
+/* At the file's last close in the process (caller holds no lock). */
+void cache_lent_forget(struct cache_file *cf);
 
 /* ---- counters (mapped/stats.c) ---- */
 #define CSTAT(field, n) MSTAT(MAPPED_STATS_CACHE, field, n)

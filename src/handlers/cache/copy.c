@@ -43,8 +43,9 @@ static __thread uint64_t tls_ext_prev, tls_ext_new; /* ext_end before/after cach
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	if (!tls_in) /* not a cache copy: the base's guard (mapped/copy.c), or the application's */
-		return mapped_fault_fixup(sig, si, uc_);
+	if (!tls_in) /* not a cache copy: the base's guard (mapped/copy.c), a zero-copy
+		      * buffer's chunk revoked (zerocopy.c), or the application's */
+		return mapped_fault_fixup(sig, si, uc_) || cache_lent_fault(sig, si->si_addr);
 	tls_in = 0;
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
@@ -102,7 +103,8 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			mapped_guarded_memcpy(dst, base + off, n);
+			if (dst) /* NULL: only the verdict (zero-copy lends the chunk) */
+				mapped_guarded_memcpy(dst, base + off, n);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (state(ctl) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&

@@ -47,6 +47,7 @@ struct cache_file *cache_file_get(uint64_t dev, uint64_t ino, uint64_t size)
 			cf->dev = dev;
 			cf->ino = ino;
 			cf->synced_size = size;
+			cf->zc_fd = -1;
 			cf->next = files;
 			files = cf;
 		}
@@ -101,6 +102,7 @@ void cache_file_put(struct cache_file *cf)
 		}
 	unregister(cf);
 	cache_unlock();
+	cache_lent_forget(cf); /* before the table's own mappings go */
 	mapped_table_each(&cf->chunks, unmap_chunk, NULL);
 	mapped_table_free(&cf->chunks);
 	free(cf);
@@ -221,6 +223,9 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 	if (!e)
 		return -ENOMEM;
 	uintptr_t cur = cache_entry_of(cf, k);
+	/* A chunk lent for zero-copy keeps its address for the application's
+	 * buffer (zerocopy.c): the new mapping goes elsewhere. */
+	bool lent = cur && (atomic_load(&e->flags) & CACHE_E_LENT);
 	/* The chunk file we have, with enough access? (The inode number alone
 	 * is not proof: tmpfs reuses the numbers of unlinked files.) */
 	if (cur && e->state == (uint64_t)st.st_ino && (!writable || (cur & CACHE_E_WRITABLE)) &&
@@ -228,7 +233,9 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 		return 0;
 	void *addr = cur ? (void *)(cur & ~CACHE_E_WRITABLE) : NULL;
 	int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-	int fixed = cur ? MAP_FIXED : 0;
+	int fixed = cur && !lent ? MAP_FIXED : 0;
+	if (lent)
+		addr = NULL;
 	void *p = MAP_FAILED;
 	if (writable && (!dax_known || cache_dax)) {
 		p = REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, prot,
@@ -241,7 +248,7 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 	if (p == MAP_FAILED)
 		p = REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, prot, MAP_SHARED | fixed, mfd, 0);
 	if (p == MAP_FAILED) {
-		if (cur) {
+		if (cur && !lent) {
 			/* The old mapping may be gone: keep the range reserved and
 			 * inaccessible, so copies fault (a miss) and no other mapping
 			 * can appear at this address. */
@@ -260,8 +267,8 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 		atomic_store_explicit(&cf->need_sync, 1, memory_order_release);
 	/* The address is the old one (MAP_FIXED) or a new one; the writable
 	 * flag is published after the mapping it describes. */
-	if (!writable)
-		atomic_fetch_and(&e->flags, ~(uint32_t)CACHE_E_WRITABLE);
+	if (!writable || lent) /* (a new address: not lent, not writable yet) */
+		atomic_fetch_and(&e->flags, ~(uint32_t)(CACHE_E_WRITABLE | (lent ? CACHE_E_LENT : 0)));
 	atomic_store_explicit(&e->base, (unsigned char *)p, memory_order_release);
 	if (writable)
 		atomic_fetch_or_explicit(&e->flags, (uint32_t)CACHE_E_WRITABLE, memory_order_release);

@@ -464,23 +464,8 @@ static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 	if (count > (size_t)MAPPED_MAX_RW_COUNT)
 		count = MAPPED_MAX_RW_COUNT;
 	struct mapped_local *l = L(c);
-	_Atomic uint64_t *offp = OFFSET(c);
-	size_t chunk = (size_t)1 << direct_chunk_shift;
-	uint64_t pos = atomic_load(offp), size = isize(l->inode);
-	size_t n;
-	bool refreshed = false;
-	for (;;) {
-		if (pos + count > size && !refreshed) {
-			size = mapped_inode_refresh(l->inode, fd);
-			refreshed = true;
-		}
-		n = pos >= size ? 0 : (count < size - pos ? count : (size_t)(size - pos));
-		size_t to_chunk_end = chunk - (size_t)(pos & (chunk - 1));
-		if (n > to_chunk_end)
-			n = to_chunk_end;
-		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
-			break;
-	}
+	uint64_t pos;
+	size_t n = mapped_read_claim(c, count, (size_t)1 << direct_chunk_shift, &pos);
 	if (n == 0) {
 		*buf = NULL;
 		return 0;
@@ -491,8 +476,7 @@ static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 	    !range_is_data(c, pos, n))
 		a = NULL; /* a hole: touching it through the mapping would fill it */
 	if (!a) {
-		uint64_t expect = pos + n;
-		atomic_compare_exchange_strong(offp, &expect, pos);
+		mapped_read_unclaim(c, pos, n);
 		return CHELL_FAST_MISS; /* the library copies through read() instead */
 	}
 	DSTAT(zero_copy, 1);

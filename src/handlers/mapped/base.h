@@ -300,6 +300,13 @@ void mapped_go_kernel(chell_ctx *c, const struct mapped_ops *ops);
 ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags);
 ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags);
 off_t mapped_lseek_op(chell_ctx *c, off_t off, int whence);
+/* Zero-copy reads: reserve [*pos, *pos+n) of the shared offset for up to
+ * `count` bytes, n cut at the end of file (refreshed from the kernel when
+ * reached) and at the end of the `chunk`-byte chunk holding *pos; n (0 at
+ * end of file). unclaim gives the range back when it cannot be lent. */
+size_t mapped_read_claim(chell_ctx *c, size_t count, size_t chunk, uint64_t *pos);
+void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n);
+
 /* The methods every handler on the base takes as they are, for its
  * struct chell_handler. */
 #define MAPPED_METHODS                                                                  \
