@@ -65,24 +65,28 @@ bool cache_lent_fault(int sig, const void *addr)
 	return false;
 }
 
-/* Record chunk k's mapping as lent (caller holds cache_lock). 0, or -1
- * when it cannot be (no descriptor for the rescue, the table is full). */
-static int lend(struct cache_file *cf, struct mapped_chunk *e, uint64_t k, int fd)
+/* A read-only descriptor of fd's file for the rescue, or -errno. Under
+ * the descriptor-table lock, as map.c's reopen (a fork meanwhile must not
+ * inherit it at a low number), so never with cache_lock held (lock order:
+ * fdt_lock, then cache_lock). */
+static int rescue_fd(int fd)
+{
+	char p[CHELL_FD_PATH_MAX];
+	chell_fd_path(p, fd);
+	fdt_lock();
+	int nfd = chell_internal_openat(AT_FDCWD, p, O_RDONLY | O_CLOEXEC | O_NOCTTY, 0);
+	if (nfd >= 0)
+		nfd = chell_internal_fd(nfd, 1);
+	fdt_unlock();
+	return nfd;
+}
+
+/* Record chunk k's mapping as lent (caller holds cache_lock; cf->zc_fd is
+ * open). 0, or -1 when the table is full. */
+static int lend(struct cache_file *cf, struct mapped_chunk *e, uint64_t k)
 {
 	if (atomic_load(&e->flags) & CACHE_E_LENT)
 		return 0;
-	if (cf->zc_fd < 0) {
-		char p[CHELL_FD_PATH_MAX];
-		chell_fd_path(p, fd);
-		fdt_lock(); /* as map.c's reopen: a fork meanwhile must not inherit it low */
-		int nfd = chell_internal_openat(AT_FDCWD, p, O_RDONLY | O_CLOEXEC | O_NOCTTY, 0);
-		if (nfd >= 0)
-			nfd = chell_internal_fd(nfd, 1);
-		fdt_unlock();
-		if (nfd < 0)
-			return -1;
-		cf->zc_fd = nfd;
-	}
 	for (int i = 0; i < LENT_MAX; i++) {
 		if (atomic_load(&lent[i].base))
 			continue;
@@ -150,9 +154,17 @@ ssize_t cache_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 	if (b && (atomic_load_explicit(&e->flags, memory_order_acquire) & CACHE_E_LENT)) {
 		v = (uintptr_t)b;
 	} else if (b) {
+		int nfd = __atomic_load_n(&cf->zc_fd, __ATOMIC_ACQUIRE) < 0 ? rescue_fd(c->fd) : -1;
 		cache_lock(); /* lending and (re)mapping exclude each other */
-		v = lend(cf, e, k, c->fd) == 0 ? cache_entry_of(cf, k) : 0;
+		if (cf->zc_fd < 0 && nfd >= 0) {
+			cf->zc_fd = nfd;
+			nfd = -1;
+		}
+		if (cf->zc_fd >= 0 && lend(cf, e, k) == 0)
+			v = cache_entry_of(cf, k);
 		cache_unlock();
+		if (nfd >= 0) /* another thread's came first */
+			chell_internal_close(nfd);
 	}
 	uint32_t slot;
 	unsigned char *base = (unsigned char *)(v & ~CACHE_E_WRITABLE);
