@@ -125,19 +125,11 @@ static inline void mapped_guarded_memcpy(void *dst, const void *src, size_t n)
 /* Copy n bytes; a fault on either side (a page truncated away by another
  * process, a bad user buffer) stops the copy: returns n, or 0 with *fault
  * set to the signal number (the caller has the kernel redo the piece). */
-size_t mapped_copy_ops(void *dst, const void *src, size_t n, int *fault,
-		       const struct chell_persist_ops *nt);
-static inline size_t mapped_copy(void *dst, const void *src, size_t n, int *fault)
-{
-	return mapped_copy_ops(dst, src, n, fault, NULL);
-}
+size_t mapped_copy(void *dst, const void *src, size_t n, int *fault);
 /* Same, with the persistence core's non-temporal copy, then its drain:
  * large writes to persistent memory. */
-static inline size_t mapped_copy_nt(const struct chell_persist_ops *ops, void *dst, const void *src,
-				    size_t n, int *fault)
-{
-	return mapped_copy_ops(dst, src, n, fault, ops);
-}
+size_t mapped_copy_nt(const struct chell_persist_ops *ops, void *dst, const void *src, size_t n,
+		      int *fault);
 /* The persistence core's operations, chosen once per process (clwb,
  * clflushopt, clflush or none; CHELL_PMEM_FLUSH overrides): every mapping
  * takes them when it is made and flushes through them. */
@@ -304,8 +296,34 @@ off_t mapped_lseek_op(chell_ctx *c, off_t off, int whence);
  * `count` bytes, n cut at the end of file (refreshed from the kernel when
  * reached) and at the end of the `chunk`-byte chunk holding *pos; n (0 at
  * end of file). unclaim gives the range back when it cannot be lent. */
-size_t mapped_read_claim(chell_ctx *c, size_t count, size_t chunk, uint64_t *pos);
-void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n);
+static inline size_t mapped_read_claim(chell_ctx *c, size_t count, size_t chunk, uint64_t *posp)
+{
+	struct mapped_inode *in = mapped_local(c)->inode;
+	_Atomic uint64_t *offp = mapped_offset(c);
+	uint64_t pos = atomic_load(offp), size = mapped_isize(in);
+	size_t n;
+	bool refreshed = false;
+	for (;;) {
+		if (pos + count > size && !refreshed) {
+			size = mapped_inode_refresh(in, c->fd);
+			refreshed = true;
+		}
+		n = pos >= size ? 0 : (count < size - pos ? count : (size_t)(size - pos));
+		size_t to_chunk_end = chunk - (size_t)(pos & (chunk - 1));
+		if (n > to_chunk_end)
+			n = to_chunk_end;
+		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
+			break;
+	}
+	*posp = pos;
+	return n;
+}
+
+static inline void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n)
+{
+	uint64_t expect = pos + n;
+	atomic_compare_exchange_strong(mapped_offset(c), &expect, pos);
+}
 
 /* The methods every handler on the base takes as they are, for its
  * struct chell_handler. */

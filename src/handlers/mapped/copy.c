@@ -26,31 +26,39 @@ static __thread int tls_fault;
 static __thread volatile int tls_in_copy;
 static __thread void *tls_jmp[5];
 
-/* nt: NULL for memcpy, else the persistence core's non-temporal copy
- * (then drained: the stores are ordered before the write returns, as a
- * flushed copy's are). One guard for both, so a fault anywhere in either
- * comes back here. */
-__attribute__((noinline)) size_t mapped_copy_ops(void *dst, const void *src, size_t n, int *fault,
-						 const struct chell_persist_ops *nt)
+/* Run `copy` inside the guard: returns n, or 0 with *fault set when a
+ * fault came back here. A macro, so that each copy function is its own
+ * __builtin_setjmp frame and the hot one (mapped_copy) stays minimal. */
+#define GUARDED(copy)                                                                 \
+	do {                                                                          \
+		tls_fault = 0;                                                        \
+		if (__builtin_setjmp(tls_jmp)) {                                      \
+			/* back from a fault inside the copy: nothing is known copied */ \
+			tls_in_copy = 0;                                              \
+			*fault = tls_fault;                                           \
+			return 0;                                                     \
+		}                                                                     \
+		tls_in_copy = 1;                                                      \
+		__asm__ volatile("" ::: "memory"); /* the flag is set before the copy */ \
+		copy;                                                                 \
+		__asm__ volatile("" ::: "memory");                                   \
+		tls_in_copy = 0;                                                      \
+		*fault = 0;                                                           \
+	} while (0)
+
+__attribute__((noinline)) size_t mapped_copy(void *dst, const void *src, size_t n, int *fault)
 {
-	tls_fault = 0;
-	if (__builtin_setjmp(tls_jmp)) {
-		/* back from a fault inside the copy: nothing is known to be copied */
-		tls_in_copy = 0;
-		*fault = tls_fault;
-		return 0;
-	}
-	tls_in_copy = 1;
-	__asm__ volatile("" ::: "memory"); /* the flag is set before the copy starts */
-	if (likely(!nt))
-		mapped_guarded_memcpy(dst, src, n);
-	else
-		nt->memcpy_nodrain(nt->ctx, dst, src, n);
-	__asm__ volatile("" ::: "memory");
-	tls_in_copy = 0;
-	if (nt)
-		nt->drain(nt->ctx);
-	*fault = 0;
+	GUARDED(mapped_guarded_memcpy(dst, src, n));
+	return n;
+}
+
+/* The persistence core's non-temporal copy, then its drain: the stores
+ * are ordered before the write returns, as a flushed copy's are. */
+__attribute__((noinline)) size_t mapped_copy_nt(const struct chell_persist_ops *ops, void *dst,
+						const void *src, size_t n, int *fault)
+{
+	GUARDED(ops->memcpy_nodrain(ops->ctx, dst, src, n));
+	ops->drain(ops->ctx);
 	return n;
 }
 

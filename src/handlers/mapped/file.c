@@ -292,37 +292,6 @@ ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, 
 	return r;
 }
 
-/* ------------------------------------------------------------ zero-copy */
-
-size_t mapped_read_claim(chell_ctx *c, size_t count, size_t chunk, uint64_t *posp)
-{
-	struct mapped_inode *in = L(c)->inode;
-	_Atomic uint64_t *offp = OFFSET(c);
-	uint64_t pos = atomic_load(offp), size = isize(in);
-	size_t n;
-	bool refreshed = false;
-	for (;;) {
-		if (pos + count > size && !refreshed) {
-			size = mapped_inode_refresh(in, c->fd);
-			refreshed = true;
-		}
-		n = pos >= size ? 0 : (count < size - pos ? count : (size_t)(size - pos));
-		size_t to_chunk_end = chunk - (size_t)(pos & (chunk - 1));
-		if (n > to_chunk_end)
-			n = to_chunk_end;
-		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
-			break;
-	}
-	*posp = pos;
-	return n;
-}
-
-void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n)
-{
-	uint64_t expect = pos + n;
-	atomic_compare_exchange_strong(OFFSET(c), &expect, pos);
-}
-
 /* ------------------------------------------------------- offset and size */
 
 off_t mapped_lseek_op(chell_ctx *c, off_t off, int whence)
