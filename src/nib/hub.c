@@ -37,7 +37,7 @@ static const char *const op_names[CHELL_OP_COUNT_] = {
 	[CHELL_OP_FSTAT] = "fstat", [CHELL_OP_FCNTL] = "fcntl", [CHELL_OP_DUP] = "dup",
 	[CHELL_OP_MMAP] = "mmap", [CHELL_OP_TRUNCATE] = "truncate", [CHELL_OP_STAT] = "stat",
 	[CHELL_OP_FORK] = "fork", [CHELL_OP_EXEC] = "exec", [CHELL_OP_STDIO] = "stdio",
-	[CHELL_OP_EXIT] = "exit",
+	[CHELL_OP_EXIT] = "exit", [CHELL_OP_FORK_PREPARE] = "fork-prepare", [CHELL_OP_FORK_PARENT] = "fork-parent",
 };
 
 CHELL_EXPORT const char *chell_op_name(enum chell_op op)
@@ -152,6 +152,7 @@ __attribute__((destructor)) static void chell_fini(void)
 		return;
 	}
 	fflush(NULL); /* stdio streams on handled files reach their handlers first */
+	chell_threads_halt_all();
 	hub_proc_event(CHELL_OP_EXIT, -1);
 	hub_process_exit();
 }

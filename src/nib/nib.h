@@ -43,8 +43,6 @@ __attribute__((noreturn, format(printf, 1, 2))) void chell_fatal(const char *fmt
 extern __thread int chell_tls_crit;
 extern __thread int chell_tls_pending;
 void chell_signals_flush_pending(void);
-/* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct mode copies). */
-void chell_set_fault_hook(bool (*hook)(int sig, siginfo_t *si, void *uc));
 void chell_signals_after_fork_child(void);
 /* Application pointers that Chell reads before the kernel would (signals.c).
  * On -EFAULT (or -ENAMETOOLONG) the caller gives the call to the kernel. */
@@ -55,6 +53,13 @@ long chell_user_strnlen(const char *s, size_t max);
 int chell_user_check(const void *p, size_t len, bool write);
 pid_t chell_tid(void);
 void chell_tid_reset(void);
+
+/* ---- threads.c: Chell's background threads across fork, exec, exit ---- */
+void chell_threads_halt_all(void);      /* before exec, at exit */
+void chell_threads_resume(void);        /* failed exec; fork child, after its events */
+void chell_threads_fork_prepare(void);
+void chell_threads_fork_parent(void);
+void chell_threads_fork_child(void);    /* first thing in the child */
 
 /* ---- region.c ---- */
 int region_ensure(void);               /* create the region if this tree has none */
