@@ -155,21 +155,29 @@ CHELL_EXPORT int chell_thread_fd(struct chell_thread *t, int fd)
 	return fd;
 }
 
-CHELL_EXPORT void chell_thread_stop(struct chell_thread *t)
+/* Stop t if it runs; `forever` (chell_thread_stop) or until resumed. */
+static void stop_one(struct chell_thread *t, bool forever)
 {
 	pthread_mutex_lock(&threads_mutex);
 	bool was = t->running;
-	t->wanted = false;
 	t->running = false;
+	if (forever)
+		t->wanted = false;
 	pthread_mutex_unlock(&threads_mutex);
 	if (was)
 		halt(t);
 }
 
+CHELL_EXPORT void chell_thread_stop(struct chell_thread *t)
+{
+	stop_one(t, true);
+}
+
 /* ------------------------------------------------------ process events */
 
 /* Stop every running thread (before exec, at exit). They stay wanted, so a
- * failed exec restarts them (chell_threads_resume). */
+ * failed exec restarts them (chell_threads_resume). All are asked first,
+ * so they wind down in parallel; then each is joined. */
 void chell_threads_halt_all(void)
 {
 	pthread_mutex_lock(&threads_mutex);
@@ -179,14 +187,8 @@ void chell_threads_halt_all(void)
 			atomic_store(&t->stop, 1);
 	pthread_mutex_unlock(&threads_mutex);
 	/* the list only grows at its head: walking from `list` is safe */
-	for (struct chell_thread *t = list; t; t = t->next) {
-		pthread_mutex_lock(&threads_mutex);
-		bool was = t->running;
-		t->running = false;
-		pthread_mutex_unlock(&threads_mutex);
-		if (was)
-			halt(t);
-	}
+	for (struct chell_thread *t = list; t; t = t->next)
+		stop_one(t, false);
 }
 
 /* After a failed exec, and in a forked child after the handlers'
