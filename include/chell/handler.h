@@ -93,11 +93,11 @@ struct chell_file {
 	char *path;                /* absolute path given at open (may be stale after rename) */
 	void *local[CHELL_MAX_LAYERS]; /* process-local state of layer i, NULL until set */
 	const struct chell_fast_ops *fast; /* shortcuts of layer 0, or NULL */
-	/* hub bookkeeping */
-	uint32_t refs;             /* descriptors of this process + calls in flight (atomic) */
-	uint32_t live;             /* 1 while allocated (atomic) */
-	uint32_t release_pending;  /* this process dropped the OFD's last reference */
-	struct chell_file *next_free;
+	/* Set by the hub when this process dropped the OFD's last reference in
+	 * any process: detach() is then followed by release(). Read-only. */
+	uint32_t release_pending;
+	/* The hub's own bookkeeping (reference counts, recycling) follows in
+	 * memory: a chell_file is only ever made by the hub, never copied. */
 };
 
 /* Which application call an operation came from (for tracing and checks). */

@@ -139,9 +139,28 @@ void fdt_install(int fd, struct chell_file *f);
 /* Remove fd and return its file (the table's reference passes to the caller). */
 struct chell_file *fdt_remove(int fd);
 
+/*
+ * What the hub keeps per chell_file besides what handlers see: every
+ * chell_file is the first member of one of these (file_alloc), so the
+ * hub goes from one to the other with a cast and handlers never see the
+ * reference counts. Objects are recycled through the free list, never
+ * freed (a reader racing a close touches a recycled object, never freed
+ * memory).
+ */
+struct nib_file {
+	struct chell_file pub;
+	uint32_t refs;             /* descriptors of this process + calls in flight (atomic) */
+	uint32_t live;             /* 1 while allocated (atomic) */
+	struct nib_file *next_free;
+};
+static inline struct nib_file *nib_file(struct chell_file *f)
+{
+	return (struct nib_file *)f;
+}
+
 /* Table entry of a descriptor being closed (see closing.c). */
-extern struct chell_file chell_closing_file;
-#define FILE_CLOSING (&chell_closing_file)
+extern struct nib_file chell_closing_file;
+#define FILE_CLOSING (&chell_closing_file.pub)
 
 /* ---- hazard.c: the data path's protection against a concurrent close ---- */
 struct chell_hazard {

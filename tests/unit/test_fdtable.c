@@ -104,7 +104,7 @@ static void open_claims_routed_file(void **state)
 	assert_ptr_equal(f->ofd, region_slot(f->slot));
 	assert_int_equal(f->ofd->in_use, 1);
 	assert_int_equal(ofd_refs(fd), 1);
-	assert_int_equal(f->refs, 1); /* one descriptor, no call in flight */
+	assert_int_equal(nib_file(f)->refs, 1); /* one descriptor, no call in flight */
 	struct stat st;
 	assert_int_equal(fstat(fd, &st), 0);
 	assert_int_equal(f->ofd->dev, st.st_dev);
@@ -117,9 +117,9 @@ static void open_claims_routed_file(void **state)
 	/* file_get_fd takes a reference for the duration of a call */
 	struct chell_file *g = file_get_fd(fd);
 	assert_ptr_equal(g, f);
-	assert_int_equal(f->refs, 2);
+	assert_int_equal(nib_file(f)->refs, 2);
 	file_put(g);
-	assert_int_equal(f->refs, 1);
+	assert_int_equal(nib_file(f)->refs, 1);
 
 	/* fcntl(F_SETFL) keeps the shared copy of the status flags current */
 	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
@@ -219,7 +219,7 @@ static void dup_family_shares_ofd(void **state)
 	assert_true(d1 >= 0);
 	assert_ptr_equal(fdt_peek(d1), f);
 	assert_int_equal(ofd_refs(fd), 2);
-	assert_int_equal(f->refs, 2);
+	assert_int_equal(nib_file(f)->refs, 2);
 
 	int d2 = fcntl(fd, F_DUPFD_CLOEXEC, 200);
 	assert_true(d2 >= 200);
@@ -234,7 +234,7 @@ static void dup_family_shares_ofd(void **state)
 	assert_int_equal(dup3(fd, p[1], O_CLOEXEC), p[1]);
 	assert_ptr_equal(fdt_peek(p[1]), f);
 	assert_int_equal(ofd_refs(fd), 5);
-	assert_int_equal(f->refs, 5);
+	assert_int_equal(nib_file(f)->refs, 5);
 	assert_int_equal(count_in_use(), base + 1);
 
 	/* dup2 of a descriptor onto itself changes nothing */
