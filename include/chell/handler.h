@@ -354,8 +354,37 @@ int chell_fault_hook_add(chell_fault_hook hook);
 
 /* Diagnostics: "chell: <msg>" on stderr, with no allocation and no recursion. */
 void chell_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same at a level of the `log_level` setting: chell_info and chell_debug
+ * cost one load and a branch when that level is off. */
+enum { CHELL_LOG_QUIET, CHELL_LOG_ERROR, CHELL_LOG_INFO, CHELL_LOG_DEBUG };
+extern int chell_log_level;
+void chell_logv_level(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define chell_info(...) \
+	do { if (chell_log_level >= CHELL_LOG_INFO) chell_logv_level(CHELL_LOG_INFO, __VA_ARGS__); } while (0)
+#define chell_debug(...) \
+	do { if (chell_log_level >= CHELL_LOG_DEBUG) chell_logv_level(CHELL_LOG_DEBUG, __VA_ARGS__); } while (0)
 
-/* Configuration lookup (see chell/config.h for the keys). */
+/* The calling thread's kernel id (cached; right after fork too). */
+pid_t chell_tid(void);
+
+/*
+ * Application pointers a handler reads or fills before the kernel would
+ * (an argument it interprets itself). The kernel answers a bad pointer with
+ * EFAULT, never a signal; these probe under a guard, without a system call.
+ * On -EFAULT (or -ENAMETOOLONG) give the whole call to the kernel, which
+ * answers in its own order of checks.
+ *   chell_user_check    0 if [p, p+len) can be read (write: written);
+ *   chell_user_strnlen  strnlen(s, max), or -ENAMETOOLONG if no NUL within max.
+ */
+int chell_user_check(const void *p, size_t len, bool write);
+long chell_user_strnlen(const char *s, size_t max);
+
+/* The largest file size the file system holding fd allows (s_maxbytes;
+ * dev is its st_dev, the key of a per-device cache), for handlers that
+ * extend files themselves and must fail with EFBIG where the kernel would. */
+int64_t chell_maxbytes(int fd, dev_t dev);
+
+/* Configuration lookup by key (the keys: docs/CONFIGURATION.md, `chell config --keys`). */
 const char *chell_setting(const char *key);
 
 #ifdef __cplusplus

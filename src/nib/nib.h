@@ -29,14 +29,7 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
-/* ---- log.c ---- */
-enum { CHELL_LOG_QUIET, CHELL_LOG_ERROR, CHELL_LOG_INFO, CHELL_LOG_DEBUG };
-extern int chell_log_level;
-void chell_logv_level(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define chell_info(...) \
-	do { if (chell_log_level >= CHELL_LOG_INFO) chell_logv_level(CHELL_LOG_INFO, __VA_ARGS__); } while (0)
-#define chell_debug(...) \
-	do { if (chell_log_level >= CHELL_LOG_DEBUG) chell_logv_level(CHELL_LOG_DEBUG, __VA_ARGS__); } while (0)
+/* ---- log.c (chell_info, chell_debug: chell/handler.h) ---- */
 __attribute__((noreturn, format(printf, 1, 2))) void chell_fatal(const char *fmt, ...);
 
 /* ---- signals.c ---- */
@@ -44,14 +37,8 @@ extern __thread int chell_tls_crit;
 extern __thread int chell_tls_pending;
 void chell_signals_flush_pending(void);
 void chell_signals_after_fork_child(void);
-/* Application pointers that Chell reads before the kernel would (signals.c).
- * On -EFAULT (or -ENAMETOOLONG) the caller gives the call to the kernel. */
+/* chell_user_check, chell_user_strnlen, chell_tid: chell/handler.h */
 void chell_uaccess_init(void); /* at start-up: the guard needs the trampoline */
-/* strnlen of s, -EFAULT if it faults, -ENAMETOOLONG if no NUL within max. */
-long chell_user_strnlen(const char *s, size_t max);
-/* 0 if [p, p+len) can be read (write: written) without a fault, else -EFAULT. */
-int chell_user_check(const void *p, size_t len, bool write);
-pid_t chell_tid(void);
 void chell_tid_reset(void);
 
 /* ---- threads.c: Chell's background threads across fork, exec, exit ---- */
@@ -239,9 +226,7 @@ int chell_nofile_place(int fd, int cloexec);
 int chell_nofile_dup_high(int fd);
 bool chell_is_internal_fd(int fd);
 /* Where internal descriptors live: near the top of the soft limit. */
-/* ---- file size limits */
-/* s_maxbytes of the file system holding fd (interpose_copy.c) */
-int64_t chell_maxbytes(int fd, dev_t dev);
+/* ---- file size limits (chell_maxbytes: chell/handler.h) */
 /* RLIMIT_FSIZE's soft limit (UINT64_MAX: none), read at start-up and after
  * every setrlimit/prlimit through libc (interpose_rlimit.c), for the mapped
  * write paths (mapped.h). */

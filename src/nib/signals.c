@@ -34,7 +34,7 @@ static __thread pid_t tls_tid;
 /* signals this thread blocked to defer them; unblocked when the section ends */
 static __thread sigset_t tls_deferred;
 
-pid_t chell_tid(void)
+CHELL_EXPORT pid_t chell_tid(void)
 {
 	if (unlikely(tls_tid == 0))
 		tls_tid = sys_gettid();
@@ -265,7 +265,7 @@ void chell_uaccess_init(void)
 		wrap_fault_signals();
 }
 
-__attribute__((noinline, no_sanitize("address", "undefined"))) long
+CHELL_EXPORT __attribute__((noinline, no_sanitize("address", "undefined"))) long
 chell_user_strnlen(const char *s, size_t max)
 {
 	chell_crit_enter();
@@ -285,7 +285,7 @@ chell_user_strnlen(const char *s, size_t max)
 	return n < max ? (long)n : -ENAMETOOLONG;
 }
 
-__attribute__((noinline, no_sanitize("address", "undefined"))) int
+CHELL_EXPORT __attribute__((noinline, no_sanitize("address", "undefined"))) int
 chell_user_check(const void *p, size_t len, bool write)
 {
 	if (len == 0)
