@@ -500,7 +500,7 @@ static void file_destroy(struct chell_file *f)
 				if (h->release)
 					h->release(&c);
 			}
-			region_free_slot(f->slot);
+			ofd_table_free_slot(f->slot);
 		}
 	}
 	free(f->path);

@@ -8,7 +8,8 @@
  *   hub.c           dispatch down handler stacks, descriptor lifetime.
  *   router.c        which stack (if any) serves a path.
  *   fdtable.c       per-process map  fd -> struct chell_file.
- *   region.c        the shared memory region holding every struct chell_ofd.
+ *   ofd_table.c     the shared OFD table: every struct chell_ofd of the tree,
+ *                   in one memfd region (plus handlers' named shared areas).
  *   handoff.c       carrying descriptors across exec.
  *   signals.c       deferral of application signal handlers, locks.
  */
@@ -48,15 +49,15 @@ void chell_threads_fork_prepare(void);
 void chell_threads_fork_parent(void);
 void chell_threads_fork_child(void);    /* first thing in the child */
 
-/* ---- region.c ---- */
-int region_ensure(void);               /* create the region if this tree has none */
-int region_attach(int memfd);          /* adopt an inherited one (after exec) */
-int region_fd(void);                   /* -1 if none */
-struct chell_ofd *region_slot(uint32_t slot);
-uint32_t region_slot_count(void);
-int region_alloc_slot(uint32_t *slot);  /* in_use=1, refs=1, priv zeroed */
-void region_free_slot(uint32_t slot);
-void region_set_cloexec(int cloexec);   /* the region fd survives exec only via our wrapper */
+/* ---- ofd_table.c ---- */
+int ofd_table_ensure(void);              /* create the table if this tree has none */
+int ofd_table_attach(int memfd);         /* adopt an inherited one (after exec) */
+int ofd_table_fd(void);                  /* -1 if none */
+struct chell_ofd *ofd_table_slot(uint32_t slot);
+uint32_t ofd_table_slot_count(void);
+int ofd_table_alloc_slot(uint32_t *slot); /* in_use=1, refs=1, priv zeroed */
+void ofd_table_free_slot(uint32_t slot);
+void ofd_table_set_cloexec(int cloexec);  /* the memfd survives exec only via our wrapper */
 
 /* ---- fdtable.c ---- */
 /*

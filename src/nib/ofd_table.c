@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shared region: every struct chell_ofd of a process tree, plus named
- * areas handlers can share (chell_shared_area).
+ * The shared OFD table: every struct chell_ofd (open file description) of a
+ * process tree, plus named areas handlers can share (chell_shared_area), in
+ * one shared memory region. (Not to be confused with src/pmem/region.c, the
+ * persistent region of the persistence core.)
  *
  * It is a memfd mapped MAP_SHARED. fork() inherits the mapping, so parent and
  * child see one copy; exec() does not, so the exec wrapper keeps the memfd
@@ -17,19 +19,19 @@
 
 #include "nib.h"
 
-#define REGION_MAGIC 0x4348454c4c524731ull /* "CHELLRG1" */
-#define REGION_VERSION 1
-#define REGION_SLOTS 8192
-#define REGION_AREA_BYTES (8u << 20)
-#define REGION_MAX_AREAS 32
+#define OFD_TABLE_MAGIC 0x4348454c4c524731ull /* "CHELLRG1" */
+#define OFD_TABLE_VERSION 1
+#define OFD_TABLE_SLOTS 8192
+#define OFD_TABLE_AREA_BYTES (8u << 20)
+#define OFD_TABLE_MAX_AREAS 32
 
-struct region_area {
+struct ofd_table_area {
 	char name[40];
 	uint64_t off;
 	uint64_t size;
 };
 
-struct region_hdr {
+struct ofd_table_hdr {
 	uint64_t magic;
 	uint32_t version;
 	uint32_t nslots;
@@ -39,119 +41,119 @@ struct region_hdr {
 	uint64_t areas_off;
 	uint64_t areas_used;
 	struct chell_lock lock;  /* guards the area table */
-	struct region_area areas[REGION_MAX_AREAS];
+	struct ofd_table_area areas[OFD_TABLE_MAX_AREAS];
 };
 
 #define SLOT_SIZE ((sizeof(struct chell_ofd) + 63) & ~(size_t)63)
 
-static unsigned char *region_base;
-static int region_memfd = -1;
-static pthread_mutex_t region_init_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *ofd_table_base;
+static int ofd_table_memfd = -1;
+static pthread_mutex_t ofd_table_init_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static size_t region_bytes(void)
+static size_t ofd_table_bytes(void)
 {
-	return 4096 + (size_t)REGION_SLOTS * SLOT_SIZE + REGION_AREA_BYTES;
+	return 4096 + (size_t)OFD_TABLE_SLOTS * SLOT_SIZE + OFD_TABLE_AREA_BYTES;
 }
 
-static int region_map(int fd)
+static int ofd_table_map(int fd)
 {
-	void *p = mmap(NULL, region_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	void *p = mmap(NULL, ofd_table_bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		return -errno;
-	region_base = p;
-	region_memfd = fd;
+	ofd_table_base = p;
+	ofd_table_memfd = fd;
 	return 0;
 }
 
-int region_ensure(void)
+int ofd_table_ensure(void)
 {
-	if (likely(region_base != NULL))
+	if (likely(ofd_table_base != NULL))
 		return 0;
-	pthread_mutex_lock(&region_init_lock);
+	pthread_mutex_lock(&ofd_table_init_lock);
 	int r = 0;
-	if (region_base == NULL) {
+	if (ofd_table_base == NULL) {
 		int fd = (int)CHELL_SC(SYS_memfd_create, "chell-state", MFD_CLOEXEC, 0, 0, 0, 0);
 		if (fd < 0) {
 			r = fd;
 			goto out;
 		}
 		fd = chell_internal_fd(fd, 1);
-		if (fd < 0 || (r = sys_ftruncate(fd, (off_t)region_bytes())) < 0 ||
-		    (r = region_map(fd)) < 0) {
+		if (fd < 0 || (r = sys_ftruncate(fd, (off_t)ofd_table_bytes())) < 0 ||
+		    (r = ofd_table_map(fd)) < 0) {
 			if (fd >= 0)
 				chell_internal_close(fd);
 			r = r ? r : -EMFILE;
 			goto out;
 		}
-		struct region_hdr *h = (struct region_hdr *)region_base;
-		h->version = REGION_VERSION;
-		h->nslots = REGION_SLOTS;
+		struct ofd_table_hdr *h = (struct ofd_table_hdr *)ofd_table_base;
+		h->version = OFD_TABLE_VERSION;
+		h->nslots = OFD_TABLE_SLOTS;
 		h->slot_size = (uint32_t)SLOT_SIZE;
 		h->slots_off = 4096;
-		h->areas_off = 4096 + (uint64_t)REGION_SLOTS * SLOT_SIZE;
-		atomic_store((_Atomic uint64_t *)&h->magic, REGION_MAGIC);
+		h->areas_off = 4096 + (uint64_t)OFD_TABLE_SLOTS * SLOT_SIZE;
+		atomic_store((_Atomic uint64_t *)&h->magic, OFD_TABLE_MAGIC);
 	}
 out:
-	pthread_mutex_unlock(&region_init_lock);
+	pthread_mutex_unlock(&ofd_table_init_lock);
 	if (r < 0)
 		chell_log("cannot create the shared state region: %s", strerror(-r));
 	return r;
 }
 
-int region_attach(int fd)
+int ofd_table_attach(int fd)
 {
 	struct stat st;
-	if (sys_fstat(fd, &st) < 0 || (size_t)st.st_size != region_bytes())
+	if (sys_fstat(fd, &st) < 0 || (size_t)st.st_size != ofd_table_bytes())
 		return -EINVAL;
-	int r = region_map(fd);
+	int r = ofd_table_map(fd);
 	if (r < 0)
 		return r;
-	struct region_hdr *h = (struct region_hdr *)region_base;
-	if (h->magic != REGION_MAGIC || h->version != REGION_VERSION || h->nslots != REGION_SLOTS ||
+	struct ofd_table_hdr *h = (struct ofd_table_hdr *)ofd_table_base;
+	if (h->magic != OFD_TABLE_MAGIC || h->version != OFD_TABLE_VERSION || h->nslots != OFD_TABLE_SLOTS ||
 	    h->slot_size != SLOT_SIZE) {
 		/* not ours, or another Chell version: don't trust it */
-		munmap(region_base, region_bytes());
-		region_base = NULL;
-		region_memfd = -1;
+		munmap(ofd_table_base, ofd_table_bytes());
+		ofd_table_base = NULL;
+		ofd_table_memfd = -1;
 		return -EINVAL;
 	}
-	region_memfd = chell_internal_fd(fd, 1);
+	ofd_table_memfd = chell_internal_fd(fd, 1);
 	return 0;
 }
 
-int region_fd(void)
+int ofd_table_fd(void)
 {
-	return region_memfd;
+	return ofd_table_memfd;
 }
 
-void region_set_cloexec(int cloexec)
+void ofd_table_set_cloexec(int cloexec)
 {
-	if (region_memfd >= 0)
-		sys_fcntl(region_memfd, F_SETFD, cloexec ? FD_CLOEXEC : 0);
+	if (ofd_table_memfd >= 0)
+		sys_fcntl(ofd_table_memfd, F_SETFD, cloexec ? FD_CLOEXEC : 0);
 }
 
-uint32_t region_slot_count(void)
+uint32_t ofd_table_slot_count(void)
 {
-	return REGION_SLOTS;
+	return OFD_TABLE_SLOTS;
 }
 
-struct chell_ofd *region_slot(uint32_t slot)
+struct chell_ofd *ofd_table_slot(uint32_t slot)
 {
-	if (region_base == NULL || slot >= REGION_SLOTS)
+	if (ofd_table_base == NULL || slot >= OFD_TABLE_SLOTS)
 		return NULL;
-	return (struct chell_ofd *)(region_base + 4096 + (size_t)slot * SLOT_SIZE);
+	return (struct chell_ofd *)(ofd_table_base + 4096 + (size_t)slot * SLOT_SIZE);
 }
 
-int region_alloc_slot(uint32_t *out)
+int ofd_table_alloc_slot(uint32_t *out)
 {
-	int r = region_ensure();
+	int r = ofd_table_ensure();
 	if (r < 0)
 		return r;
-	struct region_hdr *h = (struct region_hdr *)region_base;
+	struct ofd_table_hdr *h = (struct ofd_table_hdr *)ofd_table_base;
 	uint32_t start = atomic_load((_Atomic uint32_t *)&h->slot_hint);
-	for (uint32_t i = 0; i < REGION_SLOTS; i++) {
-		uint32_t s = (start + i) % REGION_SLOTS;
-		struct chell_ofd *o = region_slot(s);
+	for (uint32_t i = 0; i < OFD_TABLE_SLOTS; i++) {
+		uint32_t s = (start + i) % OFD_TABLE_SLOTS;
+		struct chell_ofd *o = ofd_table_slot(s);
 		uint32_t expect = 0;
 		if (atomic_load_explicit((_Atomic uint32_t *)&o->in_use, memory_order_relaxed) ||
 		    !atomic_compare_exchange_strong((_Atomic uint32_t *)&o->in_use, &expect, 1))
@@ -160,46 +162,46 @@ int region_alloc_slot(uint32_t *out)
 		memset((char *)o + sizeof(o->in_use), 0, sizeof(*o) - sizeof(o->in_use));
 		o->gen = gen;
 		atomic_store((_Atomic uint32_t *)&o->refs, 1);
-		atomic_store((_Atomic uint32_t *)&h->slot_hint, (s + 1) % REGION_SLOTS);
+		atomic_store((_Atomic uint32_t *)&h->slot_hint, (s + 1) % OFD_TABLE_SLOTS);
 		*out = s;
 		return 0;
 	}
 	chell_log("all %u open-file slots are in use; further files use the kernel path",
-		  REGION_SLOTS);
+		  OFD_TABLE_SLOTS);
 	return -ENFILE;
 }
 
-void region_free_slot(uint32_t slot)
+void ofd_table_free_slot(uint32_t slot)
 {
-	struct chell_ofd *o = region_slot(slot);
+	struct chell_ofd *o = ofd_table_slot(slot);
 	if (o)
 		atomic_store_explicit((_Atomic uint32_t *)&o->in_use, 0, memory_order_release);
 }
 
 CHELL_EXPORT void *chell_shared_area(const char *name, size_t size)
 {
-	if (!name || !name[0] || strlen(name) >= sizeof(((struct region_area *)0)->name))
+	if (!name || !name[0] || strlen(name) >= sizeof(((struct ofd_table_area *)0)->name))
 		return NULL; /* names are stored whole, or not at all */
-	if (region_ensure() < 0)
+	if (ofd_table_ensure() < 0)
 		return NULL;
-	struct region_hdr *h = (struct region_hdr *)region_base;
+	struct ofd_table_hdr *h = (struct ofd_table_hdr *)ofd_table_base;
 	void *res = NULL;
 	size = (size + 4095) & ~(size_t)4095;
 	chell_lock_acquire(&h->lock);
 	int i;
-	for (i = 0; i < REGION_MAX_AREAS && h->areas[i].name[0]; i++) {
+	for (i = 0; i < OFD_TABLE_MAX_AREAS && h->areas[i].name[0]; i++) {
 		if (strncmp(h->areas[i].name, name, sizeof(h->areas[i].name)) == 0) {
-			res = h->areas[i].size >= size ? region_base + h->areas[i].off : NULL;
+			res = h->areas[i].size >= size ? ofd_table_base + h->areas[i].off : NULL;
 			goto out;
 		}
 	}
-	if (i < REGION_MAX_AREAS && h->areas_used + size <= REGION_AREA_BYTES) {
-		struct region_area *a = &h->areas[i];
+	if (i < OFD_TABLE_MAX_AREAS && h->areas_used + size <= OFD_TABLE_AREA_BYTES) {
+		struct ofd_table_area *a = &h->areas[i];
 		snprintf(a->name, sizeof(a->name), "%s", name);
 		a->off = h->areas_off + h->areas_used;
 		a->size = size;
 		h->areas_used += size;
-		res = region_base + a->off; /* memfd pages start zeroed */
+		res = ofd_table_base + a->off; /* memfd pages start zeroed */
 	}
 out:
 	chell_lock_release(&h->lock);
