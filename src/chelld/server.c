@@ -157,11 +157,11 @@ struct reg *client_reg(struct client *c, uint32_t file_id)
 
 void client_unregister(struct server *s, struct client *c, struct reg *r, bool all)
 {
-	struct cfile *f = cfile_get(&s->cache, r->cnode);
+	struct cfile *f = cfile_get(&s->engine, r->cnode);
 	do {
 		r->count--;
 		if (f)
-			cfile_unregister(&s->cache, f);
+			cfile_unregister(&s->engine, f);
 	} while (all && r->count);
 	if (r->count)
 		return;
@@ -181,13 +181,13 @@ static void fold_access(void *arg)
 		if (c->access.flags)
 			for (uint32_t i = 0; i < c->access.nchunks; i++)
 				if (access_test_clear(&c->access, i))
-					policy_touch(s->cache.pol, i);
+					policy_touch(s->engine.pol, i);
 }
 
 static bool do_stats(struct server *s, struct client *c, const struct chelld_stats *m)
 {
 	struct chelld_stats_reply r = s->st;
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	struct meta_stats ms;
 	meta_stats(k->m, &ms);
 	r.pid = (uint32_t)getpid();
@@ -325,13 +325,13 @@ static void stop(struct server *s)
 	}
 	/* Leave the backing files complete: write back what is dirty (what
 	 * cannot be written stays in the pool for the next start). */
-	uint32_t dirty = cache_dirty_slots(&s->cache);
+	uint32_t dirty = engine_dirty_slots(&s->engine);
 	if (dirty) {
 		uint64_t bytes = 0;
 		chelld_log("stopping: writing back %u dirty chunk(s)", dirty);
-		wb_file(&s->cache, NULL, NULL, &bytes, NULL);
+		wb_file(&s->engine, NULL, NULL, &bytes, NULL);
 		chelld_log("stopping: wrote back %llu bytes; %u chunk(s) still dirty",
-			   (unsigned long long)bytes, cache_dirty_slots(&s->cache));
+			   (unsigned long long)bytes, engine_dirty_slots(&s->engine));
 	}
 	chelld_log("stopped after %llu requests", (unsigned long long)s->st.requests);
 }
@@ -342,14 +342,14 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	static struct server s;
 	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1};
 	clock_gettime(CLOCK_MONOTONIC, &s.start);
-	if (cache_init(&s.cache, cfg, pool, &s.st) < 0) {
+	if (engine_init(&s.engine, cfg, pool, &s.st) < 0) {
 		chelld_log("cannot set up the cache: out of memory");
 		pool_close(pool);
 		return -1;
 	}
-	s.cache.fold_access = fold_access;
-	s.cache.fold_arg = &s;
-	cache_recover(&s.cache);
+	s.engine.fold_access = fold_access;
+	s.engine.fold_arg = &s;
+	engine_recover(&s.engine);
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -366,7 +366,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &s.sfd;
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.sfd, &ev);
-	int crc = cache_cleaner_start(&s.cache);
+	int crc = engine_cleaner_start(&s.engine);
 	if (crc < 0) {
 		chelld_log("cannot start the cleaner thread: %s", strerror(-crc));
 		return -1;
@@ -384,7 +384,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 		}
 		bool quit = false;
 		/* The cleaner thread shares the cache: hold its lock while serving. */
-		pthread_mutex_lock(&s.cache.lock);
+		pthread_mutex_lock(&s.engine.lock);
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 			if (p == &s.lfd) {
@@ -401,16 +401,16 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 				serve_one(&s, p);
 			}
 		}
-		pthread_mutex_unlock(&s.cache.lock);
+		pthread_mutex_unlock(&s.engine.lock);
 		if (quit)
 			break;
 	}
-	cache_cleaner_stop(&s.cache);
-	pthread_mutex_lock(&s.cache.lock);
+	engine_cleaner_stop(&s.engine);
+	pthread_mutex_lock(&s.engine.lock);
 	stop(&s);
-	pthread_mutex_unlock(&s.cache.lock);
+	pthread_mutex_unlock(&s.engine.lock);
 	close(s.sfd);
 	close(s.ep);
-	cache_fini(&s.cache);
+	engine_fini(&s.engine);
 	return 0;
 }

@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "cache/meta/meta.h"
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 #include "cli.h"
 #include "cmd_cache.h"
 #include "cmd_cache_check.h"
