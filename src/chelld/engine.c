@@ -50,7 +50,7 @@ static bool pool_is_dax(const char *dir)
 }
 
 int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *p,
-	       struct chelld_stats_reply *st)
+		struct chelld_stats_reply *st)
 {
 	memset(c, 0, sizeof *c);
 	c->cfg = cfg;

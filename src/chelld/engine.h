@@ -138,7 +138,7 @@ struct engine {
 
 /* engine.c: attach to an open pool, build the volatile state; recover. */
 int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *p,
-	       struct chelld_stats_reply *st);
+		struct chelld_stats_reply *st);
 void engine_fini(struct engine *c);
 
 /* guard.c: survive chunk files truncated by a client (SIGBUS). */
