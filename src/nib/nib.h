@@ -5,13 +5,21 @@
  *   interpose_*.c   the exported libc names; each looks the descriptor up in
  *                   the fd table and either calls REAL(name) (unclaimed) or
  *                   the hub.
- *   hub.c           dispatch down handler stacks, descriptor lifetime.
+ *   hub.c           open, close, dup, process events: descriptor lifetime.
+ *   dispatch.c      hub_call_OP / chell_down_OP: down the handler stack.
  *   router.c        which stack (if any) serves a path.
- *   fdtable.c       per-process map  fd -> struct chell_file.
+ *   fdtable.c       per-process map  fd -> struct chell_file; internal fds.
+ *   hazard.c        the data path's protection against a concurrent close.
+ *   closing.c       the table entry of a descriptor being closed.
  *   ofd_table.c     the shared OFD table: every struct chell_ofd of the tree,
  *                   in one memfd region (plus handlers' named shared areas).
  *   handoff.c       carrying descriptors across exec.
- *   signals.c       deferral of application signal handlers, locks.
+ *   kernel_view.c   the kernel's offset brought up to date, escapes.
+ *   signals.c       deferral of application signal handlers, locks, the
+ *                   fault-hook chain, probes of application pointers.
+ *   threads.c       Chell's background threads across fork, exec, exit.
+ *   real.c, log.c   glibc's own functions (REAL), diagnostics.
+ * What handlers may use is in chell/handler.h, not here.
  */
 #ifndef CHELL_NIB_H
 #define CHELL_NIB_H
