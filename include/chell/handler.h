@@ -3,10 +3,16 @@
  * chell/handler.h - the Nib handler API.
  *
  * Every descriptor a program opens under Chell is routed, at open time, to a
- * *stack* of handlers (for example  trace -> posix,  or  shadow -> direct).
- * A handler implements the operations it cares about and passes the others
- * down with chell_down(); the bottom of every stack is the `posix` handler,
- * which is the kernel.
+ * *stack* of handlers (for example  trace -> posix,  or  shadow -> direct ->
+ * posix). A handler implements the operations it cares about and passes the
+ * others down with chell_down_OP(); the bottom of every stack is the `posix`
+ * handler, which is the kernel.
+ *
+ * Everything a handler may use is declared here: the per-OFD state and
+ * lock, process events (fork prepare/parent/child, exec, exit), background
+ * threads, fault hooks, internal descriptors, shared areas, probes of
+ * application pointers, settings and logs (docs/ARCHITECTURE.md, "Handler
+ * interface"). The Nib's own bookkeeping stays in src/nib.
  *
  * Conventions (as in liburing): every operation returns a non-negative result
  * or a negative errno; the hub turns that into errno for the application.
