@@ -326,6 +326,8 @@ void chell_internal_close(int fd);
  *     stop and joined; a failed exec starts it again.
  * fn must return soon after chell_thread_stopping(t) becomes true; it waits
  * with chell_thread_wait, which returns early (true) when asked to stop.
+ * Keep its start cheap: a child that execs at once (posix_spawn, system)
+ * starts it and stops it again.
  * Start threads from proc_init or later. NULL (errno set) on failure.
  */
 struct chell_thread;
