@@ -30,7 +30,7 @@
 
 #include <sys/resource.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 void chelld_log(const char *fmt, ...)
 {

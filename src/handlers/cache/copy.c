@@ -43,9 +43,9 @@ static __thread uint64_t tls_ext_prev, tls_ext_new; /* ext_end before/after cach
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	if (!tls_in) /* not a cache copy: the base's guard (mapped/copy.c), a zero-copy
-		      * buffer's chunk revoked (zerocopy.c), or the application's */
-		return mapped_fault_fixup(sig, si, uc_) || cache_lent_fault(sig, si->si_addr);
+	if (!tls_in) /* not a cache copy: a zero-copy buffer's chunk revoked
+		      * (zerocopy.c), or not ours (the base's guard has its own hook) */
+		return cache_lent_fault(sig, si->si_addr);
 	tls_in = 0;
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
@@ -333,11 +333,10 @@ __attribute__((noinline)) size_t cache_user_readable(const void *p, size_t n)
 int cache_copy_init(void)
 {
 	/* mapped_copy_init settles the persistence core's operations (DAX
-	 * pools flush through them) and installs the base's fault hook; cache
-	 * mode replaces the hook with its own, which passes what is not a
-	 * cache copy's fault on to the base's (mapped/copy.c). */
+	 * pools flush through them) and adds the base's fault hook to the
+	 * chain; the cache's own comes after it. */
 	mapped_copy_init();
 	cache_persist = mapped_persist();
-	chell_set_fault_hook(fault_fixup);
+	chell_fault_hook_add(fault_fixup);
 	return 0;
 }

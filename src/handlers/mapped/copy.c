@@ -93,6 +93,6 @@ const struct chell_persist_ops *mapped_persist(void)
 int mapped_copy_init(void)
 {
 	chell_persist_default(); /* chosen once, before any copy needs it */
-	chell_set_fault_hook(mapped_fault_fixup);
+	chell_fault_hook_add(mapped_fault_fixup);
 	return 0;
 }
