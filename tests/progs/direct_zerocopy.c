@@ -14,6 +14,8 @@
  *       boundaries; checks bytes, lengths, offsets (lseek) and EOF.
  *       `direct`: the buffer must point into a mapping and stop at each
  *       chunk boundary; `copy`: a plain read() was done (full counts).
+ *       `odirect`: as `copy`, opened O_DIRECT (a descriptor Chell leaves
+ *       on the kernel path).
  *       `warm`: read() it all first (cache mode: then every chunk is a
  *       hit), then as `direct`.
  *   direct_zerocopy lend FILE
@@ -180,7 +182,7 @@ static int warm(int fd)
 static int do_read(const char *path, const char *how)
 {
 	int direct = !strcmp(how, "direct") || !strcmp(how, "warm");
-	int fd = open(path, O_RDONLY);
+	int fd = open(path, O_RDONLY | (!strcmp(how, "odirect") ? O_DIRECT : 0));
 	if (fd < 0) {
 		perror("open");
 		return 2;
@@ -374,7 +376,8 @@ int main(int argc, char **argv)
 		return do_write(argv[2], argv[3]);
 	if (argc == 5 && !strcmp(argv[1], "append"))
 		return do_append(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: direct_zerocopy fill FILE SIZE | read FILE direct|copy|warm | lend FILE |"
+	fprintf(stderr, "usage: direct_zerocopy fill FILE SIZE | read FILE direct|copy|odirect|warm |"
+			" lend FILE |"
 			" readfd N |"
 			" write FILE inside|grow | append FILE ID RECORDS\n");
 	return 2;
