@@ -157,19 +157,38 @@ void mapped_go_kernel(chell_ctx *c, const struct mapped_ops *ops)
 	MSTAT(ops->stats, kernel_fallbacks, 1);
 }
 
-/* ------------------------------------------------------------------ read */
+/* ------------------------------------------------------ read and write */
+
+/* What the kernel checks first, in its order: the offset argument, the
+ * access mode (`wrong`: O_WRONLY for reads, O_RDONLY for writes), the
+ * iovecs. Their total, or -errno. */
+static ssize_t checked_total(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int wrong)
+{
+	bool pos_call = mapped_positional(c->op);
+	if ((pos_call && off < 0) || (!pos_call && off < -1))
+		return -EINVAL;
+	if ((status(c) & O_ACCMODE) == wrong)
+		return -EBADF;
+	return mapped_iov_total(iov, cnt);
+}
+
+/* Then rw_verify_area, then the kernel's verdict on the preadv2/pwritev2
+ * flags (mapped.h): 0 or -errno. */
+static int checked_flags(chell_ctx *c, const struct iovec *iov, ssize_t total, off_t off, int flags,
+			 bool write)
+{
+	if (unlikely(mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
+					mapped_rw_count(c, iov, total)) < 0))
+		return -EINVAL;
+	return flags ? mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, write) : 0;
+}
 
 ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	if (!mapped_active(c))
 		return chell_down_read(c, iov, cnt, off, flags);
 	const struct mapped_ops *ops = L(c)->ops;
-	bool pos_call = mapped_positional(c->op);
-	if ((pos_call && off < 0) || (!pos_call && off < -1))
-		return -EINVAL;
-	if ((status(c) & O_ACCMODE) == O_WRONLY)
-		return -EBADF;
-	ssize_t total = mapped_iov_total(iov, cnt);
+	ssize_t total = checked_total(c, iov, cnt, off, O_WRONLY);
 	struct mapped_inode *in = L(c)->inode;
 	if (total <= 0) {
 		/* read()/pread() of 0 bytes reach the file system, which may
@@ -179,18 +198,11 @@ ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, i
 			sys_pread(c->fd, iov[0].iov_base, 0, 0);
 		return total;
 	}
-	if (unlikely(mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
-					mapped_rw_count(c, iov, total)) < 0))
-		return -EINVAL; /* rw_verify_area, before the flags */
-	if (flags) {
-		/* the kernel's verdict on the flags (mapped.h), checked last as
-		 * the kernel does */
-		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, false);
-		if (e < 0)
-			return e;
-		if (flags & ops->kernel_flags)
-			return ops->kernel_io(c, iov, cnt, off, total, flags, false);
-	}
+	int e = checked_flags(c, iov, total, off, flags, false);
+	if (e < 0)
+		return e;
+	if (flags & ops->kernel_flags)
+		return ops->kernel_io(c, iov, cnt, off, total, flags, false);
 	MSTAT(ops->stats, reads, 1);
 	ssize_t r;
 	uint64_t size = isize(in);
@@ -242,23 +254,13 @@ ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, 
 	if (!mapped_active(c))
 		return chell_down_write(c, iov, cnt, off, flags);
 	const struct mapped_ops *ops = L(c)->ops;
-	bool pos_call = mapped_positional(c->op);
-	if ((pos_call && off < 0) || (!pos_call && off < -1))
-		return -EINVAL;
 	int st = status(c);
-	if ((st & O_ACCMODE) == O_RDONLY)
-		return -EBADF;
-	ssize_t total = mapped_iov_total(iov, cnt);
+	ssize_t total = checked_total(c, iov, cnt, off, O_RDONLY);
 	if (total <= 0)
 		return total;
-	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
-			       mapped_rw_count(c, iov, total)) < 0)
-		return -EINVAL; /* rw_verify_area, before the flags */
-	if (flags) {
-		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, flags, true);
-		if (e < 0)
-			return e;
-	}
+	int e = checked_flags(c, iov, total, off, flags, true);
+	if (e < 0)
+		return e;
 	_Atomic uint64_t *offp = OFFSET(c);
 	MSTAT(ops->stats, writes, 1);
 	bool append = ((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND);
