@@ -74,6 +74,9 @@ enum {
 	OPT_JSON,
 	OPT_KEYS,
 	OPT_DRY_RUN,
+	OPT_ROUTE,
+	OPT_MARKDOWN,
+	OPT_WHICH,
 };
 #define CLI_SETTING_LONGOPTS                                                \
 	{"mode", required_argument, NULL, OPT_MODE},                        \
@@ -82,9 +85,14 @@ enum {
 	{"trace-file", required_argument, NULL, OPT_TRACE_FILE},            \
 	{"shadow-dir", required_argument, NULL, OPT_SHADOW_DIR},            \
 	{"shadow-under-test", required_argument, NULL, OPT_SHADOW_UNDER_TEST}, \
+	{"route", required_argument, NULL, OPT_ROUTE},                      \
 	{"set", required_argument, NULL, OPT_SET}
-/* Help text for the options above, shared by the usage messages. */
-extern const char cli_setting_options_help[];
+/* Help text for the options above, shared by the usage messages (the
+ * handler names come from the registry). */
+void cli_setting_options_usage(FILE *f);
+/* "posix, trace, shadow, direct or cache" (conj "or"/"and"); only the ones
+ * shadow can check if checkable. */
+void cli_handler_list(FILE *f, const char *conj, int checkable);
 
 struct cli_settings {
 	char *config_file; /* --config, NULL if not given */

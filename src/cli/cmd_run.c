@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "cmd_cache_embed.h"
 #include "common/config.h"
+#include "common/registry.h"
 
 extern char **environ;
 
@@ -34,8 +35,19 @@ void cmd_run_usage(FILE *f)
 	      "\n"
 	      "Setting options:\n",
 	      f);
-	fputs(cli_setting_options_help, f);
-	fputs("\n"
+	cli_setting_options_usage(f);
+	fputs("\nHandlers (the registry, src/common/registry.def):\n", f);
+	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++)
+		fprintf(f, "  %-8s %s\n", h->name, h->summary);
+	fputs("A stack is one handler over the kernel (posix), or shadow:NAME: shadow checking\n"
+	      "NAME against a posix copy (NAME one of ",
+	      f);
+	cli_handler_list(f, " or ", 1);
+	fputs("). Rules: --route PREFIX=STACK, repeatable;\n"
+	      "the longest prefix wins; --mode with --path adds one rule per path, --mode alone\n"
+	      "(with routes: unless posix) takes the files no rule takes. Example:\n"
+	      "  chell run --route /mnt/pmem=direct --route /data=cache -- ./app\n"
+	      "\n"
 	      "The whole configuration (defaults, config file, environment, options) is\n"
 	      "checked before COMMAND starts. Unless on_error is set, the program runs with\n"
 	      "CHELL_ON_ERROR=abort, so a setting the library cannot honour stops it (exit 2)\n"
@@ -129,6 +141,7 @@ int cmd_run(int argc, char **argv)
 	struct cli_settings s;
 	struct cli_env env = {0};
 	struct chell_config cfg = {0};
+	struct chell_routes routes = {0};
 	int dry = 0, stop_cache = 0, c, ret = CLI_EXIT_USAGE;
 	char err[PATH_MAX * 2 + 256];
 	if (cli_settings_init(&s)) {
@@ -166,11 +179,17 @@ int cmd_run(int argc, char **argv)
 		cli_err("%s", err);
 		goto out;
 	}
-	if (strcmp(chell_config_str(&cfg, "mode"), "shadow") == 0 &&
-	    !*chell_config_str(&cfg, "paths")) {
-		cli_err("mode shadow needs the files to check: give --path PREFIX (or set paths)");
+	/* The rules, as the library will build them (external handlers found). */
+	if (chell_routes_build(&cfg, &routes, err, sizeof err)) {
+		cli_err("%s", err);
 		goto out;
 	}
+	for (int i = 0; i < routes.n; i++)
+		if (routes.r[i].catch_all && strcmp(routes.r[i].stack.top, "shadow") == 0) {
+			cli_err("mode shadow needs the files to check: give --path PREFIX (or set "
+				"paths), or --route PREFIX=shadow");
+			goto out;
+		}
 	if (strcmp(cfg.origins[chell_setting_index("on_error")], "default") == 0 &&
 	    cli_env_set(&env, "CHELL_ON_ERROR", "abort"))
 		goto oom;
@@ -192,7 +211,7 @@ int cmd_run(int argc, char **argv)
 		ret = 0;
 		goto out;
 	}
-	if (strcmp(chell_config_str(&cfg, "mode"), "cache") == 0) {
+	if (chell_routes_use(&routes, "cache")) {
 		char pool[PATH_MAX];
 		bool started;
 		int r = cache_embed_ensure(&cfg, &started, pool, sizeof pool);
@@ -223,6 +242,7 @@ int cmd_run(int argc, char **argv)
 oom:
 	cli_err("out of memory");
 out:
+	chell_routes_free(&routes);
 	chell_config_free(&cfg);
 	cli_env_free(&env);
 	cli_settings_free(&s);

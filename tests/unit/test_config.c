@@ -311,9 +311,25 @@ static void test_error_unknown_key(void **state)
 static void test_error_bad_enum(void **state)
 {
 	(void)state;
+	/* A name that is not built in must be an external handler in handlers.dir:
+	 * the message names the setting, the built-in handlers and the search. */
 	const char *err = FILE_ERROR("enum.conf", "mode = fast\n");
-	assert_contains(err, ":1: bad value 'fast' for setting mode: expected one of "
-			     "posix|trace|shadow|direct|cache");
+	assert_contains(err, ":1: bad value 'fast' for setting mode: 'fast' is not a built-in "
+			     "handler (posix, trace, shadow, direct, cache), and handlers.dir is empty");
+	err = FILE_ERROR("enum1.conf", "mode = POSIX\n");
+	assert_contains(err, ":1: bad value 'POSIX' for setting mode: 'POSIX' is not a handler name");
+	err = FILE_ERROR("enum3.conf", "mode = shadow:shadow\n");
+	assert_contains(err, ":1: bad value 'shadow:shadow' for setting mode: shadow cannot check "
+			     "'shadow': it checks one of posix, trace, direct, cache");
+	err = FILE_ERROR("enum4.conf", "route = /a=direct\nroute = /b=trace:posix\n");
+	assert_contains(err, ":2: bad value for setting route: 'trace:posix': only shadow takes a "
+			     "handler under test");
+	err = FILE_ERROR("enum5.conf", "route = /a=direct\nroute = b=cache\n");
+	assert_contains(err, ":2: bad value for setting route: 'b=cache' is not PREFIX=STACK");
+	err = FILE_ERROR("enum6.conf", "handlers.dir = /nonexistent\nroute = /a=upper\n");
+	assert_contains(err, ":2: bad value 'upper' for setting route: 'upper' is not a built-in "
+			     "handler (posix, trace, shadow, direct, cache), and no directory of "
+			     "handlers.dir (/nonexistent) has upper.so");
 	err = FILE_ERROR("enum2.conf", "[shadow]\nunder_test = shadow\n");
 	assert_contains(err, ":2: bad value 'shadow' for setting shadow.under_test");
 }
@@ -390,8 +406,9 @@ static void test_error_env_value(void **state)
 	struct chell_config cfg = {0};
 	char err[512];
 	assert_int_equal(load_env(&cfg, err, sizeof err, "CHELL_MODE=fast", NULL), -1);
-	assert_string_equal(err, "bad value 'fast' for setting mode (CHELL_MODE): expected one of "
-				 "posix|trace|shadow|direct|cache");
+	assert_string_equal(err, "bad value 'fast' for setting mode (CHELL_MODE): 'fast' is not a "
+				 "built-in handler (posix, trace, shadow, direct, cache), and "
+				 "handlers.dir is empty so no external handler fast.so can be found");
 	/* The bad value is not applied; the config is still complete and usable. */
 	assert_string_equal(chell_config_str(&cfg, "mode"), "posix");
 	chell_config_free(&cfg);
@@ -418,13 +435,13 @@ static void test_error_missing_file(void **state)
 static void test_first_error_wins(void **state)
 {
 	(void)state;
-	const char *path = CONF("multi.conf", "mode = fast\non_error = abort\nlog.level = loud\n");
+	const char *path = CONF("multi.conf", "mode = Fast\non_error = abort\nlog.level = loud\n");
 	struct chell_config cfg = {0};
 	char err[512];
 	assert_int_equal(load_env(&cfg, err, sizeof err, env_config(path), "CHELL_SHADOW_HISTORY=x",
 				  NULL),
 			 -1);
-	assert_contains(err, ":1: bad value 'fast' for setting mode");
+	assert_contains(err, ":1: bad value 'Fast' for setting mode");
 	assert_string_equal(chell_config_str(&cfg, "on_error"), "abort");
 	assert_string_equal(chell_config_str(&cfg, "log.level"), "error");
 	assert_int_equal(chell_config_u64(&cfg, "shadow.history"), 64);
@@ -436,16 +453,16 @@ static void test_check_origins(void **state)
 	(void)state;
 	char err[256];
 	assert_int_equal(chell_config_check("mode", "trace", NULL, err, sizeof err), 0);
-	assert_int_equal(chell_config_check("mode", "x", "option --mode", err, sizeof err), -1);
-	assert_contains(err, "option --mode: bad value 'x' for setting mode:");
-	assert_int_equal(chell_config_check("mode", "x", "file:/f.conf:7", err, sizeof err), -1);
-	assert_contains(err, "/f.conf:7: bad value 'x' for setting mode:");
+	assert_int_equal(chell_config_check("mode", "X", "option --mode", err, sizeof err), -1);
+	assert_contains(err, "option --mode: bad value 'X' for setting mode:");
+	assert_int_equal(chell_config_check("mode", "X", "file:/f.conf:7", err, sizeof err), -1);
+	assert_contains(err, "/f.conf:7: bad value 'X' for setting mode:");
 	assert_int_equal(chell_config_check("mod", "x", NULL, err, sizeof err), -1);
 	assert_string_equal(err, "unknown setting 'mod' (did you mean 'mode'?)");
 	/* A tiny buffer is truncated, never overrun. */
 	char small[8];
 	memset(small, 'Z', sizeof small);
-	assert_int_equal(chell_config_check("mode", "x", "file:/f.conf:7", small, 4), -1);
+	assert_int_equal(chell_config_check("mode", "X", "file:/f.conf:7", small, 4), -1);
 	assert_int_equal(strlen(small), 3);
 	assert_int_equal(small[4], 'Z');
 }
@@ -468,22 +485,26 @@ static void test_size_suffixes(void **state)
 		{"1T", 1ull << 40},
 		{"8388607T", 8388607ull << 40},
 		{"9223372036854775807", 9223372036854775807ull},
+		/* chelld and `chell pool` always took these; one parser now */
+		{"1KB", 1ull << 10},
+		{"16KiB", 16ull << 10},
+		{"2GB", 2ull << 30},
 	};
 	for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
 		uint64_t v = 1234;
-		if (parse_size(ok[i].in, &v))
+		if (chell_parse_size(ok[i].in, &v))
 			fail_msg("'%s' rejected", ok[i].in);
 		assert_int_equal(v, ok[i].out);
 	}
-	static const char *const bad[] = {"K", "1X", "1KB", " 1", "1 ", "-1", "+1", "0x10", "1.5M"};
+	static const char *const bad[] = {"K", "1X", "1XB", "1B", "1KBB", "1Kib", " 1", "1 ", "-1", "+1", "0x10", "1.5M"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		uint64_t v;
-		if (parse_size(bad[i], &v) != -1)
+		if (chell_parse_size(bad[i], &v) != -1)
 			fail_msg("'%s' accepted", bad[i]);
 	}
 	uint64_t v;
-	assert_int_equal(parse_size("8388608T", &v), -2);
-	assert_int_equal(parse_size("9223372036854775808", &v), -2);
+	assert_int_equal(chell_parse_size("8388608T", &v), -2);
+	assert_int_equal(chell_parse_size("9223372036854775808", &v), -2);
 
 	/* The message names the setting and the accepted forms. */
 	const struct chell_setting_def d = {"cache.size", "CHELL_CACHE_SIZE", CHELL_T_SIZE, "",
@@ -571,12 +592,25 @@ static void test_enum_exact(void **state)
 {
 	(void)state;
 	char err[256];
-	/* Prefixes, supersets and case variants of a choice are not the choice. */
-	static const char *const bad[] = {"pos", "posixx", "POSIX", "trace|shadow", "|", " posix"};
+	/* Prefixes, supersets and case variants of a choice are not the choice:
+	 * the ones that are not even handler names fail on their own; the
+	 * others could be external handlers, and fail at load (no handlers.dir). */
+	static const char *const bad[] = {"POSIX", "trace|shadow", "|", " posix", "trace:posix",
+					  "shadow:", "shadow:pos"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
 		if (chell_config_check("mode", bad[i], NULL, err, sizeof err) == 0)
 			fail_msg("mode '%s' accepted", bad[i]);
-	static const char *const good[] = {"posix", "trace", "shadow", "direct", "cache"};
+	static const char *const not_built_in[] = {"pos", "posixx"};
+	for (size_t i = 0; i < sizeof not_built_in / sizeof *not_built_in; i++) {
+		struct chell_config cfg = {0};
+		char env[64];
+		snprintf(env, sizeof env, "CHELL_MODE=%s", not_built_in[i]);
+		if (load_env(&cfg, err, sizeof err, env, NULL) == 0)
+			fail_msg("mode '%s' loaded", not_built_in[i]);
+		chell_config_free(&cfg);
+	}
+	static const char *const good[] = {"posix", "trace", "shadow", "direct", "cache",
+					   "shadow:direct", "shadow:cache", "shadow:trace"};
 	for (size_t i = 0; i < sizeof good / sizeof *good; i++)
 		assert_int_equal(chell_config_check("mode", good[i], NULL, err, sizeof err), 0);
 }
