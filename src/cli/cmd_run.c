@@ -40,12 +40,13 @@ void cmd_run_usage(FILE *f)
 	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++)
 		fprintf(f, "  %-8s %s\n", h->name, h->summary);
 	fputs("A stack is one handler over the kernel (posix), or shadow:NAME: shadow checking\n"
-	      "NAME against a posix copy (NAME one of ",
+	      "NAME (",
 	      f);
 	cli_handler_list(f, " or ", 1);
-	fputs("). Rules: --route PREFIX=STACK, repeatable;\n"
-	      "the longest prefix wins; --mode with --path adds one rule per path, --mode alone\n"
-	      "(with routes: unless posix) takes the files no rule takes. Example:\n"
+	fputs(") against a posix copy.\n"
+	      "Rules: --route PREFIX=STACK, repeatable; the longest prefix wins. --mode with\n"
+	      "--path adds one rule per path; --mode alone takes the files no rule takes\n"
+	      "(with routes: unless it is posix). 'chell config --which PATH' tells. Example:\n"
 	      "  chell run --route /mnt/pmem=direct --route /data=cache -- ./app\n"
 	      "\n"
 	      "The whole configuration (defaults, config file, environment, options) is\n"

@@ -30,9 +30,9 @@ void cli_handler_list(FILE *f, const char *conj, int checkable)
 void cli_setting_options_usage(FILE *f)
 {
 	fputs("      --mode STACK         ", f);
-	cli_handler_list(f, " or ", 0);
-	fputs(", shadow:NAME, or an\n"
-	      "                           external handler NAME from handlers.dir (CHELL_MODE)\n"
+	cli_handler_list(f, ", ", 0);
+	fputs(", shadow:NAME,\n"
+	      "                           or an external handler from handlers.dir (CHELL_MODE)\n"
 	      "      --path PREFIX        handle only files under PREFIX; repeatable (CHELL_PATHS)\n"
 	      "      --route PREFIX=STACK files under PREFIX use STACK (as for --mode); repeatable,\n"
 	      "                           the longest prefix wins (CHELL_ROUTE)\n"
