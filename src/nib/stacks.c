@@ -181,6 +181,7 @@ int stacks_proc_init(char *err, size_t errlen)
 			snprintf(err, errlen, "handler '%s' failed to start", h->name);
 			return -1;
 		}
+		chell_info("handler %s started", h->name);
 	}
 	return 0;
 }
