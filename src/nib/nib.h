@@ -43,7 +43,8 @@ __attribute__((noreturn, format(printf, 1, 2))) void chell_fatal(const char *fmt
 extern __thread int chell_tls_crit;
 extern __thread int chell_tls_pending;
 void chell_signals_flush_pending(void);
-/* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct mode copies). */
+/* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct and cache copies);
+ * hooks add up (one per handler in use). */
 void chell_set_fault_hook(bool (*hook)(int sig, siginfo_t *si, void *uc));
 void chell_signals_after_fork_child(void);
 /* Application pointers that Chell reads before the kernel would (signals.c).

@@ -91,9 +91,12 @@ static void defer(int sig, siginfo_t *si, void *uc)
 		CHELL_SC(SYS_tgkill, sys_getpid(), chell_tid(), sig, 0, 0, 0);
 }
 
-/* A handler that may claim synchronous SIGBUS/SIGSEGV raised inside Chell's
- * own code (the direct handler's copies). */
-static bool (*fault_hook)(int sig, siginfo_t *si, void *uc);
+/* Handlers that may claim synchronous SIGBUS/SIGSEGV raised inside Chell's
+ * own code (direct's and cache's copies): several when routing rules put
+ * several such handlers in one process; each claims only a fault of its
+ * own guarded copy, so the order does not matter. Set at start-up only. */
+#define FAULT_HOOKS 4
+static bool (*fault_hooks[FAULT_HOOKS])(int sig, siginfo_t *si, void *uc);
 static bool faults_wrapped; /* the trampoline stays on SIGBUS/SIGSEGV */
 /* a probe of an application pointer is running (see chell_user_check) */
 static __thread volatile int tls_uguard;
@@ -133,8 +136,10 @@ static void trampoline(int sig, siginfo_t *si, void *uc)
 {
 	if (is_fault_sig(sig) && si && si->si_code > 0 && tls_uguard)
 		uguard_escape(uc); /* a probe of an application pointer: no return */
-	if (is_fault_sig(sig) && fault_hook && si && si->si_code > 0 && fault_hook(sig, si, uc))
-		return; /* Chell's own copy faulted: it resumes and reports a short copy */
+	if (is_fault_sig(sig) && si && si->si_code > 0)
+		for (int i = 0; i < FAULT_HOOKS && fault_hooks[i]; i++)
+			if (fault_hooks[i](sig, si, uc))
+				return; /* Chell's own copy faulted: it resumes and reports a short copy */
 	if (chell_tls_crit > 0 && deferrable(sig, si)) {
 		int saved = errno;
 		defer(sig, si, uc);
@@ -191,7 +196,12 @@ static void wrap_fault_signals(void)
 
 void chell_set_fault_hook(bool (*hook)(int, siginfo_t *, void *))
 {
-	fault_hook = hook;
+	int i = 0;
+	while (i < FAULT_HOOKS && fault_hooks[i] && fault_hooks[i] != hook)
+		i++;
+	if (i == FAULT_HOOKS)
+		chell_fatal("more than %d fault hooks", FAULT_HOOKS); /* a build with more handlers */
+	fault_hooks[i] = hook;
 	wrap_fault_signals();
 }
 
