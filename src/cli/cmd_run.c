@@ -55,9 +55,9 @@ void cmd_run_usage(FILE *f)
 	      "instead of silently running without Chell. libchell.so is $CHELL_LIB, else\n"
 	      "../lib/libchell.so next to chell, else the install libdir.\n"
 	      "\n"
-	      "Cache mode uses the chelld serving cache.pool; if none answers, one is\n"
+	      "A cache stack uses the chelld serving cache.pool; if none answers, one is\n"
 	      "started with the cache.* settings (backing directories: cache.backing, else\n"
-	      "paths) before COMMAND runs, and keeps running after it.\n",
+	      "the prefixes of the cache rules) before COMMAND runs, and keeps running after it.\n",
 	      f);
 }
 
