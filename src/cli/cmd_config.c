@@ -147,6 +147,17 @@ static void print_keys(int json, int markdown)
 			cli_json_str(stdout, d->env);
 			fputs(", \"type\": ", stdout);
 			cli_json_str(stdout, type_name(d->type));
+			if (d->type == CHELL_T_STACK || d->type == CHELL_T_CHECKABLE) {
+				/* the built-in handlers it may name (registry.def) */
+				fputs(", \"choices\": [", stdout);
+				int n = 0;
+				for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++)
+					if (d->type == CHELL_T_STACK || h->shadow_checkable) {
+						fputs(n++ ? ", " : "", stdout);
+						cli_json_str(stdout, h->name);
+					}
+				fputs("]", stdout);
+			}
 			if (d->choices) {
 				fputs(", \"choices\": [", stdout);
 				const char *p = d->choices;
