@@ -109,12 +109,18 @@ int cache_launch_argv(const struct cache_launch *o, const struct chell_config *c
 			fail = push2(out, "--backing", o->backings[i]);
 	} else {
 		/* cache.backing, else the prefixes of the rules that route to a
-		 * cache stack (`paths` of mode cache, `route` PREFIX=cache). */
+		 * cache stack (`paths` of mode cache, `route` PREFIX=cache), else
+		 * the files Chell handles (`paths`, for `chell cache start`). */
 		nb = chell_config_paths(cfg, "cache.backing", &from_cfg);
 		if (nb == 0) {
 			free(from_cfg);
 			from_cfg = NULL;
 			nb = cache_rule_prefixes(cfg, &from_cfg);
+		}
+		if (nb == 0) {
+			free(from_cfg);
+			from_cfg = NULL;
+			nb = chell_config_paths(cfg, "paths", &from_cfg);
 		}
 		if (nb < 0) {
 			cli_err("out of memory");

@@ -210,3 +210,15 @@ def test_randops_two_rules(request, workdir, first, second, where, seed):
         shutil.rmtree(shadow, ignore_errors=True)
         if mgr_ctx:
             mgr_ctx.__exit__(None, None, None)
+
+
+def test_cache_rule_prefixes_back_a_started_chelld(workdir):
+    """A chelld started for a run serves the cache rules' prefixes (when
+    cache.backing is empty), not the `paths` of another mode's rule."""
+    pmem, data = workdir / "pmem", workdir / "data"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHELL_")}
+    env.update(CHELL_MODE="direct", CHELL_PATHS=str(pmem), CHELL_ROUTE=f"{data}=shadow:cache")
+    res = run([CHELL, "cache", "start", "-n", "--pool", workdir / "pool"], env=env, timeout=60)
+    assert res.returncode == 0, describe(res)
+    out = res.stdout.decode()
+    assert f"--backing {data}" in out and str(pmem) not in out, out
