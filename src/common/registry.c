@@ -286,6 +286,26 @@ static int route_entry(const char *e, size_t len, void *arg)
 	return add_rule(b, e, (size_t)(eq - e), &sp, false);
 }
 
+/* One rule with stack sp per entry of the PATHLIST setting `key`: how many,
+ * or -1 with a message. */
+static int add_list_rules(struct build *b, const char *key, const struct chell_stack_spec *sp)
+{
+	char **list = NULL;
+	int n = chell_config_paths(b->cfg, key, &list);
+	if (n < 0) {
+		snprintf(b->err, b->errlen, "out of memory building the routing rules");
+		return -1;
+	}
+	int r = 0;
+	b->from = key;
+	for (int i = 0; i < n && r == 0; i++)
+		r = add_rule(b, list[i], strlen(list[i]), sp, false);
+	for (int i = 0; i < n; i++)
+		free(list[i]);
+	free(list);
+	return r ? -1 : n;
+}
+
 static int cmp_rule(const void *a, const void *b)
 {
 	const struct chell_route *x = a, *y = b;
@@ -309,37 +329,18 @@ int chell_routes_build(const struct chell_config *cfg, struct chell_routes *out,
 	const char *m = chell_config_str(cfg, "mode");
 	if (spec_of(&b, "mode", m, strlen(m), &mode))
 		goto fail;
-	char **paths = NULL;
-	int np = chell_config_paths(cfg, "paths", &paths);
-	if (np < 0) {
-		snprintf(err, errlen, "out of memory building the routing rules");
-		goto fail;
-	}
-	int r = 0;
-	b.from = "paths";
-	for (int i = 0; i < np && r == 0; i++)
-		r = add_rule(&b, paths[i], strlen(paths[i]), &mode, false);
-	for (int i = 0; i < np; i++)
-		free(paths[i]);
-	free(paths);
-	if (r)
+	int np = add_list_rules(&b, "paths", &mode);
+	if (np < 0)
 		goto fail;
 	if (np == 0 && !(out->any_explicit && strcmp(mode.top, "posix") == 0)) {
 		/* A catch-all cache stack serves the backing directories when they are
 		 * configured (else the handler asks chelld for each file). */
-		char **bk = NULL;
 		bool cache = strcmp(mode.top, "cache") == 0 || strcmp(mode.under, "cache") == 0;
-		int nb = cache ? chell_config_paths(cfg, "cache.backing", &bk) : 0;
-		b.from = "cache.backing";
-		for (int i = 0; i < nb && r == 0; i++)
-			r = add_rule(&b, bk[i], strlen(bk[i]), &mode, false);
-		for (int i = 0; i < nb; i++)
-			free(bk[i]);
-		free(bk);
+		int nb = cache ? add_list_rules(&b, "cache.backing", &mode) : 0;
+		if (nb < 0)
+			goto fail;
 		b.from = "mode";
-		if (r == 0 && nb <= 0)
-			r = add_rule(&b, "/", 1, &mode, true);
-		if (r)
+		if (nb == 0 && add_rule(&b, "/", 1, &mode, true))
 			goto fail;
 	}
 	qsort(out->r, (size_t)out->n, sizeof(*out->r), cmp_rule);
