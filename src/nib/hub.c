@@ -44,7 +44,9 @@ CHELL_EXPORT const char *chell_setting(const char *key)
 static bool setting_typed(const char *key, enum chell_setting_type t)
 {
 	int i = chell_setting_index(key);
-	if (i >= 0 && chell_setting_defs[i].type == t && chell_cfg.values)
+	if (!chell_cfg.values)
+		return false; /* no configuration (Chell is off): every setting reads as 0 */
+	if (i >= 0 && chell_setting_defs[i].type == t)
 		return true;
 	chell_log("bug: setting '%s' asked for as a %s: %s", key,
 		  t == CHELL_T_BOOL ? "boolean" : t == CHELL_T_UINT ? "integer" : "size",

@@ -199,3 +199,24 @@ def test_missing_handler(workdir, tmp_path):
     err = res.stderr.decode()
     assert "'nothere' is not a built-in handler" in err and "handlers.dir is empty" in err, err
     assert "continuing without Chell" in err, err
+
+
+# ------------------------------------------------------------ typed settings
+
+
+@pytest.mark.parametrize("value, kept", [
+    ("FALSE", False), ("Off", False), ("no", False), ("0", False),
+    ("TRUE", True), ("On", True), ("yes", True), ("1", True),
+])
+def test_bool_setting_means_what_config_accepted(workdir, value, kept):
+    """shadow.keep is a boolean: every spelling the configuration accepts
+    (case-insensitive 1/0, true/false, yes/no, on/off) means the same to the
+    handler, which reads it with chell_setting_bool (it used to re-parse the
+    text itself and took FALSE or Off for true)."""
+    d, sh = workdir / "d", workdir / "sh"
+    d.mkdir()
+    res = run([CHELL, "run", "--mode", "shadow", "--path", d, "--shadow-dir", sh,
+               "--set", f"shadow.keep={value}", "--", "sh", "-c", f"echo x > {d}/f"])
+    assert res.returncode == 0, describe(res)
+    copies = [p.name for p in sh.iterdir() if not p.name.startswith("divergence")]
+    assert bool(copies) == kept, copies
