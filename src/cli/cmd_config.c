@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "chell/handler.h" /* CHELL_HANDLER_ABI */
 #include "common/config.h"
 #include "common/registry.h"
 
@@ -102,6 +103,8 @@ static void md_type(const struct chell_setting_def *d)
  * checks the document holds exactly this). */
 static void print_markdown(void)
 {
+	printf("Handler ABI: %d (`CHELL_HANDLER_ABI`, include/chell/handler.h).\n\n",
+	       CHELL_HANDLER_ABI);
 	puts("| handler | shadow can check it | settings | what it does |");
 	puts("|---------|---------------------|----------|--------------|");
 	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++) {
@@ -189,7 +192,9 @@ static void print_keys(int json, int markdown)
 		fputs("\n]\n", stdout);
 		return;
 	}
-	printf("Handlers (a stack is NAME, or shadow:NAME to check NAME against a posix copy):\n");
+	printf("Handlers (ABI %d; a stack is NAME, or shadow:NAME to check NAME against a posix "
+	       "copy):\n",
+	       CHELL_HANDLER_ABI);
 	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++)
 		printf("  %-8s %s%s\n", h->name, h->summary,
 		       h->shadow_checkable ? "" : " (shadow cannot check it)");

@@ -50,6 +50,28 @@ static const struct chell_handler *builtin(const char *name)
 	return NULL;
 }
 
+/* Why handler h (asked for as `name`) cannot run here, or NULL if it can:
+ * built against another ABI, more per-OFD state than a layer has, or not
+ * the handler it was asked for. (Start-up is single-threaded: one buffer.) */
+static const char *refused(const struct chell_handler *h, const char *name)
+{
+	static char buf[160];
+	if (h->abi != CHELL_HANDLER_ABI)
+		snprintf(buf, sizeof buf,
+			 "it was built for handler ABI %u, this libchell.so has ABI %u (rebuild it "
+			 "against this chell/handler.h)",
+			 h->abi, CHELL_HANDLER_ABI);
+	else if (h->priv_size > CHELL_PRIV_BYTES)
+		snprintf(buf, sizeof buf, "its per-OFD state is %u bytes, more than CHELL_PRIV_BYTES (%d)",
+			 h->priv_size, CHELL_PRIV_BYTES);
+	else if (!h->name || strcmp(h->name, name) != 0)
+		snprintf(buf, sizeof buf, "it calls itself '%.40s', not '%s'", h->name ? h->name : "",
+			 name);
+	else
+		return NULL;
+	return buf;
+}
+
 /* dlopen NAME.so from handlers.dir and check it is a handler we can run. */
 static const struct chell_handler *external(const char *key, const char *name, char *err,
 					    size_t errlen)
@@ -66,25 +88,9 @@ static const struct chell_handler *external(const char *key, const char *name, c
 		return NULL;
 	}
 	const struct chell_handler *h = dlsym(dl, "chell_handler_entry");
-	const char *refusal = NULL;
-	char buf[160];
-	if (!h) {
-		refusal = "it exports no chell_handler_entry (CHELL_HANDLER_ENTRY in chell/handler.h)";
-	} else if (h->abi != CHELL_HANDLER_ABI) {
-		snprintf(buf, sizeof buf,
-			 "it was built for handler ABI %u, this libchell.so has ABI %u (rebuild it "
-			 "against this chell/handler.h)",
-			 h->abi, CHELL_HANDLER_ABI);
-		refusal = buf;
-	} else if (h->priv_size > CHELL_PRIV_BYTES) {
-		snprintf(buf, sizeof buf, "its per-OFD state is %u bytes, more than CHELL_PRIV_BYTES (%d)",
-			 h->priv_size, CHELL_PRIV_BYTES);
-		refusal = buf;
-	} else if (!h->name || strcmp(h->name, name) != 0) {
-		snprintf(buf, sizeof buf, "it calls itself '%.40s', not '%s'", h->name ? h->name : "",
-			 name);
-		refusal = buf;
-	}
+	const char *refusal =
+		h ? refused(h, name)
+		  : "it exports no chell_handler_entry (CHELL_HANDLER_ENTRY in chell/handler.h)";
 	if (refusal) {
 		snprintf(err, errlen, "setting %s: handler %s (%s) refused: %s", key, name, path, refusal);
 		dlclose(dl);
@@ -97,6 +103,11 @@ static const struct chell_handler *handler(const char *key, const char *name, ch
 					   size_t errlen)
 {
 	const struct chell_handler *h = builtin(name);
+	const char *refusal = h ? refused(h, name) : NULL;
+	if (refusal) { /* a built-in handler defined without CHELL_HANDLER_PRIV */
+		snprintf(err, errlen, "setting %s: built-in handler %s refused: %s", key, name, refusal);
+		return NULL;
+	}
 	for (int i = 0; !h && i < nin_use; i++)
 		if (strcmp(in_use[i]->name, name) == 0)
 			h = in_use[i];
