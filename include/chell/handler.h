@@ -138,7 +138,7 @@ typedef struct chell_ctx {
  * iovecs point to are not checked: that is the copy's job.
  */
 struct chell_handler {
-	/* These three come first and stay first in every version of the ABI,
+	/* These four come first and stay first in every version of the ABI,
 	 * so libchell.so can read them from a handler of any version. */
 	const char *name;
 	const char *summary;

@@ -40,7 +40,7 @@ CHELL_EXPORT const char *chell_setting(const char *key)
 }
 
 /* Is key a setting of type t? A handler asking otherwise has a bug: say so
- * (once per call site is enough to find it), never stop the application. */
+ * on stderr, but never stop the application for it. */
 static bool setting_typed(const char *key, enum chell_setting_type t)
 {
 	int i = chell_setting_index(key);
