@@ -216,3 +216,21 @@ def test_cache_rule_prefixes_back_a_started_chelld(workdir):
     assert res.returncode == 0, describe(res)
     out = res.stdout.decode()
     assert f"--backing {data}" in out and str(pmem) not in out, out
+
+
+def test_route_lines_in_a_config_file_append(workdir):
+    """`route = PREFIX=STACK` lines in a file append (like `path` lines);
+    the environment's CHELL_ROUTE holds them ':'-separated, shadow:NAME
+    included; a relative --route prefix is made absolute."""
+    conf = workdir / "chell.conf"
+    conf.write_text(f"route = {workdir}/a=direct\nroute = {workdir}/b=shadow:trace  # checked\n")
+    out = config("--config", conf, "--which", workdir / "a" / "f", workdir / "b" / "g").stdout
+    assert out.decode() == (f"{workdir}/a/f: direct (rule {workdir}/a -> direct (route))\n"
+                            f"{workdir}/b/g: shadow:trace (rule {workdir}/b -> shadow:trace "
+                            f"(route))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHELL_")}
+    env["CHELL_ROUTE"] = f"{workdir}/a=shadow:direct:{workdir}/b=cache"
+    out = config("--which", workdir / "a" / "f", workdir / "b" / "g", env=env).stdout.decode()
+    assert f"{workdir}/a/f: shadow:direct (rule" in out and f"{workdir}/b/g: cache (rule" in out
+    res = run([CHELL, "run", "-n", "--route", "rel=trace", "--", "true"], cwd=workdir, timeout=60)
+    assert f"CHELL_ROUTE={workdir}/rel=trace\n" in res.stdout.decode(), describe(res)
