@@ -3,9 +3,13 @@
 #
 #   scripts/randops_soak.sh --mode direct|cache|posix|trace|shadow --ops N
 #                           [--seed S] [--segment N] [--max-divergences D]
+#                           [--under-test direct|cache|trace]
 #                           [--keep] [-- GENERATOR ARGS]
 #
 #   --mode M     the mode under test (direct and cache are what issue 9 asks for)
+#   --under-test U  with --mode shadow: the stack the shadow checks (every
+#                operation also runs on a kernel copy and must agree), as
+#                `chell run --shadow-under-test U`; cache starts a chelld
 #   --ops N      operations in total (e.g. 1000000); K and M suffixes work
 #   --seed S     first seed (default 1); segment i runs seed S+i
 #   --segment N  operations per generator run (default 100000): a divergence
@@ -39,6 +43,7 @@ ops=
 seed=1
 segment=100000
 maxdiv=10
+under=
 keep=0
 extra=()
 
@@ -59,9 +64,10 @@ while [[ $# -gt 0 ]]; do
 	--seed) seed=$(num "${2:?--seed needs a number}"); shift ;;
 	--segment) segment=$(num "${2:?--segment needs a number}"); shift ;;
 	--max-divergences) maxdiv=$(num "${2:?--max-divergences needs a number}"); shift ;;
+	--under-test) under=${2:?--under-test needs a stack}; shift ;;
 	--keep) keep=1 ;;
 	--) shift; extra=("$@"); break ;;
-	-h | --help) sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "randops_soak.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -69,6 +75,11 @@ done
 case $mode in
 posix | trace | shadow | direct | cache) ;;
 *) echo "randops_soak.sh: --mode must be one of posix, trace, shadow, direct, cache" >&2; exit 2 ;;
+esac
+case $under in
+'') ;;
+direct | cache | trace) [[ $mode == shadow ]] || { echo "randops_soak.sh: --under-test goes with --mode shadow" >&2; exit 2; } ;;
+*) echo "randops_soak.sh: --under-test must be one of direct, cache, trace" >&2; exit 2 ;;
 esac
 [[ -n $ops ]] || { echo "randops_soak.sh: --ops is required" >&2; exit 2; }
 [[ -x $chell && -x $gen ]] || { echo "randops_soak.sh: $chell or $gen not built" >&2; exit 2; }
@@ -90,7 +101,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 cli=()
-if [[ $mode == cache ]]; then
+uses_cache=0
+[[ $mode == cache || $under == cache ]] && uses_cache=1
+if ((uses_cache)); then
 	pool=$(mktemp -d /dev/shm/chell-soak-pool-XXXXXX)
 	backing=$(mktemp -d /tmp/chell-soak-back-XXXXXX)
 	"$chell" cache start --pool "$pool" --size 8M --backing "$backing" >/dev/null
@@ -100,11 +113,11 @@ fi
 done_ops=0
 div=0
 i=0
-echo "randops soak: mode=$mode ops=$ops seed=$seed segment=$segment${extra[*]:+ extra: ${extra[*]}}"
+echo "randops soak: mode=$mode${under:+ under-test=$under} ops=$ops seed=$seed segment=$segment${extra[*]:+ extra: ${extra[*]}}"
 while ((done_ops < ops)); do
 	s=$((seed + i))
 	n=$((ops - done_ops < segment ? ops - done_ops : segment))
-	if [[ $mode == cache ]]; then
+	if ((uses_cache)); then
 		data=$backing/s$s
 	else
 		data=$work/s$s
@@ -112,6 +125,7 @@ while ((done_ops < ops)); do
 	mkdir -p "$data"
 	run=(--mode "$mode" --path "$data")
 	[[ $mode == shadow ]] && mkdir -p "$work/shadow$s" && run+=(--shadow-dir "$work/shadow$s")
+	[[ -n $under ]] && run+=(--shadow-under-test "$under")
 	[[ $mode == trace ]] && mkdir -p "$work/trace$s" && run+=(--trace-file "$work/trace$s/trace.%p")
 	kernel=$("$gen" --probe --dir "$data")
 	args=(--seed "$s" --ops "$n" --dir "$data" --progress $(((n + 9) / 10)) "${extra[@]}")
@@ -152,5 +166,5 @@ while ((done_ops < ops)); do
 		break
 	fi
 done
-echo "randops soak: mode=$mode ops=$done_ops divergences=$div"
+echo "randops soak: mode=$mode${under:+ under-test=$under} ops=$done_ops divergences=$div"
 [[ $div == 0 ]]

@@ -3,10 +3,16 @@
  * chell/handler.h - the Nib handler API.
  *
  * Every descriptor a program opens under Chell is routed, at open time, to a
- * *stack* of handlers (for example  trace -> posix,  or  shadow -> direct).
- * A handler implements the operations it cares about and passes the others
- * down with chell_down(); the bottom of every stack is the `posix` handler,
- * which is the kernel.
+ * *stack* of handlers (for example  trace -> posix,  or  shadow -> direct ->
+ * posix). A handler implements the operations it cares about and passes the
+ * others down with chell_down_OP(); the bottom of every stack is the `posix`
+ * handler, which is the kernel.
+ *
+ * Everything a handler may use is declared here: the per-OFD state and
+ * lock, process events (fork prepare/parent/child, exec, exit), background
+ * threads, fault hooks, internal descriptors, shared areas, probes of
+ * application pointers, settings and logs (docs/ARCHITECTURE.md, "Handler
+ * interface"). The Nib's own bookkeeping stays in src/nib.
  *
  * Conventions (as in liburing): every operation returns a non-negative result
  * or a negative errno; the hub turns that into errno for the application.
@@ -17,6 +23,8 @@
 #ifndef CHELL_HANDLER_H
 #define CHELL_HANDLER_H
 
+#include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -97,11 +105,11 @@ struct chell_file {
 	char *path;                /* absolute path given at open (may be stale after rename) */
 	void *local[CHELL_MAX_LAYERS]; /* process-local state of layer i, NULL until set */
 	const struct chell_fast_ops *fast; /* shortcuts of layer 0, or NULL */
-	/* hub bookkeeping */
-	uint32_t refs;             /* descriptors of this process + calls in flight (atomic) */
-	uint32_t live;             /* 1 while allocated (atomic) */
-	uint32_t release_pending;  /* this process dropped the OFD's last reference */
-	struct chell_file *next_free;
+	/* Set by the hub when this process dropped the OFD's last reference in
+	 * any process: detach() is then followed by release(). Read-only. */
+	uint32_t release_pending;
+	/* The hub's own bookkeeping (reference counts, recycling) follows in
+	 * memory: a chell_file is only ever made by the hub, never copied. */
 };
 
 /* Which application call an operation came from (for tracing and checks). */
@@ -113,8 +121,35 @@ enum chell_op {
 	CHELL_OP_FTRUNCATE, CHELL_OP_FALLOCATE, CHELL_OP_FSTAT, CHELL_OP_FCNTL,
 	CHELL_OP_DUP, CHELL_OP_MMAP, CHELL_OP_TRUNCATE, CHELL_OP_STAT,
 	CHELL_OP_FORK, CHELL_OP_EXEC, CHELL_OP_STDIO, CHELL_OP_EXIT,
+	CHELL_OP_FORK_PREPARE, CHELL_OP_FORK_PARENT,
 	CHELL_OP_COUNT_
 };
+
+/*
+ * Process events, as proc_event receives them (values of enum chell_op, so
+ * handlers written against the older CHELL_OP_FORK keep working). A fork
+ * (fork, vfork, a clone that makes a new process) gives, in this order:
+ *   FORK_PREPARE  in the parent, before the kernel copies the process and
+ *                 before Chell takes its own locks: take the handler's
+ *                 locks here, so the child gets its state consistent;
+ *   FORK_PARENT   in the parent afterwards, whether the fork succeeded or
+ *                 not (arg 0): release them;
+ *   FORK_CHILD    in the child (arg = parent's pid), after Chell's own
+ *                 state is repaired: re-initialise the locks, drop
+ *                 per-process state (connections, thread ids); Chell's
+ *                 background threads restart after this event.
+ * EXEC: before the kernel replaces the image (arg = path), after the
+ * background threads stopped. EXIT: arg = status, or -1 from the library
+ * destructor; background threads are stopped first.
+ * A clone(CLONE_VM|CLONE_VFORK) child (posix_spawn style) gives no fork
+ * events: it shares the parent's memory, and its exec and exit are not the
+ * process's.
+ */
+#define CHELL_EV_FORK_PREPARE CHELL_OP_FORK_PREPARE
+#define CHELL_EV_FORK_PARENT CHELL_OP_FORK_PARENT
+#define CHELL_EV_FORK_CHILD CHELL_OP_FORK
+#define CHELL_EV_EXEC CHELL_OP_EXEC
+#define CHELL_EV_EXIT CHELL_OP_EXIT
 const char *chell_op_name(enum chell_op op);
 
 /* The context of one call as it travels down a stack. */
@@ -147,8 +182,8 @@ struct chell_handler {
 
 	/* Once per process image, after configuration is loaded. <0 disables the mode. */
 	int (*proc_init)(void);
-	/* Process events: fork (in the child: arg = parent pid), exec (arg = path),
-	 * exit (arg = status, or -1 from the library destructor). */
+	/* Process events: CHELL_EV_FORK_PREPARE / FORK_PARENT / FORK_CHILD,
+	 * CHELL_EV_EXEC, CHELL_EV_EXIT (see above for order and `arg`). */
 	void (*proc_event)(enum chell_op ev, long arg);
 
 	/* Opens (dirfd, path) exactly as the application asked (c->path holds the
@@ -311,8 +346,87 @@ void chell_internal_window_leave(void);
 /* Close a descriptor returned by chell_internal_fd(). */
 void chell_internal_close(int fd);
 
+/*
+ * Background threads. chell_thread_start runs fn(t, arg) on a thread of
+ * Chell's own:
+ *   - every signal is blocked on it from the start, so no application
+ *     signal handler ever runs there and process-directed signals go to the
+ *     application's threads, as without Chell;
+ *   - it works on the process's descriptor table; descriptors it keeps
+ *     must be registered with chell_thread_fd (they become Chell internal
+ *     descriptors, invisible to the application, closed when the thread
+ *     stops);
+ *   - in a forked child, its descriptors are closed and fn starts again
+ *     from the beginning (after the FORK_CHILD events);
+ *   - before exec and at exit (before the EXEC/EXIT events) it is asked to
+ *     stop and joined; a failed exec starts it again.
+ * fn must return soon after chell_thread_stopping(t) becomes true; it waits
+ * with chell_thread_wait, which returns early (true) when asked to stop.
+ * Keep its start cheap: a child that execs at once (posix_spawn, system)
+ * starts it and stops it again.
+ * Start threads from proc_init or later. NULL (errno set) on failure.
+ */
+struct chell_thread;
+typedef void (*chell_thread_fn)(struct chell_thread *t, void *arg);
+struct chell_thread *chell_thread_start(const char *name, chell_thread_fn fn, void *arg);
+bool chell_thread_stopping(const struct chell_thread *t);
+/* Sleep up to ns nanoseconds or until asked to stop; true if asked to stop. */
+bool chell_thread_wait(struct chell_thread *t, uint64_t ns);
+/* Make fd (any new descriptor) one of t's: internal, close-on-exec, closed
+ * with the thread. Returns its (possibly new) number, or -errno. */
+int chell_thread_fd(struct chell_thread *t, int fd);
+/* Stop for good: ask, wait for fn to return, close its descriptors. */
+void chell_thread_stop(struct chell_thread *t);
+
+/*
+ * Fault hooks. A handler whose own code may fault on purpose (a copy from a
+ * mapping of a file that shrank, a chunk the manager revoked) registers a
+ * hook, once per process image (proc_init). Every synchronous SIGSEGV or
+ * SIGBUS (si_code > 0) raised in any thread is offered to the hooks in
+ * registration order; a hook returns true only if the fault is its own, and
+ * then has either fixed up `uc` (the instruction resumes) or leaves the
+ * signal handler by a jump (restoring uc's signal mask first). A fault no
+ * hook claims goes to the application's handler, or takes the default
+ * action, exactly as without Chell. Hooks run in a signal handler: only
+ * async-signal-safe work, thread-local state to tell "mine" from "not mine".
+ * Registering the same hook twice is a no-op; the chain never shrinks.
+ * Returns 0, or -ENOSPC when CHELL_FAULT_HOOKS_MAX hooks are registered.
+ */
+#define CHELL_FAULT_HOOKS_MAX 8
+typedef bool (*chell_fault_hook)(int sig, siginfo_t *si, void *uc);
+int chell_fault_hook_add(chell_fault_hook hook);
+
 /* Diagnostics: "chell: <msg>" on stderr, with no allocation and no recursion. */
 void chell_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The same at a level of the `log_level` setting: chell_info and chell_debug
+ * cost one load and a branch when that level is off. */
+enum { CHELL_LOG_QUIET, CHELL_LOG_ERROR, CHELL_LOG_INFO, CHELL_LOG_DEBUG };
+extern int chell_log_level;
+void chell_logv_level(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#define chell_info(...) \
+	do { if (chell_log_level >= CHELL_LOG_INFO) chell_logv_level(CHELL_LOG_INFO, __VA_ARGS__); } while (0)
+#define chell_debug(...) \
+	do { if (chell_log_level >= CHELL_LOG_DEBUG) chell_logv_level(CHELL_LOG_DEBUG, __VA_ARGS__); } while (0)
+
+/* The calling thread's kernel id (cached; right after fork too). */
+pid_t chell_tid(void);
+
+/*
+ * Application pointers a handler reads or fills before the kernel would
+ * (an argument it interprets itself). The kernel answers a bad pointer with
+ * EFAULT, never a signal; these probe under a guard, without a system call.
+ * On -EFAULT (or -ENAMETOOLONG) give the whole call to the kernel, which
+ * answers in its own order of checks.
+ *   chell_user_check    0 if [p, p+len) can be read (write: written);
+ *   chell_user_strnlen  strnlen(s, max), or -ENAMETOOLONG if no NUL within max.
+ */
+int chell_user_check(const void *p, size_t len, bool write);
+long chell_user_strnlen(const char *s, size_t max);
+
+/* The largest file size the file system holding fd allows (s_maxbytes;
+ * dev is its st_dev, the key of a per-device cache), for handlers that
+ * extend files themselves and must fail with EFBIG where the kernel would. */
+int64_t chell_maxbytes(int fd, dev_t dev);
 
 /*
  * Configuration lookup by key (`chell config --keys` lists them). Values were

@@ -86,7 +86,7 @@
  * 4 KB pages - the valid blocks and one control page per chunk file - not
  * in slots; the manager evicts whole chunks (policy victims) when a fill,
  * an overwrite or a new chunk file would exceed the pool's size. There are
- * more slots than size / CACHE_CHUNK_BYTES (chelld/cache.h: a slot per
+ * more slots than size / CACHE_CHUNK_BYTES (chelld/engine.h: a slot per
  * 256 KB of the size) so a scattered hot set keeps its blocks.
  *
  * Identity (client side, src/handlers/cache): (slot, incarnation) names

@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 unsigned chunk_nvalid(const struct slot *s)
 {
@@ -46,7 +46,7 @@ static bool block_valid(const struct cache_ctl *ctl, unsigned b)
 	return (__atomic_load_n(&ctl->valid[b / 64], __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
 }
 
-static int map_file(struct cache *c, uint32_t slot, int fd)
+static int map_file(struct engine *c, uint32_t slot, int fd)
 {
 	void *p = mmap(NULL, CACHE_CHUNK_FILE_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
@@ -57,7 +57,7 @@ static int map_file(struct cache *c, uint32_t slot, int fd)
 	return 0;
 }
 
-int chunk_attach(struct cache *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk)
+int chunk_attach(struct engine *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk)
 {
 	char name[16];
 	pool_chunk_name(slot, name, sizeof name);
@@ -85,7 +85,7 @@ int chunk_attach(struct cache *c, uint32_t slot, uint32_t cnode, uint64_t file_c
 
 /* Create the chunk file of a freshly allocated slot (state stays INIT
  * until chunk_fill's caller publishes it). */
-static int create_file(struct cache *c, uint32_t slot, struct cfile *f, uint64_t file_chunk)
+static int create_file(struct engine *c, uint32_t slot, struct cfile *f, uint64_t file_chunk)
 {
 	char tmp[32];
 	snprintf(tmp, sizeof tmp, ".new-%u", slot);
@@ -125,7 +125,7 @@ static int create_file(struct cache *c, uint32_t slot, struct cfile *f, uint64_t
 }
 
 /* Publish: LIVE, persisted, then the file takes the slot's name. */
-static int publish(struct cache *c, uint32_t slot)
+static int publish(struct engine *c, uint32_t slot)
 {
 	struct slot *s = &c->slots[slot];
 	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_LIVE, __ATOMIC_RELEASE);
@@ -140,7 +140,7 @@ static int publish(struct cache *c, uint32_t slot)
 }
 
 /* Undo a slot whose creation failed before it was published. */
-static void discard_new(struct cache *c, uint32_t slot)
+static void discard_new(struct engine *c, uint32_t slot)
 {
 	struct slot *s = &c->slots[slot];
 	char tmp[32];
@@ -152,7 +152,7 @@ static void discard_new(struct cache *c, uint32_t slot)
 	meta_chunk_unmap(c->m, slot);
 }
 
-int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
+int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 {
 	int slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
 	if (slot >= 0) {
@@ -171,7 +171,7 @@ int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk)
 	}
 	if (slot != -ENOENT)
 		return slot;
-	int room = cache_make_room(c, 1, -1); /* the new file's control page */
+	int room = engine_make_room(c, 1, -1); /* the new file's control page */
 	if (room < 0)
 		return room;
 	for (uint32_t tries = 0;; tries++) {
@@ -234,7 +234,7 @@ static int fill_range(int fd, uint8_t *dst, uint64_t off, size_t len)
  * up to --readahead (or the request's own size, when larger). Any other
  * miss is random and fills exactly the blocks it asks: random 4 KB reads
  * read 4 KB from the device. */
-static unsigned ra_window(struct cache *c, struct cfile *f, uint64_t pos, unsigned n,
+static unsigned ra_window(struct engine *c, struct cfile *f, uint64_t pos, unsigned n,
 			  uint64_t eof_block)
 {
 	uint64_t max = c->cfg->readahead / CACHE_BLOCK_BYTES;
@@ -259,7 +259,7 @@ static unsigned ra_window(struct cache *c, struct cfile *f, uint64_t pos, unsign
  * store into them), so the window is bounded. */
 #define ZERO_AHEAD 64u /* blocks: 256 KB */
 
-int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
+int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 {
 	struct slot *s = &c->slots[slot];
 	struct cfile *f = cfile_get(c, s->cnode);
@@ -297,7 +297,7 @@ int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 		if (!block_valid(s->ctl, i) && (i < end || fblock + i >= eof_block))
 			need++;
 	if (need) {
-		int rc = cache_make_room(c, need, slot);
+		int rc = engine_make_room(c, need, slot);
 		if (rc < 0)
 			return rc;
 		if (!s->map || slot_broken(s))
@@ -351,7 +351,7 @@ int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n)
 	return 0;
 }
 
-int chunk_overwrite(struct cache *c, uint32_t slot, uint64_t incarnation, unsigned first,
+int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsigned first,
 		    unsigned n)
 {
 	struct slot *s = &c->slots[slot];
@@ -368,7 +368,7 @@ int chunk_overwrite(struct cache *c, uint32_t slot, uint64_t incarnation, unsign
 			if (block_valid(s->ctl, b))
 				return -EAGAIN; /* a fill raced with the client's stores */
 		if (pass == 0) {
-			int rc = cache_make_room(c, n, slot);
+			int rc = engine_make_room(c, n, slot);
 			if (rc < 0)
 				return rc;
 		}
@@ -389,7 +389,7 @@ int chunk_overwrite(struct cache *c, uint32_t slot, uint64_t incarnation, unsign
 	return 0;
 }
 
-int cache_make_room(struct cache *c, uint64_t need, int64_t keep)
+int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 {
 	int64_t was = c->pinned;
 	c->pinned = keep;
@@ -423,7 +423,7 @@ int cache_make_room(struct cache *c, uint64_t need, int64_t keep)
 	return rc;
 }
 
-int chunk_open_fd(struct cache *c, uint32_t slot, int flags)
+int chunk_open_fd(struct engine *c, uint32_t slot, int flags)
 {
 	char name[16];
 	pool_chunk_name(slot, name, sizeof name);
@@ -431,10 +431,10 @@ int chunk_open_fd(struct cache *c, uint32_t slot, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
-int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below)
+int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 {
 	struct slot *s = &c->slots[slot];
-	cache_wait_idle(c, slot); /* the cleaner may be writing it back */
+	engine_wait_idle(c, slot); /* the cleaner may be writing it back */
 	if (!s->map)
 		return -ENOENT;
 	struct cfile *f = cfile_get(c, s->cnode);

@@ -12,7 +12,7 @@
  * loop does, but drops it for the I/O (pwritev, fdatasync) with the chunks
  * marked busy: misses and other requests are served meanwhile, and
  * nothing evicts, truncates or flushes a busy chunk (they wait for it,
- * cache_wait_idle). When the cleaner falls behind, evictions of dirty
+ * engine_wait_idle). When the cleaner falls behind, evictions of dirty
  * victims clean synchronously (evict.c).
  *
  * policy.h has a thread-based cleaner for one big dirty table; the pool's
@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 #define CLEAN_MS 20
 #define DELETED_EVERY 50 /* timed ticks: about a second */
@@ -35,7 +35,7 @@
 #define RESERVE_HIGH 30
 #define BATCH_CHUNKS 64  /* chunks of one file per write-back (one fdatasync) */
 
-uint32_t cache_dirty_slots(const struct cache *c)
+uint32_t engine_dirty_slots(const struct engine *c)
 {
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < c->nslots; s++)
@@ -44,13 +44,13 @@ uint32_t cache_dirty_slots(const struct cache *c)
 	return n;
 }
 
-void cache_wait_idle(struct cache *c, uint32_t slot)
+void engine_wait_idle(struct engine *c, uint32_t slot)
 {
 	while (c->slots[slot].busy)
 		pthread_cond_wait(&c->idle, &c->lock);
 }
 
-uint32_t cache_drop_deleted(struct cache *c)
+uint32_t engine_drop_deleted(struct engine *c)
 {
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < c->nslots; s++) {
@@ -62,10 +62,10 @@ uint32_t cache_drop_deleted(struct cache *c)
 	return n;
 }
 
-/* Dirty blocks (pages of the capacity, cache.h), and what an eviction can
+/* Dirty blocks (pages of the capacity, engine.h), and what an eviction can
  * take without a write-back: free capacity plus the pages of chunks with
  * no dirty block. */
-static void scan(const struct cache *c, uint64_t *dirty, uint64_t *reclaimable)
+static void scan(const struct engine *c, uint64_t *dirty, uint64_t *reclaimable)
 {
 	uint64_t d = 0, clean = 0;
 	for (uint32_t i = 0; i < c->nslots; i++) {
@@ -81,7 +81,7 @@ static void scan(const struct cache *c, uint64_t *dirty, uint64_t *reclaimable)
 	*reclaimable = clean + (c->cap > c->used ? c->cap - c->used : 0);
 }
 
-static bool above(const struct cache *c, uint64_t pages, unsigned pct)
+static bool above(const struct engine *c, uint64_t pages, unsigned pct)
 {
 	return pages * 100 > (uint64_t)pct * c->cap;
 }
@@ -89,7 +89,7 @@ static bool above(const struct cache *c, uint64_t pages, unsigned pct)
 /* Dirty chunks of one file, for one write-back with one fdatasync: the
  * file of the next dirty chunk from the cursor on, then its other dirty
  * chunks in slot order from there, up to BATCH_CHUNKS. Returns how many. */
-static size_t next_batch(struct cache *c, uint32_t *out)
+static size_t next_batch(struct engine *c, uint32_t *out)
 {
 	size_t n = 0;
 	uint32_t cnode = 0;
@@ -109,7 +109,7 @@ static size_t next_batch(struct cache *c, uint32_t *out)
 }
 
 /* Write a batch back, without the lock during the I/O (lock held). */
-static void clean_batch(struct cache *c, uint32_t *slots, size_t n)
+static void clean_batch(struct engine *c, uint32_t *slots, size_t n)
 {
 	struct cfile *f = cfile_get(c, c->slots[slots[0]].cnode);
 	struct wb_job j;
@@ -136,10 +136,10 @@ static void clean_batch(struct cache *c, uint32_t *slots, size_t n)
  * --dirty-low), or while what evictions can take without a write-back
  * is below RESERVE_LOW percent of the capacity (up to RESERVE_HIGH): a
  * miss should find a clean victim, not wait for a write-back. */
-static void tick(struct cache *c, bool timed)
+static void tick(struct engine *c, bool timed)
 {
 	if (timed && ++c->ticks % DELETED_EVERY == 0) {
-		uint32_t n = cache_drop_deleted(c);
+		uint32_t n = engine_drop_deleted(c);
 		if (n)
 			chelld_log("dropped %u chunk(s) of deleted files or truncated behind "
 				   "the manager's back", n);
@@ -168,14 +168,14 @@ static void tick(struct cache *c, bool timed)
 	c->cleaning = false;
 }
 
-void cache_cleaner_kick(struct cache *c)
+void engine_cleaner_kick(struct engine *c)
 {
 	pthread_cond_signal(&c->wake);
 }
 
 static void *cleaner_main(void *arg)
 {
-	struct cache *c = arg;
+	struct engine *c = arg;
 	pthread_mutex_lock(&c->lock);
 	while (!c->cleaner_stop) {
 		struct timespec t;
@@ -194,7 +194,7 @@ static void *cleaner_main(void *arg)
 	return NULL;
 }
 
-int cache_cleaner_start(struct cache *c)
+int engine_cleaner_start(struct engine *c)
 {
 	c->cleaner_stop = false;
 	int rc = pthread_create(&c->cleaner, NULL, cleaner_main, c);
@@ -205,7 +205,7 @@ int cache_cleaner_start(struct cache *c)
 }
 
 /* Called without the lock. */
-void cache_cleaner_stop(struct cache *c)
+void engine_cleaner_stop(struct engine *c)
 {
 	if (!c->cleaner_running)
 		return;

@@ -21,7 +21,7 @@
  * here and sent to the client. Returns the memfd or -errno. */
 static int make_access_table(struct server *s, struct client *c)
 {
-	uint32_t n = s->cache.nslots;
+	uint32_t n = s->engine.nslots;
 	int fd = memfd_create("chelld-access", MFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -44,8 +44,8 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
 	struct chelld_hello_reply r = {0};
 	r.version = CHELLD_VERSION;
 	r.chunk_size = CHELLD_CHUNK_SIZE;
-	r.cache_size = s->cache.pool.capacity;
-	r.slots = s->cache.nslots;
+	r.cache_size = s->engine.pool.capacity;
+	r.slots = s->engine.nslots;
 	r.append_threshold = s->cfg->append_threshold;
 	int st = 0, fd = -1;
 	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION) {
@@ -67,7 +67,7 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
  * checked proof), and closes it. */
 static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, uint32_t access)
 {
-	struct cfile *f = cfile_get(&s->cache, cnode);
+	struct cfile *f = cfile_get(&s->engine, cnode);
 	struct reg *r = client_reg(c, cnode);
 	if (!f) {
 		close(fd);
@@ -77,7 +77,7 @@ static int add_reg(struct server *s, struct client *c, uint32_t cnode, int fd, u
 	 * descriptor, opened now unless the file is bypassed (files.c: a
 	 * held descriptor is visible to everyone, so none is kept). */
 	if (!f->bypass)
-		cfile_fd_via(&s->cache, f, fd);
+		cfile_fd_via(&s->engine, f, fd);
 	close(fd);
 	fd = -1;
 	if (r) {
@@ -125,7 +125,7 @@ bool do_open(struct server *s, struct client *c, const struct chelld_open *m, in
 			st = EACCES;
 			snprintf(r.detail, sizeof r.detail, "the path does not resolve");
 		} else {
-			id = cfile_register(&s->cache, fd, resolved, (uint64_t)f.dev, (uint64_t)f.ino,
+			id = cfile_register(&s->engine, fd, resolved, (uint64_t)f.dev, (uint64_t)f.ino,
 					    r.detail, sizeof r.detail);
 			if (id < 0)
 				st = -id;
@@ -140,8 +140,8 @@ bool do_open(struct server *s, struct client *c, const struct chelld_open *m, in
 	if (st == 0) {
 		struct stat sb;
 		const struct reg *g = client_reg(c, (uint32_t)id);
-		struct cfile *cf = cfile_get(&s->cache, (uint32_t)id);
-		int bfd = cf && !cf->bypass ? cfile_fd(&s->cache, cf) : -1;
+		struct cfile *cf = cfile_get(&s->engine, (uint32_t)id);
+		int bfd = cf && !cf->bypass ? cfile_fd(&s->engine, cf) : -1;
 		r.file_id = (uint32_t)id;
 		r.access = g->access;
 		r.dev = (uint64_t)f.dev;
@@ -169,7 +169,7 @@ bool do_open(struct server *s, struct client *c, const struct chelld_open *m, in
 static int map_chunk(struct server *s, const struct reg *g, const struct chelld_map *m,
 		     struct chelld_map_reply *r, int *fd_out)
 {
-	struct cache *c = &s->cache;
+	struct engine *c = &s->engine;
 	struct cfile *f = cfile_get(c, g->cnode);
 	if (!f)
 		return EBADF;
@@ -227,8 +227,8 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 			st = map_chunk(s, g, m, &r, &fd);
 		if (st == 0 && !(r.flags & CHELLD_FILE_BYPASS)) {
 			/* The size after the fill. */
-			struct cfile *f = cfile_get(&s->cache, g->cnode);
-			int bfd = f ? cfile_fd(&s->cache, f) : -1;
+			struct cfile *f = cfile_get(&s->engine, g->cnode);
+			int bfd = f ? cfile_fd(&s->engine, f) : -1;
 			if (bfd >= 0 && fstat(bfd, &sb) == 0)
 				r.file_size = (uint64_t)sb.st_size;
 			r.backing_offset = m->chunk * CHELLD_CHUNK_SIZE;
@@ -253,7 +253,7 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 
 bool do_overwrite(struct server *s, struct client *c, const struct chelld_overwrite *m)
 {
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	const struct reg *g = client_reg(c, m->file_id);
 	struct cfile *f = g ? cfile_get(k, g->cnode) : NULL;
 	int st = 0;

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The cache engine's volatile state over an open pool (cache.h). */
+/* The cache engine's volatile state over an open pool (engine.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 /* On a pool that is not DAX (tmpfs, or a disk file system without DAX),
  * cache-line flushes make nothing more durable: tmpfs survives a process
@@ -49,8 +49,8 @@ static bool pool_is_dax(const char *dir)
 	return dax == 1;
 }
 
-int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
-	       struct chelld_stats_reply *st)
+int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *p,
+		struct chelld_stats_reply *st)
 {
 	memset(c, 0, sizeof *c);
 	c->cfg = cfg;
@@ -94,11 +94,11 @@ int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
 	pthread_condattr_destroy(&ca);
 	st->slots = c->nslots;
 	st->policy = cfg->policy;
-	cache_guard_install(c);
+	engine_guard_install(c);
 	return 0;
 }
 
-void cache_fini(struct cache *c)
+void engine_fini(struct engine *c)
 {
 	for (uint32_t s = 0; s < c->nslots; s++)
 		if (c->slots[s].map)

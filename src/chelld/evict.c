@@ -11,10 +11,10 @@
  */
 #include <errno.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 struct skip_arg {
-	struct cache *c;
+	struct engine *c;
 	bool allow_dirty;
 };
 
@@ -29,7 +29,7 @@ static bool skip(void *arg, uint32_t slot)
 	return false;
 }
 
-int evict_one(struct cache *c)
+int evict_one(struct engine *c)
 {
 	if (c->fold_access)
 		c->fold_access(c->fold_arg);
@@ -39,14 +39,14 @@ int evict_one(struct cache *c)
 	if (rc == -EBUSY) {
 		a.allow_dirty = true;
 		c->st->throttle_waits++;
-		cache_cleaner_kick(c);
+		engine_cleaner_kick(c);
 		rc = policy_victim(c->pol, &victim, skip, &a);
 	}
 	/* Everything left is being written back by the cleaner: wait for
 	 * one such chunk rather than fail the miss. */
 	for (uint32_t s = 0; rc == -EBUSY && s < c->nslots; s++)
 		if (c->slots[s].busy) {
-			cache_wait_idle(c, s);
+			engine_wait_idle(c, s);
 			rc = policy_victim(c->pol, &victim, skip, &a);
 		}
 	if (rc < 0)

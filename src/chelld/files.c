@@ -47,14 +47,14 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 static int64_t ts_ns(const struct timespec *t)
 {
 	return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec;
 }
 
-struct cfile *cfile_get(struct cache *c, uint32_t cnode)
+struct cfile *cfile_get(struct engine *c, uint32_t cnode)
 {
 	if (cnode >= c->pool.max_cnodes)
 		return NULL;
@@ -90,7 +90,7 @@ static int open_checked(const struct cfile *f, const char *path, int flags)
 }
 
 /* Keep the read-only descriptor fd as f's own. */
-static int adopt_fd(struct cache *c, struct cfile *f, int fd)
+static int adopt_fd(struct engine *c, struct cfile *f, int fd)
 {
 	struct statvfs sv;
 	/* data cached for writing must be writable back: not on a read-only mount */
@@ -101,7 +101,7 @@ static int adopt_fd(struct cache *c, struct cfile *f, int fd)
 	return fd;
 }
 
-static void close_fd(struct cache *c, struct cfile *f)
+static void close_fd(struct engine *c, struct cfile *f)
 {
 	if (f->fd < 0)
 		return;
@@ -113,7 +113,7 @@ static void close_fd(struct cache *c, struct cfile *f)
 /* Until `room` more descriptors fit under the bound: the least recently
  * used descriptor of a file nobody has registered is written back and
  * closed (caller holds the lock). */
-static void trim_fds(struct cache *c, const struct cfile *keep, uint32_t room)
+static void trim_fds(struct engine *c, const struct cfile *keep, uint32_t room)
 {
 	while (c->open_fds + room > c->cfg->max_fds) {
 		struct cfile *lru = NULL;
@@ -137,7 +137,7 @@ static void trim_fds(struct cache *c, const struct cfile *keep, uint32_t room)
 	}
 }
 
-int cfile_fd(struct cache *c, struct cfile *f)
+int cfile_fd(struct engine *c, struct cfile *f)
 {
 	if (f->fd >= 0) {
 		f->fd_used = ++c->fd_clock;
@@ -150,7 +150,7 @@ int cfile_fd(struct cache *c, struct cfile *f)
 	return fd < 0 ? fd : adopt_fd(c, f, fd);
 }
 
-int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd)
+int cfile_fd_via(struct engine *c, struct cfile *f, int client_fd)
 {
 	int fd = cfile_fd(c, f);
 	if (fd >= 0 || client_fd < 0)
@@ -163,7 +163,7 @@ int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd)
 	return nfd < 0 ? fd : adopt_fd(c, f, nfd);
 }
 
-int cfile_wfd(struct cache *c, struct cfile *f)
+int cfile_wfd(struct engine *c, struct cfile *f)
 {
 	int fd = cfile_fd(c, f);
 	if (fd < 0)
@@ -173,7 +173,7 @@ int cfile_wfd(struct cache *c, struct cfile *f)
 	return open_checked(f, p, O_RDWR);
 }
 
-void cfile_record(struct cache *c, struct cfile *f)
+void cfile_record(struct engine *c, struct cfile *f)
 {
 	struct stat st;
 	int fd = cfile_fd(c, f);
@@ -186,7 +186,7 @@ void cfile_record(struct cache *c, struct cfile *f)
 }
 
 /* A Cnode nobody uses (no chunk, no registration) to make room for one. */
-static bool reclaim_cnode(struct cache *c)
+static bool reclaim_cnode(struct engine *c)
 {
 	for (uint32_t id = 0; id < c->pool.max_cnodes; id++) {
 		struct meta_cnode_info ci;
@@ -208,7 +208,7 @@ static bool reclaim_cnode(struct cache *c)
 }
 
 /* Drop every chunk of a file that changed behind the cache. */
-static void outside_change(struct cache *c, struct cfile *f, const struct meta_cnode_info *ci,
+static void outside_change(struct engine *c, struct cfile *f, const struct meta_cnode_info *ci,
 			   const struct stat *st)
 {
 	chelld_log("file %s changed outside the cache (size %llu -> %lld, mtime %lld -> %lld): "
@@ -219,7 +219,7 @@ static void outside_change(struct cache *c, struct cfile *f, const struct meta_c
 	uint32_t *slots = malloc(c->nslots * sizeof *slots);
 	if (!slots)
 		return;
-	uint32_t n = cache_file_slots(c, f->cnode, slots);
+	uint32_t n = engine_file_slots(c, f->cnode, slots);
 	/* Dirty bytes past the file's end as the outside writer left it are
 	 * not written back (nobody has the file registered, so no client is
 	 * between storing an extension and publishing its size: an ext_end
@@ -231,7 +231,7 @@ static void outside_change(struct cache *c, struct cfile *f, const struct meta_c
 	free(slots);
 }
 
-int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_t dev,
+int cfile_register(struct engine *c, int client_fd, const char *resolved, uint64_t dev,
 		   uint64_t ino, char *detail, size_t dlen)
 {
 	bool created = false;
@@ -277,7 +277,7 @@ int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_
  * bypassed) or has dirty blocks: it is how a deletion is noticed (st_nlink
  * 0), and how the data gets written back even after a rename. Clean
  * chunks need no descriptor: a fill reopens it. */
-void cfile_release_fd(struct cache *c, struct cfile *f)
+void cfile_release_fd(struct engine *c, struct cfile *f)
 {
 	if (f->fd < 0 || f->trimming || (f->nregs && !f->bypass))
 		return;
@@ -291,14 +291,14 @@ void cfile_release_fd(struct cache *c, struct cfile *f)
 	close_fd(c, f);
 }
 
-bool cfile_deleted(struct cache *c, struct cfile *f)
+bool cfile_deleted(struct engine *c, struct cfile *f)
 {
 	struct stat st;
 	(void)c;
 	return f->fd >= 0 && f->nregs == 0 && fstat(f->fd, &st) == 0 && st.st_nlink == 0;
 }
 
-void cfile_unregister(struct cache *c, struct cfile *f)
+void cfile_unregister(struct engine *c, struct cfile *f)
 {
 	if (f->nregs == 0 || --f->nregs > 0)
 		return;

@@ -18,14 +18,14 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
-static struct cache *guarded;
+static struct engine *guarded;
 
 static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 {
 	(void)uctx;
-	struct cache *c = guarded;
+	struct engine *c = guarded;
 	uintptr_t a = (uintptr_t)si->si_addr;
 	for (uint32_t i = 0; c && i < c->nslots; i++) {
 		uint8_t *base = __atomic_load_n(&c->slots[i].map, __ATOMIC_RELAXED);
@@ -42,7 +42,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uctx)
 	raise(sig);
 }
 
-void cache_guard_install(struct cache *c)
+void engine_guard_install(struct engine *c)
 {
 	guarded = c;
 	struct sigaction sa;

@@ -30,7 +30,7 @@
 
 #include <sys/resource.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
 
 void chelld_log(const char *fmt, ...)

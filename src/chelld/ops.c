@@ -31,7 +31,7 @@ static bool bare(struct client *c, uint16_t type, uint32_t seq, int st)
 
 bool do_sync(struct server *s, struct client *c, const struct chelld_sync *m)
 {
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	const struct reg *g = client_reg(c, m->file_id);
 	struct cfile *f = g ? cfile_get(k, g->cnode) : NULL;
 	if (!f)
@@ -56,7 +56,7 @@ bool do_sync(struct server *s, struct client *c, const struct chelld_sync *m)
 
 bool do_truncate(struct server *s, struct client *c, const struct chelld_truncate *m)
 {
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	const struct reg *g = client_reg(c, m->file_id);
 	struct cfile *f = g ? cfile_get(k, g->cnode) : NULL;
 	if (!f)
@@ -71,7 +71,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 	uint32_t *slots = malloc(((size_t)k->nslots + 1) * sizeof *slots);
 	if (!slots)
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, ENOMEM);
-	uint32_t n = cache_file_slots(k, f->cnode, slots);
+	uint32_t n = engine_file_slots(k, f->cnode, slots);
 	uint64_t from = m->size / CACHE_CHUNK_BYTES;
 	int st = 0;
 	for (uint32_t i = 0; i < n && st == 0; i++) {
@@ -96,7 +96,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 }
 
 /* Revoke every chunk of one file (f) or of all files (NULL). */
-static uint32_t drop(struct cache *k, const struct cfile *f, int *err)
+static uint32_t drop(struct engine *k, const struct cfile *f, int *err)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < k->nslots; i++) {
@@ -113,7 +113,7 @@ static uint32_t drop(struct cache *k, const struct cfile *f, int *err)
 
 bool do_flush(struct server *s, struct client *c, const struct chelld_flush *m)
 {
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	struct chelld_flush_reply r = {0};
 	struct cfile *f = NULL;
 	int st = 0;
@@ -161,7 +161,7 @@ bool do_close(struct server *s, struct client *c, const struct chelld_close *m)
 	struct reg *g = client_reg(c, m->file_id);
 	if (!g)
 		return bare(c, CHELLD_MSG_CLOSE, m->h.seq, EBADF);
-	struct cfile *f = cfile_get(&s->cache, g->cnode);
+	struct cfile *f = cfile_get(&s->engine, g->cnode);
 	if (f)
 		counts_add(&f->counts, &m->counts);
 	counts_add(&s->st.counts, &m->counts);
@@ -171,7 +171,7 @@ bool do_close(struct server *s, struct client *c, const struct chelld_close *m)
 
 bool do_file_stat(struct server *s, struct client *c, const struct chelld_file_stat *m)
 {
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	static struct chelld_file_stat_reply r; /* 4 KB of path */
 	memset(&r, 0, sizeof r);
 	struct meta_cnode_info ci;
@@ -208,7 +208,7 @@ bool do_file_stat(struct server *s, struct client *c, const struct chelld_file_s
 
 /* Every mapped slot's chunk file agrees with the meta, and the manager's
  * view agrees with both; the first problem goes to err. */
-static int check_slots(struct cache *k, uint64_t *checked, char *err, size_t len)
+static int check_slots(struct engine *k, uint64_t *checked, char *err, size_t len)
 {
 	static struct cache_ctl ctl;
 	for (uint32_t i = 0; i < k->nslots; i++) {
@@ -252,7 +252,7 @@ static int check_slots(struct cache *k, uint64_t *checked, char *err, size_t len
 
 bool do_check(struct server *s, struct client *c, const struct chelld_check *m)
 {
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	struct chelld_check_reply r = {0};
 	struct meta_stats ms;
 	int rc = meta_check(k->m, r.detail, sizeof r.detail);

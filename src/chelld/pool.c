@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 static int perr(char *err, size_t n, int rc, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "chelld/protocol.h"
+#include "common/fdpass.h"
 
 void chelld_hdr_init(struct chelld_hdr *h, uint16_t type, uint32_t length, uint32_t seq)
 {
@@ -40,72 +41,39 @@ int chelld_connect(const char *sock_path)
 
 int chelld_send(int sock, const void *msg, size_t len, int fd)
 {
-	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
-		memset(&ctl, 0, sizeof ctl);
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof ctl.buf;
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof fd);
-	}
-	ssize_t n;
-	do
-		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -1;
-	if ((size_t)n != len) {
-		errno = EIO;
+	int r = fdpass_send(sock, msg, len, fd, 0);
+	if (r < 0) {
+		errno = -r;
 		return -1;
 	}
 	return 0;
 }
 
-/* Receive one datagram; with fd_out, also a descriptor sent with it. */
+/* Receive one datagram; with fd_out, also a descriptor sent with it (one
+ * at most: any other is closed). */
 static long recv_one(int sock, void *buf, size_t cap, int *fd_out)
 {
-	struct iovec iov = {.iov_base = buf, .iov_len = cap};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	ssize_t n;
-	if (fd_out) {
-		*fd_out = -1;
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof ctl.buf;
-	}
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
+	struct fdpass_in in;
+	ssize_t n = fdpass_recv(sock, buf, cap, 0, &in);
+	if (n < 0) {
+		errno = (int)-n;
 		return -1;
-	if (fd_out && mh.msg_controllen) {
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-			    c->cmsg_len == CMSG_LEN(sizeof(int)))
-				memcpy(fd_out, CMSG_DATA(c), sizeof(int));
 	}
+	int keep = fd_out && in.nfds > 0 ? 1 : 0;
+	fdpass_close(in.fds, keep, in.nfds);
+	if (fd_out)
+		*fd_out = keep ? in.fds[0] : -1;
 	if (n == 0) {
 		errno = ECONNRESET;
 		goto fail;
 	}
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+	if (in.trunc) {
 		errno = EMSGSIZE;
 		goto fail;
 	}
 	return (long)n;
 fail:
-	if (fd_out && *fd_out >= 0) {
+	if (keep) {
 		close(*fd_out);
 		*fd_out = -1;
 	}

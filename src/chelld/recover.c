@@ -23,9 +23,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
-static void free_unused(struct cache *c, uint32_t slot)
+static void free_unused(struct engine *c, uint32_t slot)
 {
 	char name[16];
 	pool_chunk_name(slot, name, sizeof name);
@@ -35,7 +35,7 @@ static void free_unused(struct cache *c, uint32_t slot)
 		chelld_log("recovery: slot %u: cannot free it: %s", slot, strerror(-rc));
 }
 
-static void remove_leftovers(struct cache *c)
+static void remove_leftovers(struct engine *c)
 {
 	int fd = dup(c->pool.chunks_fd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -66,7 +66,7 @@ static void remove_leftovers(struct cache *c)
 	closedir(d);
 }
 
-void cache_recover(struct cache *c)
+void engine_recover(struct engine *c)
 {
 	static struct cache_ctl ctl;
 	char err[256];
@@ -98,7 +98,7 @@ void cache_recover(struct cache *c)
 		live++;
 	}
 	remove_leftovers(c);
-	uint32_t dirty = cache_dirty_slots(c);
+	uint32_t dirty = engine_dirty_slots(c);
 	chelld_log("recovery: %u chunk(s) kept (%u dirty), %u never handed out freed, %u "
 		   "interrupted eviction(s) finished", live, dirty, freed, finished);
 	if (dirty == 0)
@@ -106,7 +106,7 @@ void cache_recover(struct cache *c)
 	uint64_t blocks = 0, bytes = 0;
 	uint32_t files = 0;
 	int rc = wb_file(c, NULL, &blocks, &bytes, &files);
-	uint32_t left = cache_dirty_slots(c);
+	uint32_t left = engine_dirty_slots(c);
 	chelld_log("recovery: wrote back %llu dirty block(s), %llu bytes; %u chunk(s) still "
 		   "dirty%s", (unsigned long long)blocks, (unsigned long long)bytes, left,
 		   rc < 0 || left ? " (kept: their backing file is missing or failing; see above)" : "");

@@ -28,10 +28,10 @@
 #include <sys/mman.h>
 
 #include "chelld/server.h"
+#include "common/fdpass.h"
 
 #define MAX_CLIENTS 1024
 #define DRAIN_MAX 10000 /* requests served per client while stopping */
-#define MAX_RX_FDS 8   /* descriptors accepted in one message (extra ones are closed) */
 
 static uint64_t now_ms_since(const struct timespec *t0)
 {
@@ -103,23 +103,7 @@ bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32
 	struct chelld_rhdr *r = msg;
 	chelld_hdr_init(&r->h, type | CHELLD_REPLY, (uint32_t)len, seq);
 	r->status = status;
-	struct iovec iov = {.iov_base = msg, .iov_len = len};
-	union {
-		char b[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
-		memset(&ctl, 0, sizeof ctl);
-		mh.msg_control = ctl.b;
-		mh.msg_controllen = sizeof ctl.b;
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-	}
-	if (sendmsg(c->sock, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)len) {
+	if (fdpass_send(c->sock, msg, len, fd, MSG_DONTWAIT) < 0) {
 		chelld_log("client %llu: cannot send a reply, dropping it", (unsigned long long)c->serial);
 		return false;
 	}
@@ -173,11 +157,11 @@ struct reg *client_reg(struct client *c, uint32_t file_id)
 
 void client_unregister(struct server *s, struct client *c, struct reg *r, bool all)
 {
-	struct cfile *f = cfile_get(&s->cache, r->cnode);
+	struct cfile *f = cfile_get(&s->engine, r->cnode);
 	do {
 		r->count--;
 		if (f)
-			cfile_unregister(&s->cache, f);
+			cfile_unregister(&s->engine, f);
 	} while (all && r->count);
 	if (r->count)
 		return;
@@ -197,13 +181,13 @@ static void fold_access(void *arg)
 		if (c->access.flags)
 			for (uint32_t i = 0; i < c->access.nchunks; i++)
 				if (access_test_clear(&c->access, i))
-					policy_touch(s->cache.pol, i);
+					policy_touch(s->engine.pol, i);
 }
 
 static bool do_stats(struct server *s, struct client *c, const struct chelld_stats *m)
 {
 	struct chelld_stats_reply r = s->st;
-	struct cache *k = &s->cache;
+	struct engine *k = &s->engine;
 	struct meta_stats ms;
 	meta_stats(k->m, &ms);
 	r.pid = (uint32_t)getpid();
@@ -247,38 +231,25 @@ static bool do_path(struct server *s, struct client *c, const struct chelld_path
 static int serve_one(struct server *s, struct client *c)
 {
 	static char buf[CHELLD_MSG_MAX + 1] __attribute__((aligned(8)));
-	union {
-		char b[CMSG_SPACE(MAX_RX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-			    .msg_controllen = sizeof ctl.b};
-	ssize_t n = recvmsg(c->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+	/* every descriptor that came along is in `in`, so none can leak */
+	struct fdpass_in in;
+	ssize_t n = fdpass_recv(c->sock, buf, sizeof buf, MSG_DONTWAIT, &in);
+	if (n == -EAGAIN || n == -EINTR)
 		return 0;
 	if (n <= 0) {
+		fdpass_close(in.fds, 0, in.nfds);
 		client_close(s, c);
 		return -1;
 	}
 	s->st.requests++;
-
-	/* Collect every descriptor that came along, so none can leak. */
-	int fds[MAX_RX_FDS], nfds = 0;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k && nfds < MAX_RX_FDS; i++)
-			memcpy(&fds[nfds++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-	}
+	int *fds = in.fds, nfds = in.nfds;
 
 	struct chelld_hdr h = {0};
 	memcpy(&h, buf, (size_t)n < sizeof h ? (size_t)n : sizeof h);
 	const char *bad = NULL;
 	int st = EBADMSG;
 	size_t want = request_size(h.type);
-	if (mh.msg_flags & MSG_TRUNC)
+	if (in.trunc & MSG_TRUNC)
 		st = EMSGSIZE, bad = "oversized message";
 	else if ((size_t)n < sizeof h)
 		bad = "short message";
@@ -292,7 +263,7 @@ static int serve_one(struct server *s, struct client *c)
 		bad = "wrong size for the message type";
 	else if (h.version != CHELLD_VERSION && h.type != CHELLD_MSG_HELLO)
 		st = EPROTONOSUPPORT, bad = "unsupported protocol version";
-	else if (mh.msg_flags & MSG_CTRUNC)
+	else if (in.trunc & MSG_CTRUNC)
 		bad = "too many descriptors";
 	else if (nfds > 1 || (nfds == 1 && h.type != CHELLD_MSG_OPEN_FILE))
 		st = EBADF, bad = "unexpected descriptor";
@@ -354,13 +325,13 @@ static void stop(struct server *s)
 	}
 	/* Leave the backing files complete: write back what is dirty (what
 	 * cannot be written stays in the pool for the next start). */
-	uint32_t dirty = cache_dirty_slots(&s->cache);
+	uint32_t dirty = engine_dirty_slots(&s->engine);
 	if (dirty) {
 		uint64_t bytes = 0;
 		chelld_log("stopping: writing back %u dirty chunk(s)", dirty);
-		wb_file(&s->cache, NULL, NULL, &bytes, NULL);
+		wb_file(&s->engine, NULL, NULL, &bytes, NULL);
 		chelld_log("stopping: wrote back %llu bytes; %u chunk(s) still dirty",
-			   (unsigned long long)bytes, cache_dirty_slots(&s->cache));
+			   (unsigned long long)bytes, engine_dirty_slots(&s->engine));
 	}
 	chelld_log("stopped after %llu requests", (unsigned long long)s->st.requests);
 }
@@ -371,14 +342,14 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	static struct server s;
 	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1};
 	clock_gettime(CLOCK_MONOTONIC, &s.start);
-	if (cache_init(&s.cache, cfg, pool, &s.st) < 0) {
+	if (engine_init(&s.engine, cfg, pool, &s.st) < 0) {
 		chelld_log("cannot set up the cache: out of memory");
 		pool_close(pool);
 		return -1;
 	}
-	s.cache.fold_access = fold_access;
-	s.cache.fold_arg = &s;
-	cache_recover(&s.cache);
+	s.engine.fold_access = fold_access;
+	s.engine.fold_arg = &s;
+	engine_recover(&s.engine);
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -395,7 +366,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &s.sfd;
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.sfd, &ev);
-	int crc = cache_cleaner_start(&s.cache);
+	int crc = engine_cleaner_start(&s.engine);
 	if (crc < 0) {
 		chelld_log("cannot start the cleaner thread: %s", strerror(-crc));
 		return -1;
@@ -413,7 +384,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 		}
 		bool quit = false;
 		/* The cleaner thread shares the cache: hold its lock while serving. */
-		pthread_mutex_lock(&s.cache.lock);
+		pthread_mutex_lock(&s.engine.lock);
 		for (int i = 0; i < n; i++) {
 			void *p = evs[i].data.ptr;
 			if (p == &s.lfd) {
@@ -430,16 +401,16 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 				serve_one(&s, p);
 			}
 		}
-		pthread_mutex_unlock(&s.cache.lock);
+		pthread_mutex_unlock(&s.engine.lock);
 		if (quit)
 			break;
 	}
-	cache_cleaner_stop(&s.cache);
-	pthread_mutex_lock(&s.cache.lock);
+	engine_cleaner_stop(&s.engine);
+	pthread_mutex_lock(&s.engine.lock);
 	stop(&s);
-	pthread_mutex_unlock(&s.cache.lock);
+	pthread_mutex_unlock(&s.engine.lock);
 	close(s.sfd);
 	close(s.ep);
-	cache_fini(&s.cache);
+	engine_fini(&s.engine);
 	return 0;
 }

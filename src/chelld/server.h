@@ -10,7 +10,7 @@
 #include <sys/types.h>
 #include <time.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 #define MAX_FILES 4096 /* registrations per client */
 
@@ -43,7 +43,7 @@ struct server {
 	uint32_t nclients;
 	struct timespec start;
 	struct chelld_stats_reply st; /* counters, kept in reply form */
-	struct cache cache;
+	struct engine engine;
 };
 
 /* Send a reply (with descriptor fd if >= 0); false if the client must be

@@ -25,7 +25,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 
 #define WB_MAX_EXTENT (1u << 20) /* 256 segments at most: under IOV_MAX */
 
@@ -53,7 +53,7 @@ static int pwritev_all(int fd, struct iovec *iov, int n, uint64_t off)
 }
 
 /* Write one extent, cut at `limit`; bytes written go to *bytes. */
-static int write_extent(struct cache *c, int fd, const wb_plan *plan, const wb_extent *e,
+static int write_extent(struct engine *c, int fd, const wb_plan *plan, const wb_extent *e,
 			uint64_t limit, uint64_t *bytes)
 {
 	struct iovec iov[WB_MAX_EXTENT / CACHE_BLOCK_BYTES];
@@ -79,13 +79,13 @@ static int write_extent(struct cache *c, int fd, const wb_plan *plan, const wb_e
 	return rc;
 }
 
-int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+int wb_begin(struct engine *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
 	     struct wb_job *j)
 {
 	memset(j, 0, sizeof *j);
 	j->fd = -1;
 	for (size_t i = 0; i < n; i++)
-		cache_wait_idle(c, slots[i]);
+		engine_wait_idle(c, slots[i]);
 	/* While we waited (the lock released), the cleaner may have dropped
 	 * chunks of a deleted file: keep only the slots still the file's. */
 	uint32_t *keep = malloc((n ? n : 1) * sizeof *keep);
@@ -168,7 +168,7 @@ int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 	return 0;
 }
 
-void wb_io(struct cache *c, struct wb_job *j)
+void wb_io(struct engine *c, struct wb_job *j)
 {
 	if (!j->planned)
 		return;
@@ -180,7 +180,7 @@ void wb_io(struct cache *c, struct wb_job *j)
 	j->io_done = true;
 }
 
-int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes)
+int wb_end(struct engine *c, struct wb_job *j, uint64_t *bytes)
 {
 	if (!j->f)
 		return -EBADF;
@@ -219,7 +219,7 @@ int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes)
 	return rc;
 }
 
-int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+int wb_slots(struct engine *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
 	     uint64_t *bytes)
 {
 	struct wb_job j;
@@ -230,7 +230,7 @@ int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, 
 	return wb_end(c, &j, bytes);
 }
 
-uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out)
+uint32_t engine_file_slots(const struct engine *c, uint32_t cnode, uint32_t *out)
 {
 	uint32_t n = 0;
 	for (uint32_t s = 0; s < c->nslots; s++)
@@ -250,10 +250,10 @@ uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out)
 /* Write back one file's dirty slots; an eviction whose write-back had
  * failed (REVOKED, kept) is finished once it succeeds. Returns 0, 1 if the
  * file had dirty blocks, or -errno. */
-static int wb_one_file(struct cache *c, struct cfile *f, uint32_t *slots, uint64_t *blocks,
+static int wb_one_file(struct engine *c, struct cfile *f, uint32_t *slots, uint64_t *blocks,
 		       uint64_t *bytes, bool progress)
 {
-	uint32_t n = cache_file_slots(c, f->cnode, slots), k = 0;
+	uint32_t n = engine_file_slots(c, f->cnode, slots), k = 0;
 	uint64_t nd = 0;
 	for (uint32_t i = 0; i < n; i++) {
 		const struct slot *s = &c->slots[slots[i]];
@@ -278,7 +278,7 @@ static int wb_one_file(struct cache *c, struct cfile *f, uint32_t *slots, uint64
 	return rc < 0 ? rc : 1;
 }
 
-int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files)
+int wb_file(struct engine *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files)
 {
 	uint32_t *slots = malloc(((size_t)c->nslots + 1) * sizeof *slots);
 	if (!slots)

@@ -2,6 +2,8 @@
 /*
  * Shared pieces of the `chell cache` subcommands (cmd_cache*.c): finding a
  * pool's daemon, talking to it, the cache.* settings, output helpers.
+ * mgr_* names are about the cache manager (chelld) of a pool: its pid file
+ * and socket, a connection to it, starting and stopping it.
  *
  * Exit statuses of the subcommands that query a daemon: 0 ok, 1 not running
  * (or problems found, for check), 2 usage error.
@@ -34,20 +36,20 @@ void cache_check_usage(FILE *f);
 
 /* ---- pool files (cmd_cache_conn.c) ---- */
 /* "pool/name", malloc'd (NULL when out of memory). */
-char *cache_pool_file(const char *pool, const char *name);
+char *pool_file_path(const char *pool, const char *name);
 /* The pid in pool's pid file (0 if unreadable); its socket path into sock. */
-long cache_read_pid_file(const char *pool, char *sock, size_t len);
+long mgr_read_pid_file(const char *pool, char *sock, size_t len);
 /* Is the pool's lock held, i.e. does a chelld serve it? */
-bool cache_pool_locked(const char *pool);
+bool mgr_serves_pool(const char *pool);
 /* The socket of the daemon of `pool`: sockopt if given, else the one its pid
  * file names, else pool/chelld.sock. */
-void cache_sock_path(const char *pool, const char *sockopt, char *out, size_t len);
+void mgr_sock_path(const char *pool, const char *sockopt, char *out, size_t len);
 /* The pool directory to use: `given`, else the cache.pool setting (config
  * file and environment). NULL with a message on a bad configuration. */
-const char *cache_pool_default(const char *given);
+const char *pool_dir_default(const char *given);
 
 /* ---- one connection to a daemon (cmd_cache_conn.c) ---- */
-struct cache_conn {
+struct mgr_conn {
 	int sock;
 	uint32_t seq;
 	char path[PATH_MAX];
@@ -55,51 +57,51 @@ struct cache_conn {
 };
 /* Connect to `sock` and say HELLO: 0, or -1 with errno (the connection is
  * closed again). */
-int cache_conn_open(struct cache_conn *c, const char *sock);
+int mgr_connect(struct mgr_conn *c, const char *sock);
 /* One request/reply with its type set; fd (or -1) goes along. 0 when the
  * daemon answered status 0; -1 with errno = the daemon's status, or the
  * transport's errno (then *answered is false, if given). */
-int cache_call(struct cache_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
-	       size_t replen, int fd, bool *answered);
+int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
+	     size_t replen, int fd, bool *answered);
 /* BYE and close. */
-void cache_conn_close(struct cache_conn *c);
+void mgr_disconnect(struct mgr_conn *c);
 /* STATS on c: 0 or -1/errno. */
-int cache_get_stats(struct cache_conn *c, struct chelld_stats_reply *st);
+int mgr_get_stats(struct mgr_conn *c, struct chelld_stats_reply *st);
 
 /* ---- a long request with progress (cmd_cache_watch.c) ---- */
 /* Called about every quarter second while the request runs: dirty_bytes is
  * the cache's dirty data as a second connection last saw it (UINT64_MAX if
  * it has not answered yet: a daemon busy with the request itself), secs the
  * time since the request was sent. */
-typedef void (*cache_watch_fn)(void *arg, uint64_t dirty_bytes, double secs);
-/* cache_call for a request that may take long (FLUSH): while waiting for
+typedef void (*mgr_watch_fn)(void *arg, uint64_t dirty_bytes, double secs);
+/* mgr_call for a request that may take long (FLUSH): while waiting for
  * its reply, STATS is asked on a second connection to the same daemon and
- * fn called. Same result as cache_call. */
-int cache_call_watch(struct cache_conn *c, void *req, size_t reqlen,
-		     uint16_t type, void *rep, size_t replen, int fd, bool *answered,
-		     cache_watch_fn fn, void *arg);
+ * fn called. Same result as mgr_call. */
+int mgr_call_watch(struct mgr_conn *c, void *req, size_t reqlen,
+		   uint16_t type, void *rep, size_t replen, int fd, bool *answered,
+		     mgr_watch_fn fn, void *arg);
 
 /* ---- output (cmd_cache_out.c) ---- */
 /* "1.5 MiB" */
-void cache_print_size(FILE *f, uint64_t bytes);
+void print_size_iec(FILE *f, uint64_t bytes);
 /* hits / (hits + misses) of client-reported counts, or -1 when none. */
-double cache_hit_ratio(const struct chelld_client_counts *c);
-const char *cache_policy_name(uint32_t policy);
+double counts_hit_ratio(const struct chelld_client_counts *c);
+const char *policy_display_name(uint32_t policy);
 
 /* Progress on stderr: a redrawn bar on a terminal, otherwise a plain line at
  * most once per second; nothing when quiet. */
-struct cache_progress {
+struct progress_bar {
 	bool tty, quiet, drawn;
 	double next_line; /* monotonic seconds: when a plain line may be printed */
 };
-void cache_progress_init(struct cache_progress *p, bool quiet);
+void progress_bar_init(struct progress_bar *p, bool quiet);
 /* Show `done` of `total` (total 0: no bar, just the text) and a text. */
-void cache_progress_show(struct cache_progress *p, uint64_t done, uint64_t total, const char *text);
+void progress_bar_show(struct progress_bar *p, uint64_t done, uint64_t total, const char *text);
 /* A plain line that stays (clears the bar first). */
-void cache_progress_note(struct cache_progress *p, const char *fmt, ...)
+void progress_bar_note(struct progress_bar *p, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 /* Remove the bar (end of the operation). */
-void cache_progress_done(struct cache_progress *p);
-double cache_now(void);
+void progress_bar_done(struct progress_bar *p);
+double now_monotonic(void);
 
 #endif

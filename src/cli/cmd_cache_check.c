@@ -134,11 +134,11 @@ static void print_result(const struct cc_result *res)
 static int check_online(struct cc_result *res)
 {
 	char sock[PATH_MAX];
-	cache_sock_path(res->pool, NULL, sock, sizeof sock);
-	struct cache_conn cn;
+	mgr_sock_path(res->pool, NULL, sock, sizeof sock);
+	struct mgr_conn cn;
 	res->online = true;
-	res->pid = cache_read_pid_file(res->pool, NULL, 0);
-	if (cache_conn_open(&cn, sock) < 0) {
+	res->pid = mgr_read_pid_file(res->pool, NULL, 0);
+	if (mgr_connect(&cn, sock) < 0) {
 		cli_err("cache check: chelld serves %s but does not answer at %s: %s", res->pool, sock,
 			strerror(errno));
 		return CLI_EXIT_USAGE;
@@ -146,9 +146,9 @@ static int check_online(struct cc_result *res)
 	struct chelld_check q;
 	static struct chelld_check_reply r;
 	bool answered;
-	int rc = cache_call(&cn, &q, sizeof q, CHELLD_MSG_CHECK, &r, sizeof r, -1, &answered);
+	int rc = mgr_call(&cn, &q, sizeof q, CHELLD_MSG_CHECK, &r, sizeof r, -1, &answered);
 	int e = errno;
-	cache_conn_close(&cn);
+	mgr_disconnect(&cn);
 	if (rc < 0 && (!answered || e != EUCLEAN)) {
 		cli_err("cache check: chelld (pid %ld) cannot check %s: %s%s", res->pid, res->pool,
 			answered ? chelld_errname(e) : strerror(e),
@@ -191,7 +191,7 @@ int cache_check(int argc, char **argv)
 		cli_usage_hint("cache check");
 		return CLI_EXIT_USAGE;
 	}
-	if (!(pool = cache_pool_default(pool)))
+	if (!(pool = pool_dir_default(pool)))
 		return CLI_EXIT_USAGE;
 	struct stat sb;
 	if (stat(pool, &sb) < 0) {
@@ -204,7 +204,7 @@ int cache_check(int argc, char **argv)
 	}
 	struct cc_result res = {.pool = pool, .json = json};
 	int rc;
-	if (cache_pool_locked(pool))
+	if (mgr_serves_pool(pool))
 		rc = check_online(&res);
 	else
 		rc = cc_check_files(&res);

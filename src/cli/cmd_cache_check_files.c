@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 #include "cache/meta/meta.h"
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 #include "cli.h"
 #include "cmd_cache.h"
 #include "cmd_cache_check.h"
@@ -91,7 +91,7 @@ static bool slot_name(const char *s, uint32_t *slot)
 
 static void check_chunks(struct cv *v, struct meta *m, const char *pool)
 {
-	char *dir = cache_pool_file(pool, CACHE_CHUNKS_DIR);
+	char *dir = pool_file_path(pool, CACHE_CHUNKS_DIR);
 	int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	/* Per slot: 0 no file, 1 a file, 2 a file with a problem. */
 	uint8_t *present = m ? calloc(v->chunks ? v->chunks : 1, 1) : NULL;
@@ -169,8 +169,8 @@ int cc_check_files(struct cc_result *res)
 {
 	const char *pool = res->pool;
 	int ret = 0;
-	char *lockp = cache_pool_file(pool, CHELLD_LOCK_NAME);
-	char *metap = cache_pool_file(pool, CACHE_META_NAME);
+	char *lockp = pool_file_path(pool, CHELLD_LOCK_NAME);
+	char *metap = pool_file_path(pool, CACHE_META_NAME);
 	int lfd = lockp ? open(lockp, O_RDONLY | O_CLOEXEC) : -1;
 	int mfd = -1;
 	void *img = MAP_FAILED;

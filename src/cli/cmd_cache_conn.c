@@ -14,16 +14,16 @@
 #include "cmd_cache.h"
 #include "common/config.h"
 
-char *cache_pool_file(const char *pool, const char *name)
+char *pool_file_path(const char *pool, const char *name)
 {
 	char *p;
 	return asprintf(&p, "%s/%s", pool, name) < 0 ? NULL : p;
 }
 
 /* The pid file: "PID\nSOCKET\n". */
-long cache_read_pid_file(const char *pool, char *sock, size_t len)
+long mgr_read_pid_file(const char *pool, char *sock, size_t len)
 {
-	char *path = cache_pool_file(pool, CHELLD_PID_NAME);
+	char *path = pool_file_path(pool, CHELLD_PID_NAME);
 	FILE *f = path ? fopen(path, "re") : NULL;
 	long pid = 0;
 	free(path);
@@ -43,9 +43,9 @@ long cache_read_pid_file(const char *pool, char *sock, size_t len)
 	return pid;
 }
 
-bool cache_pool_locked(const char *pool)
+bool mgr_serves_pool(const char *pool)
 {
-	char *path = cache_pool_file(pool, CHELLD_LOCK_NAME);
+	char *path = pool_file_path(pool, CHELLD_LOCK_NAME);
 	int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
 	free(path);
 	if (fd < 0)
@@ -56,16 +56,16 @@ bool cache_pool_locked(const char *pool)
 	return held;
 }
 
-void cache_sock_path(const char *pool, const char *sockopt, char *out, size_t len)
+void mgr_sock_path(const char *pool, const char *sockopt, char *out, size_t len)
 {
 	out[0] = '\0';
 	if (sockopt)
 		snprintf(out, len, "%s", sockopt);
-	else if (!cache_read_pid_file(pool, out, len) || !out[0])
+	else if (!mgr_read_pid_file(pool, out, len) || !out[0])
 		snprintf(out, len, "%s/%s", pool, CHELLD_SOCK_NAME);
 }
 
-const char *cache_pool_default(const char *given)
+const char *pool_dir_default(const char *given)
 {
 	static char pool[PATH_MAX];
 	if (given)
@@ -82,8 +82,8 @@ const char *cache_pool_default(const char *given)
 	return pool;
 }
 
-int cache_call(struct cache_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
-	       size_t replen, int fd, bool *answered)
+int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
+	     size_t replen, int fd, bool *answered)
 {
 	if (answered)
 		*answered = false;
@@ -100,7 +100,7 @@ int cache_call(struct cache_conn *c, void *req, size_t reqlen, uint16_t type, vo
 	return 0;
 }
 
-int cache_conn_open(struct cache_conn *c, const char *sock)
+int mgr_connect(struct mgr_conn *c, const char *sock)
 {
 	memset(c, 0, sizeof *c);
 	snprintf(c->path, sizeof c->path, "%s", sock);
@@ -108,8 +108,8 @@ int cache_conn_open(struct cache_conn *c, const char *sock)
 	if (c->sock < 0)
 		return -1;
 	struct chelld_hello hello = {.version = CHELLD_VERSION};
-	if (cache_call(c, &hello, sizeof hello, CHELLD_MSG_HELLO, &c->hello, sizeof c->hello, -1,
-		       NULL) < 0) {
+	if (mgr_call(c, &hello, sizeof hello, CHELLD_MSG_HELLO, &c->hello, sizeof c->hello, -1,
+		     NULL) < 0) {
 		int e = errno;
 		close(c->sock);
 		c->sock = -1;
@@ -119,19 +119,19 @@ int cache_conn_open(struct cache_conn *c, const char *sock)
 	return 0;
 }
 
-void cache_conn_close(struct cache_conn *c)
+void mgr_disconnect(struct mgr_conn *c)
 {
 	if (c->sock < 0)
 		return;
 	struct chelld_bye bye = {0};
 	struct chelld_rhdr br;
-	cache_call(c, &bye, sizeof bye, CHELLD_MSG_BYE, &br, sizeof br, -1, NULL);
+	mgr_call(c, &bye, sizeof bye, CHELLD_MSG_BYE, &br, sizeof br, -1, NULL);
 	close(c->sock);
 	c->sock = -1;
 }
 
-int cache_get_stats(struct cache_conn *c, struct chelld_stats_reply *st)
+int mgr_get_stats(struct mgr_conn *c, struct chelld_stats_reply *st)
 {
 	struct chelld_stats q = {0};
-	return cache_call(c, &q, sizeof q, CHELLD_MSG_STATS, st, sizeof *st, -1, NULL);
+	return mgr_call(c, &q, sizeof q, CHELLD_MSG_STATS, st, sizeof *st, -1, NULL);
 }

@@ -31,11 +31,11 @@
 static bool answers(const char *pool)
 {
 	char sock[PATH_MAX];
-	cache_sock_path(pool, NULL, sock, sizeof sock);
-	struct cache_conn cn;
-	if (cache_conn_open(&cn, sock) < 0)
+	mgr_sock_path(pool, NULL, sock, sizeof sock);
+	struct mgr_conn cn;
+	if (mgr_connect(&cn, sock) < 0)
 		return false;
-	cache_conn_close(&cn);
+	mgr_disconnect(&cn);
 	return true;
 }
 
@@ -72,7 +72,7 @@ static int make_dirs(const char *path)
 static int run_chelld(char **argv)
 {
 	char daemon[PATH_MAX];
-	cache_find_chelld(daemon, sizeof daemon);
+	mgr_find_chelld(daemon, sizeof daemon);
 	fflush(NULL);
 	pid_t pid = fork();
 	if (pid < 0)
@@ -92,15 +92,15 @@ static int run_chelld(char **argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int cache_embed_ensure(const struct chell_config *cfg, bool *started, char *pool, size_t len)
+int mgr_ensure_running(const struct chell_config *cfg, bool *started, char *pool, size_t len)
 {
 	*started = false;
 	snprintf(pool, len, "%s", chell_config_str(cfg, "cache.pool"));
 	if (answers(pool))
 		return 0;
-	struct cache_launch o = {0};
-	struct cache_argv a;
-	int r = cache_launch_argv(&o, cfg, &a);
+	struct mgr_launch o = {0};
+	struct mgr_argv a;
+	int r = mgr_launch_argv(&o, cfg, &a);
 	if (r)
 		return r < 0 ? 1 : CLI_EXIT_USAGE;
 	int ret = 0;
@@ -120,9 +120,9 @@ int cache_embed_ensure(const struct chell_config *cfg, bool *started, char *pool
 	/* Exit 1: most likely another command started it first; it must
 	 * answer soon either way. */
 	struct timespec tick = {0, 20 * 1000000L};
-	double t0 = cache_now();
+	double t0 = now_monotonic();
 	while (!answers(pool)) {
-		if (cache_now() - t0 > ANSWER_WAIT_S) {
+		if (now_monotonic() - t0 > ANSWER_WAIT_S) {
 			cli_err("chelld for pool %s does not answer (see %s/%s)", pool, pool,
 				CHELLD_LOG_NAME);
 			ret = 1;
@@ -131,17 +131,17 @@ int cache_embed_ensure(const struct chell_config *cfg, bool *started, char *pool
 		nanosleep(&tick, NULL);
 	}
 out:
-	cache_argv_free(&a);
+	mgr_argv_free(&a);
 	return ret;
 }
 
-int cache_embed_stop(const char *pool)
+int mgr_stop_quiet(const char *pool)
 {
 	char *argv[] = {"stop", "--pool", (char *)pool, "--quiet", NULL};
 	return cache_stop(4, argv);
 }
 
-int cache_embed_run(char **cmd, char **envp, const char *pool)
+int mgr_run_and_stop(char **cmd, char **envp, const char *pool)
 {
 	fflush(NULL);
 	pid_t pid = fork();
@@ -167,7 +167,7 @@ int cache_embed_run(char **cmd, char **envp, const char *pool)
 			st = 1 << 8;
 			break;
 		}
-	if (cache_embed_stop(pool) != 0)
+	if (mgr_stop_quiet(pool) != 0)
 		cli_err("could not stop chelld for pool %s", pool);
 	if (WIFSIGNALED(st)) {
 		/* Die the same way, so the caller sees what the command saw. */

@@ -13,11 +13,11 @@ struct chell_config;
  * until it answers. 0 (*started: this call started it), or an exit status
  * after a message (2: no backing directory or a configuration chelld
  * refused). */
-int cache_embed_ensure(const struct chell_config *cfg, bool *started, char *pool, size_t len);
+int mgr_ensure_running(const struct chell_config *cfg, bool *started, char *pool, size_t len);
 /* Stop the daemon of pool (quietly): 0 or 1. */
-int cache_embed_stop(const char *pool);
+int mgr_stop_quiet(const char *pool);
 /* Run cmd with envp in a child, then stop the daemon of pool; returns the
  * command's exit status (or dies of its signal). */
-int cache_embed_run(char **cmd, char **envp, const char *pool);
+int mgr_run_and_stop(char **cmd, char **envp, const char *pool);
 
 #endif

@@ -55,7 +55,7 @@ void cache_flush_usage(FILE *f)
 }
 
 struct flush_watch {
-	struct cache_progress *pg;
+	struct progress_bar *pg;
 	const char *name; /* file being flushed, NULL for all */
 	unsigned done, total;
 	uint64_t dirty0;  /* dirty bytes before the flush */
@@ -66,7 +66,7 @@ static void on_tick(void *arg, uint64_t dirty, double req_secs)
 {
 	struct flush_watch *w = arg;
 	(void)req_secs; /* the whole command's time is what the user waits for */
-	double secs = cache_now() - w->t0;
+	double secs = now_monotonic() - w->t0;
 	if (secs < QUIET_FOR_S)
 		return;
 	char text[PATH_MAX + 128], rem[64] = "";
@@ -74,7 +74,7 @@ static void on_tick(void *arg, uint64_t dirty, double req_secs)
 		FILE *m = fmemopen(rem, sizeof rem, "w");
 		if (m) {
 			fputs(", ", m);
-			cache_print_size(m, dirty);
+			print_size_iec(m, dirty);
 			fputs(" dirty", m);
 			fclose(m);
 		}
@@ -85,10 +85,10 @@ static void on_tick(void *arg, uint64_t dirty, double req_secs)
 	else
 		snprintf(text, sizeof text, "writing back%s (%.0f s)", rem, secs);
 	if (w->name)
-		cache_progress_show(w->pg, w->done, w->total, text);
+		progress_bar_show(w->pg, w->done, w->total, text);
 	else
-		cache_progress_show(w->pg, dirty == UINT64_MAX || dirty > w->dirty0 ? 0 : w->dirty0 - dirty,
-				    w->dirty0, text);
+		progress_bar_show(w->pg, dirty == UINT64_MAX || dirty > w->dirty0 ? 0 : w->dirty0 - dirty,
+				  w->dirty0, text);
 }
 
 struct flush_total {
@@ -107,7 +107,7 @@ static void add(struct flush_total *t, const struct chelld_flush_reply *r)
 /* Register FILE on the connection: 0 and its file id (a Cnode id: 0 is a
  * valid one), or an errno value after a message (*down: the daemon did not
  * answer). */
-static int register_file(struct cache_conn *cn, const char *file, uint32_t *id, bool *down)
+static int register_file(struct mgr_conn *cn, const char *file, uint32_t *id, bool *down)
 {
 	char *real = realpath(file, NULL);
 	int e;
@@ -137,7 +137,7 @@ static int register_file(struct cache_conn *cn, const char *file, uint32_t *id, 
 	}
 	strcpy(q.path, real);
 	bool answered;
-	int rc = cache_call(cn, &q, sizeof q, CHELLD_MSG_OPEN_FILE, &r, sizeof r, fd, &answered);
+	int rc = mgr_call(cn, &q, sizeof q, CHELLD_MSG_OPEN_FILE, &r, sizeof r, fd, &answered);
 	e = errno;
 	close(fd); /* the daemon keeps its own copy */
 	free(real);
@@ -199,24 +199,24 @@ int cache_flush(int argc, char **argv)
 		default: return cli_bad_option("cache flush", c, argv, opts);
 		}
 	}
-	if (!sockopt && !(pool = cache_pool_default(pool)))
+	if (!sockopt && !(pool = pool_dir_default(pool)))
 		return CLI_EXIT_USAGE;
 	char sock[PATH_MAX];
-	cache_sock_path(pool, sockopt, sock, sizeof sock);
-	struct cache_conn cn;
-	if (cache_conn_open(&cn, sock) < 0) {
+	mgr_sock_path(pool, sockopt, sock, sizeof sock);
+	struct mgr_conn cn;
+	if (mgr_connect(&cn, sock) < 0) {
 		cli_err("cache flush: chelld is not running (no daemon at %s: %s)", sock,
 			strerror(errno));
 		return CACHE_EXIT_DOWN;
 	}
 	struct chelld_stats_reply st;
-	uint64_t dirty0 = cache_get_stats(&cn, &st) == 0 ? st.dirty_blocks * CACHE_BLOCK_BYTES : 0;
+	uint64_t dirty0 = mgr_get_stats(&cn, &st) == 0 ? st.dirty_blocks * CACHE_BLOCK_BYTES : 0;
 
-	struct cache_progress pg;
-	cache_progress_init(&pg, quiet || json);
+	struct progress_bar pg;
+	progress_bar_init(&pg, quiet || json);
 	struct flush_total tot = {0};
 	unsigned nfiles = (unsigned)(argc - optind);
-	struct flush_watch w = {&pg, NULL, 0, nfiles, dirty0, cache_now()};
+	struct flush_watch w = {&pg, NULL, 0, nfiles, dirty0, now_monotonic()};
 	bool first = true, down = false;
 	if (json)
 		printf("{\"results\": [");
@@ -224,10 +224,10 @@ int cache_flush(int argc, char **argv)
 		struct chelld_flush q = {.file_id = CHELLD_ALL_FILES, .flags = flags};
 		struct chelld_flush_reply r;
 		bool answered;
-		int rc = cache_call_watch(&cn, &q, sizeof q, CHELLD_MSG_FLUSH, &r, sizeof r, -1,
-					  &answered, on_tick, &w);
+		int rc = mgr_call_watch(&cn, &q, sizeof q, CHELLD_MSG_FLUSH, &r, sizeof r, -1,
+					&answered, on_tick, &w);
 		int e = errno;
-		cache_progress_done(&pg);
+		progress_bar_done(&pg);
 		if (rc == 0)
 			add(&tot, &r);
 		else if (!answered)
@@ -254,21 +254,21 @@ int cache_flush(int argc, char **argv)
 		struct chelld_flush q = {.file_id = id, .flags = flags};
 		struct chelld_flush_reply r;
 		bool answered;
-		int rc = cache_call_watch(&cn, &q, sizeof q, CHELLD_MSG_FLUSH, &r, sizeof r, -1,
-					  &answered, on_tick, &w);
+		int rc = mgr_call_watch(&cn, &q, sizeof q, CHELLD_MSG_FLUSH, &r, sizeof r, -1,
+					&answered, on_tick, &w);
 		int e = errno;
 		if (rc == 0) {
 			add(&tot, &r);
 			if (!json) {
-				cache_progress_done(&pg);
+				progress_bar_done(&pg);
 				printf("flushed %s: ", file);
-				cache_print_size(stdout, r.bytes_written);
+				print_size_iec(stdout, r.bytes_written);
 				printf(" written%s\n", r.chunks_dropped ? ", chunks dropped" : "");
 				fflush(stdout);
 			}
 		} else {
 			tot.failed++;
-			cache_progress_done(&pg);
+			progress_bar_done(&pg);
 			cli_err("cache flush: %s: %s", file,
 				answered ? chelld_errname(e) : strerror(e));
 			down = !answered;
@@ -278,10 +278,10 @@ int cache_flush(int argc, char **argv)
 		struct chelld_close cq = {.file_id = id};
 		struct chelld_rhdr cr;
 		if (!down)
-			cache_call(&cn, &cq, sizeof cq, CHELLD_MSG_CLOSE, &cr, sizeof cr, -1, NULL);
+			mgr_call(&cn, &cq, sizeof cq, CHELLD_MSG_CLOSE, &cr, sizeof cr, -1, NULL);
 	}
-	cache_progress_done(&pg);
-	cache_conn_close(&cn);
+	progress_bar_done(&pg);
+	mgr_disconnect(&cn);
 	if (json) {
 		printf("], \"files\": %" PRIu64 ", \"blocks_written\": %" PRIu64
 		       ", \"bytes_written\": %" PRIu64 ", \"chunks_dropped\": %" PRIu64
@@ -289,7 +289,7 @@ int cache_flush(int argc, char **argv)
 		       tot.files, tot.blocks, tot.bytes, tot.dropped, tot.failed);
 	} else {
 		printf("flushed %" PRIu64 " file%s: ", tot.files, tot.files == 1 ? "" : "s");
-		cache_print_size(stdout, tot.bytes);
+		print_size_iec(stdout, tot.bytes);
 		printf(" written (%" PRIu64 " blocks)", tot.blocks);
 		if (flags & CHELLD_FLUSH_DROP)
 			printf(", %" PRIu64 " chunks dropped", tot.dropped);

@@ -32,7 +32,7 @@ static const struct {
 	{"cache.max_fds", "--max-fds"},
 };
 
-static int push(struct cache_argv *a, const char *s)
+static int push(struct mgr_argv *a, const char *s)
 {
 	if (a->n + 2 > a->cap) {
 		size_t cap = a->cap ? a->cap * 2 : 16;
@@ -48,12 +48,12 @@ static int push(struct cache_argv *a, const char *s)
 	return 0;
 }
 
-static int push2(struct cache_argv *a, const char *opt, const char *val)
+static int push2(struct mgr_argv *a, const char *opt, const char *val)
 {
 	return push(a, opt) || push(a, val) ? -1 : 0;
 }
 
-void cache_argv_free(struct cache_argv *a)
+void mgr_argv_free(struct mgr_argv *a)
 {
 	for (size_t i = 0; i < a->n; i++)
 		free(a->v[i]);
@@ -61,7 +61,7 @@ void cache_argv_free(struct cache_argv *a)
 	memset(a, 0, sizeof *a);
 }
 
-const char *cache_launch_tunable_option(const char *key)
+const char *mgr_tunable_option(const char *key)
 {
 	for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++)
 		if (strcmp(tunables[i].key, key) == 0)
@@ -95,8 +95,8 @@ static int cache_rule_prefixes(const struct chell_config *cfg, char ***out)
 	return *out ? n : -1;
 }
 
-int cache_launch_argv(const struct cache_launch *o, const struct chell_config *cfg,
-		      struct cache_argv *out)
+int mgr_launch_argv(const struct mgr_launch *o, const struct chell_config *cfg,
+		    struct mgr_argv *out)
 {
 	memset(out, 0, sizeof *out);
 	const char *pool = o->pool ? o->pool : chell_config_str(cfg, "cache.pool");
@@ -124,7 +124,7 @@ int cache_launch_argv(const struct cache_launch *o, const struct chell_config *c
 		}
 		if (nb < 0) {
 			cli_err("out of memory");
-			cache_argv_free(out);
+			mgr_argv_free(out);
 			return -1;
 		}
 		for (int i = 0; i < nb && !fail; i++)
@@ -135,7 +135,7 @@ int cache_launch_argv(const struct cache_launch *o, const struct chell_config *c
 		if (nb == 0 && !fail) {
 			cli_err("cache mode needs a backing directory: set cache.backing (or paths), "
 				"or give chell cache start --backing DIR");
-			cache_argv_free(out);
+			mgr_argv_free(out);
 			return CLI_EXIT_USAGE;
 		}
 	}
@@ -154,13 +154,13 @@ int cache_launch_argv(const struct cache_launch *o, const struct chell_config *c
 		fail = push(out, "--foreground");
 	if (fail) {
 		cli_err("out of memory");
-		cache_argv_free(out);
+		mgr_argv_free(out);
 		return -1;
 	}
 	return 0;
 }
 
-void cache_find_chelld(char *buf, size_t len)
+void mgr_find_chelld(char *buf, size_t len)
 {
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);

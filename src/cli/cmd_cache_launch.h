@@ -8,7 +8,7 @@
 
 struct chell_config;
 
-/* The tunables, in the order of cache_launch.tunable[]. */
+/* The tunables, in the order of mgr_launch.tunable[]. */
 enum {
 	CACHE_T_POLICY,
 	CACHE_T_DIRTY_HIGH,
@@ -19,7 +19,7 @@ enum {
 };
 
 /* Options given explicitly (NULL / 0: take the configuration's). */
-struct cache_launch {
+struct mgr_launch {
 	const char *pool, *size, *socket;
 	char **backings;
 	int nbackings;
@@ -28,7 +28,7 @@ struct cache_launch {
 };
 
 /* A NULL-terminated argument vector, each string malloc'd. */
-struct cache_argv {
+struct mgr_argv {
 	char **v;
 	size_t n, cap;
 };
@@ -36,12 +36,12 @@ struct cache_argv {
 /* chelld's argv (v[0] "chelld") for o over cfg: 0, CLI_EXIT_USAGE when no
  * backing directory is known (o, cache.backing, paths), -1 out of memory
  * (both reported). */
-int cache_launch_argv(const struct cache_launch *o, const struct chell_config *cfg,
-		      struct cache_argv *out);
-void cache_argv_free(struct cache_argv *a);
+int mgr_launch_argv(const struct mgr_launch *o, const struct chell_config *cfg,
+		    struct mgr_argv *out);
+void mgr_argv_free(struct mgr_argv *a);
 /* The chelld option of a tunable setting key ("cache.policy" -> "--policy"). */
-const char *cache_launch_tunable_option(const char *key);
+const char *mgr_tunable_option(const char *key);
 /* chelld next to this executable, else "chelld" (for execvp). */
-void cache_find_chelld(char *buf, size_t len);
+void mgr_find_chelld(char *buf, size_t len);
 
 #endif

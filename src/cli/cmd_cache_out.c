@@ -14,7 +14,7 @@
 
 #include "cmd_cache.h"
 
-void cache_print_size(FILE *f, uint64_t b)
+void print_size_iec(FILE *f, uint64_t b)
 {
 	static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
 	int u = 0;
@@ -24,33 +24,33 @@ void cache_print_size(FILE *f, uint64_t b)
 	fprintf(f, u ? "%.1f %s" : "%.0f %s", v, units[u]);
 }
 
-double cache_hit_ratio(const struct chelld_client_counts *c)
+double counts_hit_ratio(const struct chelld_client_counts *c)
 {
 	double hits = (double)c->read_hits + (double)c->write_hits;
 	double all = hits + (double)c->read_misses + (double)c->write_misses;
 	return all > 0 ? hits / all : -1;
 }
 
-const char *cache_policy_name(uint32_t policy)
+const char *policy_display_name(uint32_t policy)
 {
 	return policy == 0 ? "lru" : policy == 1 ? "fifo" : "unknown";
 }
 
-double cache_now(void)
+double now_monotonic(void)
 {
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-void cache_progress_init(struct cache_progress *p, bool quiet)
+void progress_bar_init(struct progress_bar *p, bool quiet)
 {
 	memset(p, 0, sizeof *p);
 	p->quiet = quiet;
 	p->tty = isatty(STDERR_FILENO) == 1;
 }
 
-static void clear_bar(struct cache_progress *p)
+static void clear_bar(struct progress_bar *p)
 {
 	if (p->drawn) {
 		fputs("\r\033[K", stderr);
@@ -58,12 +58,12 @@ static void clear_bar(struct cache_progress *p)
 	}
 }
 
-void cache_progress_show(struct cache_progress *p, uint64_t done, uint64_t total, const char *text)
+void progress_bar_show(struct progress_bar *p, uint64_t done, uint64_t total, const char *text)
 {
 	if (p->quiet)
 		return;
 	if (!p->tty) {
-		double t = cache_now();
+		double t = now_monotonic();
 		if (t < p->next_line)
 			return;
 		p->next_line = t + 1;
@@ -91,7 +91,7 @@ void cache_progress_show(struct cache_progress *p, uint64_t done, uint64_t total
 	p->drawn = true;
 }
 
-void cache_progress_note(struct cache_progress *p, const char *fmt, ...)
+void progress_bar_note(struct progress_bar *p, const char *fmt, ...)
 {
 	if (p->quiet)
 		return;
@@ -104,7 +104,7 @@ void cache_progress_note(struct cache_progress *p, const char *fmt, ...)
 	fflush(stderr);
 }
 
-void cache_progress_done(struct cache_progress *p)
+void progress_bar_done(struct progress_bar *p)
 {
 	clear_bar(p);
 	fflush(stderr);

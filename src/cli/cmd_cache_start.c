@@ -90,7 +90,7 @@ int cache_start(int argc, char **argv)
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
-	struct cache_launch o = {0};
+	struct mgr_launch o = {0};
 	const char *config = NULL;
 	bool dry = false;
 	int c, ret = CLI_EXIT_USAGE;
@@ -115,7 +115,7 @@ int cache_start(int argc, char **argv)
 				int t = c - OPT_C_TUNABLE;
 				char origin[64];
 				snprintf(origin, sizeof origin, "option %s",
-					 cache_launch_tunable_option(tunable_keys[t]));
+					 mgr_tunable_option(tunable_keys[t]));
 				/* The setting's own check: the same words as in a config file. */
 				if (chell_config_check(tunable_keys[t], optarg, origin, err, sizeof err)) {
 					cli_err("%s", err);
@@ -143,8 +143,8 @@ int cache_start(int argc, char **argv)
 	} else if (chell_config_load(&cfg, env.v, err, sizeof err)) {
 		cli_err("%s", err);
 	} else {
-		struct cache_argv a;
-		int r = cache_launch_argv(&o, &cfg, &a);
+		struct mgr_argv a;
+		int r = mgr_launch_argv(&o, &cfg, &a);
 		if (r == 0 && dry) {
 			for (size_t i = 0; i < a.n; i++) {
 				if (i)
@@ -155,7 +155,7 @@ int cache_start(int argc, char **argv)
 			ret = 0;
 		} else if (r == 0) {
 			char daemon[PATH_MAX];
-			cache_find_chelld(daemon, sizeof daemon);
+			mgr_find_chelld(daemon, sizeof daemon);
 			fflush(NULL);
 			execvp(daemon, a.v);
 			cli_err("cache start: cannot run chelld (not next to chell nor on PATH): %s",
@@ -165,7 +165,7 @@ int cache_start(int argc, char **argv)
 			ret = r < 0 ? 1 : CLI_EXIT_USAGE;
 		}
 		if (r == 0)
-			cache_argv_free(&a);
+			mgr_argv_free(&a);
 	}
 	free(abs);
 	chell_config_free(&cfg);

@@ -77,12 +77,12 @@ static void json_stats(const struct chelld_stats_reply *st, const char *pool)
 	       ", \"slots\": %u, \"slots_used\": %u, \"occupancy\": %.4f, \"cnodes\": %u, \"clients\": %u, \"dirty_chunks\": %u, "
 	       "\"dirty_blocks\": %" PRIu64 ", \"dirty_bytes\": %" PRIu64 ", \"hits\": %" PRIu64
 	       ", \"misses\": %" PRIu64 ", \"hit_ratio\": ",
-	       cache_policy_name(st->policy), st->cache_size,
+	       policy_display_name(st->policy), st->cache_size,
 	       (uint64_t)st->used_pages * CACHE_BLOCK_BYTES, st->slots, st->slots_used,
 	       st->slots ? (double)st->slots_used / st->slots : 0.0, st->cnodes,
 	       st->clients ? st->clients - 1 : 0, st->dirty_chunks, st->dirty_blocks,
 	       st->dirty_blocks * CACHE_BLOCK_BYTES, hits(&st->counts), misses(&st->counts));
-	json_ratio(cache_hit_ratio(&st->counts));
+	json_ratio(counts_hit_ratio(&st->counts));
 	printf(", \"counts\": ");
 	json_counts(&st->counts);
 	printf(", \"fills\": %" PRIu64 ", \"fill_bytes\": %" PRIu64 ", \"evictions\": %" PRIu64
@@ -104,7 +104,7 @@ static void json_file(const struct chelld_file_stat_reply *r)
 	       ", \"misses\": %" PRIu64 ", \"hit_ratio\": ",
 	       r->cnode, r->size, r->chunks, r->clients, r->valid_blocks * CACHE_BLOCK_BYTES,
 	       r->dirty_blocks * CACHE_BLOCK_BYTES, hits(&r->counts), misses(&r->counts));
-	json_ratio(cache_hit_ratio(&r->counts));
+	json_ratio(counts_hit_ratio(&r->counts));
 	printf(", \"counts\": ");
 	json_counts(&r->counts);
 	printf(", \"fills\": %" PRIu64 ", \"fill_bytes\": %" PRIu64 ", \"evictions\": %" PRIu64
@@ -115,20 +115,20 @@ static void json_file(const struct chelld_file_stat_reply *r)
 
 static void text_stats(const struct chelld_stats_reply *st, const char *pool)
 {
-	printf("chelld (pid %u) on %s, policy %s\n", st->pid, pool, cache_policy_name(st->policy));
+	printf("chelld (pid %u) on %s, policy %s\n", st->pid, pool, policy_display_name(st->policy));
 	uint64_t used = (uint64_t)st->used_pages * CACHE_BLOCK_BYTES;
 	printf("  used:         ");
-	cache_print_size(stdout, used);
+	print_size_iec(stdout, used);
 	printf(" of ");
-	cache_print_size(stdout, st->cache_size);
+	print_size_iec(stdout, st->cache_size);
 	printf(" (%.1f%%; data blocks and control pages)\n",
 	       st->cache_size ? 100.0 * (double)used / (double)st->cache_size : 0.0);
 	printf("  slots:        %u of %u used (%.1f%%), %u files\n", st->slots_used, st->slots,
 	       st->slots ? 100.0 * st->slots_used / st->slots : 0.0, st->cnodes);
 	printf("  dirty:        %u chunks, ", st->dirty_chunks);
-	cache_print_size(stdout, st->dirty_blocks * CACHE_BLOCK_BYTES);
+	print_size_iec(stdout, st->dirty_blocks * CACHE_BLOCK_BYTES);
 	printf(" (%" PRIu64 " blocks)\n", st->dirty_blocks);
-	double r = cache_hit_ratio(&st->counts);
+	double r = counts_hit_ratio(&st->counts);
 	printf("  hits:         %" PRIu64 " (reads %" PRIu64 ", writes %" PRIu64 "), misses %" PRIu64
 	       ", hit ratio ",
 	       hits(&st->counts), st->counts.read_hits, st->counts.write_hits, misses(&st->counts));
@@ -137,11 +137,11 @@ static void text_stats(const struct chelld_stats_reply *st, const char *pool)
 	else
 		printf("%.1f%%", 100 * r);
 	printf(" (reported by clients)\n  fills:        %" PRIu64 " (", st->fills);
-	cache_print_size(stdout, st->fill_bytes);
+	print_size_iec(stdout, st->fill_bytes);
 	printf(")\n  evictions:    %" PRIu64 " (revocations %" PRIu64 ")\n", st->evictions,
 	       st->revocations);
 	printf("  write-back:   %" PRIu64 " operations, ", st->writeback_ops);
-	cache_print_size(stdout, st->writeback_bytes);
+	print_size_iec(stdout, st->writeback_bytes);
 	printf("\n  cleaner:      %" PRIu64 " passes, %" PRIu64 " throttled writes\n",
 	       st->cleaner_passes, st->throttle_waits);
 	printf("  other:        %" PRIu64 " syncs, %" PRIu64 " truncates, %" PRIu64
@@ -160,13 +160,13 @@ static void text_file(const struct chelld_file_stat_reply *r, bool header)
 	for (int i = 0; i < 4; i++) {
 		FILE *m = fmemopen(sz[i], sizeof sz[i], "w");
 		if (m) {
-			cache_print_size(m, v[i]);
+			print_size_iec(m, v[i]);
 			fclose(m);
 		} else {
 			snprintf(sz[i], sizeof sz[i], "%" PRIu64, v[i]);
 		}
 	}
-	double ratio = cache_hit_ratio(&r->counts);
+	double ratio = counts_hit_ratio(&r->counts);
 	char rs[16] = "-";
 	if (ratio >= 0)
 		snprintf(rs, sizeof rs, "%.1f%%", 100 * ratio);
@@ -203,15 +203,15 @@ int cache_stat(int argc, char **argv)
 		cli_usage_hint("cache stat");
 		return CLI_EXIT_USAGE;
 	}
-	if (!sockopt && !(pool = cache_pool_default(pool)))
+	if (!sockopt && !(pool = pool_dir_default(pool)))
 		return CLI_EXIT_USAGE;
 	char sock[PATH_MAX];
-	cache_sock_path(pool, sockopt, sock, sizeof sock);
-	struct cache_conn cn;
+	mgr_sock_path(pool, sockopt, sock, sizeof sock);
+	struct mgr_conn cn;
 	struct chelld_stats_reply st;
 	static struct chelld_path_reply pp;
 	struct chelld_path pq = {.index = 0};
-	if (cache_conn_open(&cn, sock) < 0) {
+	if (mgr_connect(&cn, sock) < 0) {
 		if (json)
 			printf("{\"running\": false, \"socket\": "), cli_json_str(stdout, sock),
 				printf("}\n");
@@ -219,8 +219,8 @@ int cache_stat(int argc, char **argv)
 			printf("chelld is not running (no daemon at %s: %s)\n", sock, strerror(errno));
 		return CACHE_EXIT_DOWN;
 	}
-	if (cache_get_stats(&cn, &st) < 0 ||
-	    cache_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &pp, sizeof pp, -1, NULL) < 0) {
+	if (mgr_get_stats(&cn, &st) < 0 ||
+	    mgr_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &pp, sizeof pp, -1, NULL) < 0) {
 		cli_err("cache stat: the daemon at %s did not answer: %s", sock, strerror(errno));
 		close(cn.sock);
 		return CACHE_EXIT_DOWN;
@@ -239,7 +239,7 @@ int cache_stat(int argc, char **argv)
 	for (; i < MAX_ROWS; i++) {
 		struct chelld_file_stat q = {.index = i};
 		bool answered;
-		if (cache_call(&cn, &q, sizeof q, CHELLD_MSG_FILE_STAT, &r, sizeof r, -1, &answered) < 0) {
+		if (mgr_call(&cn, &q, sizeof q, CHELLD_MSG_FILE_STAT, &r, sizeof r, -1, &answered) < 0) {
 			e = errno;
 			rc = e == ENOENT ? 0 : answered ? 1 : CACHE_EXIT_DOWN;
 			break;
@@ -257,6 +257,6 @@ int cache_stat(int argc, char **argv)
 	if (rc)
 		cli_err("cache stat: per-file statistics stopped at file %u: %s", i,
 			e == ENOSYS ? "this chelld does not support them" : strerror(e));
-	cache_conn_close(&cn);
+	mgr_disconnect(&cn);
 	return rc;
 }

@@ -61,13 +61,13 @@ int cache_status(int argc, char **argv)
 		cli_usage_hint("cache status");
 		return CLI_EXIT_USAGE;
 	}
-	if (!sockopt && !(pool = cache_pool_default(pool)))
+	if (!sockopt && !(pool = pool_dir_default(pool)))
 		return CLI_EXIT_USAGE;
 	char sock[PATH_MAX];
-	cache_sock_path(pool, sockopt, sock, sizeof sock);
+	mgr_sock_path(pool, sockopt, sock, sizeof sock);
 
-	struct cache_conn cn;
-	if (cache_conn_open(&cn, sock) < 0) {
+	struct mgr_conn cn;
+	if (mgr_connect(&cn, sock) < 0) {
 		if (json)
 			printf("{\"running\": false, \"socket\": "), cli_json_str(stdout, sock),
 				printf("}\n");
@@ -76,7 +76,7 @@ int cache_status(int argc, char **argv)
 		return CACHE_EXIT_DOWN;
 	}
 	struct chelld_stats_reply st;
-	if (cache_get_stats(&cn, &st) < 0) {
+	if (mgr_get_stats(&cn, &st) < 0) {
 		cli_err("cache status: the daemon at %s did not answer: %s", sock, strerror(errno));
 		close(cn.sock);
 		return CACHE_EXIT_DOWN;
@@ -85,15 +85,15 @@ int cache_status(int argc, char **argv)
 	uint32_t npaths = st.backings + 1 < 65 ? st.backings + 1 : 65;
 	for (uint32_t i = 0; i < npaths; i++) {
 		struct chelld_path pq = {.index = i};
-		if (cache_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &paths[i], sizeof paths[i], -1,
-			       NULL) < 0) {
+		if (mgr_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &paths[i], sizeof paths[i], -1,
+			     NULL) < 0) {
 			cli_err("cache status: the daemon at %s did not answer: %s", sock,
 				strerror(errno));
 			close(cn.sock);
 			return CACHE_EXIT_DOWN;
 		}
 	}
-	cache_conn_close(&cn);
+	mgr_disconnect(&cn);
 	uint32_t others = st.clients ? st.clients - 1 : 0; /* minus this query */
 
 	if (json) {
@@ -121,9 +121,9 @@ int cache_status(int argc, char **argv)
 	printf("chelld is running\n  pid:        %u\n  pool:       %s\n  socket:     %s\n"
 	       "  size:       ",
 	       st.pid, paths[0].path, sock);
-	cache_print_size(stdout, st.cache_size);
+	print_size_iec(stdout, st.cache_size);
 	printf(" (%" PRIu64 " bytes)\n  used:       ", st.cache_size);
-	cache_print_size(stdout, (uint64_t)st.used_pages * CACHE_BLOCK_BYTES);
+	print_size_iec(stdout, (uint64_t)st.used_pages * CACHE_BLOCK_BYTES);
 	printf(" in %u of %u chunk slots\n", st.slots_used, st.slots);
 	for (uint32_t i = 1; i < npaths; i++)
 		printf("  backing:    %s\n", paths[i].path);

@@ -51,7 +51,7 @@ void cache_stop_usage(FILE *f)
 }
 
 struct stop_watch {
-	struct cache_progress *pg;
+	struct progress_bar *pg;
 	uint64_t dirty0;
 };
 
@@ -65,46 +65,46 @@ static void on_tick(void *arg, uint64_t dirty, double secs)
 	{
 		FILE *m = fmemopen(rem, sizeof rem, "w");
 		if (m) {
-			cache_print_size(m, dirty);
+			print_size_iec(m, dirty);
 			fclose(m);
 		}
 	}
 	snprintf(text, sizeof text, "writing back before the stop: %s dirty (%.0f s)", rem, secs);
-	cache_progress_show(w->pg, dirty > w->dirty0 ? 0 : w->dirty0 - dirty, w->dirty0, text);
+	progress_bar_show(w->pg, dirty > w->dirty0 ? 0 : w->dirty0 - dirty, w->dirty0, text);
 }
 
 /* Write back first if there is much to write; never fails the stop. */
-static void flush_first(const char *pool, struct cache_progress *pg)
+static void flush_first(const char *pool, struct progress_bar *pg)
 {
 	char sock[PATH_MAX];
-	cache_sock_path(pool, NULL, sock, sizeof sock);
-	struct cache_conn cn;
+	mgr_sock_path(pool, NULL, sock, sizeof sock);
+	struct mgr_conn cn;
 	struct chelld_stats_reply st;
-	if (cache_conn_open(&cn, sock) < 0)
+	if (mgr_connect(&cn, sock) < 0)
 		return;
-	if (cache_get_stats(&cn, &st) < 0 || st.dirty_blocks * CACHE_BLOCK_BYTES < STOP_FLUSH_MIN) {
-		cache_conn_close(&cn);
+	if (mgr_get_stats(&cn, &st) < 0 || st.dirty_blocks * CACHE_BLOCK_BYTES < STOP_FLUSH_MIN) {
+		mgr_disconnect(&cn);
 		return;
 	}
 	struct stop_watch w = {pg, st.dirty_blocks * CACHE_BLOCK_BYTES};
-	cache_progress_note(pg, "chelld has %" PRIu64 " MiB of dirty data: writing it back first",
-			    w.dirty0 >> 20);
+	progress_bar_note(pg, "chelld has %" PRIu64 " MiB of dirty data: writing it back first",
+			  w.dirty0 >> 20);
 	struct chelld_flush q = {.file_id = CHELLD_ALL_FILES};
 	struct chelld_flush_reply r;
 	bool answered;
-	double t0 = cache_now();
-	int rc = cache_call_watch(&cn, &q, sizeof q, CHELLD_MSG_FLUSH, &r, sizeof r, -1, &answered,
-				  on_tick, &w);
+	double t0 = now_monotonic();
+	int rc = mgr_call_watch(&cn, &q, sizeof q, CHELLD_MSG_FLUSH, &r, sizeof r, -1, &answered,
+				on_tick, &w);
 	int e = errno;
-	cache_progress_done(pg);
+	progress_bar_done(pg);
 	if (rc == 0)
-		cache_progress_note(pg, "wrote back %" PRIu64 " MiB (%u file%s) in %.1f s",
-				    r.bytes_written >> 20, r.files, r.files == 1 ? "" : "s",
-				    cache_now() - t0);
+		progress_bar_note(pg, "wrote back %" PRIu64 " MiB (%u file%s) in %.1f s",
+				  r.bytes_written >> 20, r.files, r.files == 1 ? "" : "s",
+				    now_monotonic() - t0);
 	else
-		cache_progress_note(pg, "chelld did not write back first (%s); it will as it stops",
-				    answered ? chelld_errname(e) : strerror(e));
-	cache_conn_close(&cn);
+		progress_bar_note(pg, "chelld did not write back first (%s); it will as it stops",
+				  answered ? chelld_errname(e) : strerror(e));
+	mgr_disconnect(&cn);
 }
 
 int cache_stop(int argc, char **argv)
@@ -145,20 +145,20 @@ int cache_stop(int argc, char **argv)
 		cli_usage_hint("cache stop");
 		return CLI_EXIT_USAGE;
 	}
-	if (!(pool = cache_pool_default(pool)))
+	if (!(pool = pool_dir_default(pool)))
 		return CLI_EXIT_USAGE;
-	if (!cache_pool_locked(pool)) {
+	if (!mgr_serves_pool(pool)) {
 		cli_err("cache stop: chelld is not running for pool %s", pool);
 		return CACHE_EXIT_DOWN;
 	}
-	long pid = cache_read_pid_file(pool, NULL, 0);
+	long pid = mgr_read_pid_file(pool, NULL, 0);
 	if (pid <= 0) {
 		cli_err("cache stop: pool %s is locked but has no readable pid file (%s/%s)", pool,
 			pool, CHELLD_PID_NAME);
 		return 1;
 	}
-	struct cache_progress pg;
-	cache_progress_init(&pg, quiet);
+	struct progress_bar pg;
+	progress_bar_init(&pg, quiet);
 	flush_first(pool, &pg);
 	if (kill((pid_t)pid, SIGTERM) < 0) {
 		cli_err("cache stop: cannot signal chelld (pid %ld): %s", pid, strerror(errno));
@@ -167,10 +167,10 @@ int cache_stop(int argc, char **argv)
 	if (!quiet)
 		printf("stopping chelld (pid %ld): no new clients, finishing queued requests\n", pid);
 	fflush(stdout);
-	double t0 = cache_now(), next = t0 + 1;
+	double t0 = now_monotonic(), next = t0 + 1;
 	struct timespec tick = {0, 20 * 1000000L};
-	while (cache_pool_locked(pool)) {
-		double t = cache_now();
+	while (mgr_serves_pool(pool)) {
+		double t = now_monotonic();
 		if (t - t0 > timeout) {
 			cli_err("cache stop: chelld (pid %ld) is still running after %.0f s", pid,
 				timeout);
@@ -184,6 +184,6 @@ int cache_stop(int argc, char **argv)
 		nanosleep(&tick, NULL);
 	}
 	if (!quiet)
-		printf("chelld stopped (%.2f s)\n", cache_now() - t0);
+		printf("chelld stopped (%.2f s)\n", now_monotonic() - t0);
 	return 0;
 }

@@ -51,14 +51,14 @@ static int take_reply(const char *buf, long n, const struct chelld_hdr *rq, void
 	return 0;
 }
 
-int cache_call_watch(struct cache_conn *c, void *req, size_t reqlen,
-		     uint16_t type, void *rep, size_t replen, int fd, bool *answered,
-		     cache_watch_fn fn, void *arg)
+int mgr_call_watch(struct mgr_conn *c, void *req, size_t reqlen,
+		   uint16_t type, void *rep, size_t replen, int fd, bool *answered,
+		     mgr_watch_fn fn, void *arg)
 {
 	if (answered)
 		*answered = false;
-	struct cache_conn mon;
-	bool have_mon = cache_conn_open(&mon, c->path) == 0;
+	struct mgr_conn mon;
+	bool have_mon = mgr_connect(&mon, c->path) == 0;
 	chelld_hdr_init(req, type, (uint32_t)reqlen, ++c->seq);
 	if (chelld_send(c->sock, req, reqlen, fd) < 0) {
 		int e = errno;
@@ -72,10 +72,10 @@ int cache_call_watch(struct cache_conn *c, void *req, size_t reqlen,
 	struct chelld_stats_reply st;
 	bool outstanding = false;
 	uint64_t dirty = UINT64_MAX;
-	double t0 = cache_now(), next = t0;
+	double t0 = now_monotonic(), next = t0;
 	int rc;
 	for (;;) {
-		double t = cache_now();
+		double t = now_monotonic();
 		if (have_mon && !outstanding && t >= next) {
 			chelld_hdr_init(&sq.h, CHELLD_MSG_STATS, sizeof sq, ++mon.seq);
 			if (chelld_send(mon.sock, &sq, sizeof sq, -1) == 0)
@@ -89,7 +89,7 @@ int cache_call_watch(struct cache_conn *c, void *req, size_t reqlen,
 			next = t + TICK_S;
 		}
 		struct pollfd p[2] = {{c->sock, POLLIN, 0}, {have_mon ? mon.sock : -1, POLLIN, 0}};
-		int wait_ms = (int)((next - cache_now()) * 1000) + 1;
+		int wait_ms = (int)((next - now_monotonic()) * 1000) + 1;
 		if (poll(p, 2, wait_ms < 1 ? 1 : wait_ms) < 0) {
 			if (errno == EINTR)
 				continue;

@@ -215,13 +215,13 @@ int cmd_run(int argc, char **argv)
 	if (chell_routes_use(&routes, "cache")) {
 		char pool[PATH_MAX];
 		bool started;
-		int r = cache_embed_ensure(&cfg, &started, pool, sizeof pool);
+		int r = mgr_ensure_running(&cfg, &started, pool, sizeof pool);
 		if (r) {
 			ret = r;
 			goto out;
 		}
 		if (started && stop_cache) {
-			ret = cache_embed_run(cmd, env.v, pool);
+			ret = mgr_run_and_stop(cmd, env.v, pool);
 			goto out;
 		}
 		if (started)

@@ -92,7 +92,7 @@ static int px_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, i
 	return (int)RET(REAL(fstatat64)(dirfd, path, st, at_flags));
 }
 
-const struct chell_handler chell_posix_handler = {
+CHELL_EXPORT const struct chell_handler chell_posix_handler = {
 	.name = "posix",
 	CHELL_HANDLER_NO_PRIV, /* summary: src/common/registry.def */
 	.open = px_open,

@@ -343,14 +343,17 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 	struct stat st, sst, wst;
 	char spath[PATH_MAX];
 	shadow_entry_path(o->e, spath, sizeof(spath));
-	int wfd = -1, ok = 0;
+	int wfd = -1, ok = 0, readable = 0;
 	int have = chell_down_fstat(&fc, &st) == 0 && sys_fstat(o->sfd, &sst) == 0;
 	if (have && st.st_size == sst.st_size && (hi >= 0 && lo >= hi)) {
 		ok = 1; /* nothing but the offset to follow (a read) */
-	} else if (have && !(reads_via_views(c) && (!verify_fds(o) || below_keeps_data(c)))) {
+	} else if (have) {
 		/* Bytes as the application would read them: the handler's view,
-		 * or for a write-only description the kernel's (not when the
-		 * layer below keeps data the kernel has not seen yet). */
+		 * or for a write-only description the kernel's; not when the
+		 * layer below keeps data the kernel has not seen yet (cache
+		 * mode's pool). The size is followed even then: sizes and
+		 * counts stay comparable when the data no longer is. */
+		readable = !(reads_via_views(c) && (!verify_fds(o) || below_keeps_data(c)));
 		/* A transient descriptor: the shadow's own may be read-only or O_APPEND. */
 		wfd = shadow_own_open(spath, O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
 		if (wfd >= 0 && (sys_fstat(wfd, &wst) < 0 || wst.st_dev != sst.st_dev ||
@@ -375,6 +378,10 @@ void shadow_resync(struct shadow_op *o, off_t lo, off_t hi)
 			hi = st.st_size;
 		if (lo < 0)
 			lo = 0;
+	}
+	if (wfd >= 0 && !readable) {
+		ok = lo >= hi;
+	} else if (wfd >= 0) {
 		struct scratch s;
 		size_t chunk = 256 * 1024;
 		unsigned char *buf = lo < hi ? scratch_get(&s, chunk) : NULL;

@@ -44,6 +44,7 @@ static const struct chell_stack closing_stack = {"closing", 1, {&closed_handler}
 static struct chell_ofd closing_ofd;
 
 /* Never destroyed: its reference count starts far from zero and live is 0. */
-struct chell_file chell_closing_file = {
-	.ofd = &closing_ofd, .stack = &closing_stack, .path = "(closing)", .refs = 1u << 30,
+struct nib_file chell_closing_file = {
+	.pub = {.ofd = &closing_ofd, .stack = &closing_stack, .path = "(closing)"},
+	.refs = 1u << 30,
 };

@@ -32,7 +32,7 @@ static pthread_key_t private_key; /* destructor: a thread with a private table e
 static pthread_mutex_t fdt_mutex = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t free_mutex = PTHREAD_MUTEX_INITIALIZER; /* guards free_files */
 static pthread_mutex_t internal_mutex = PTHREAD_MUTEX_INITIALIZER; /* guards internal_fds */
-static struct chell_file *free_files;
+static struct nib_file *free_files;
 
 static size_t table_bytes(unsigned int cap)
 {
@@ -426,32 +426,33 @@ void fdt_drop_all(void)
 
 struct chell_file *file_alloc(void)
 {
-	struct chell_file *f;
+	struct nib_file *nf;
 	pthread_mutex_lock(&free_mutex);
-	f = free_files;
-	if (f)
-		free_files = f->next_free;
+	nf = free_files;
+	if (nf)
+		free_files = nf->next_free;
 	pthread_mutex_unlock(&free_mutex);
-	if (!f) {
-		f = calloc(1, sizeof(*f));
-		if (!f)
+	if (!nf) {
+		nf = calloc(1, sizeof(*nf));
+		if (!nf)
 			return NULL;
 	}
 	/* refs may carry a transient reference of a racing reader: add, don't store */
-	atomic_fetch_add((_Atomic uint32_t *)&f->refs, 1);
+	atomic_fetch_add((_Atomic uint32_t *)&nf->refs, 1);
+	struct chell_file *f = &nf->pub;
 	f->ofd = NULL;
 	f->stack = NULL;
 	f->path = NULL;
 	f->release_pending = 0;
 	f->fast = NULL;
 	memset(f->local, 0, sizeof(f->local));
-	atomic_store((_Atomic uint32_t *)&f->live, 1);
+	atomic_store((_Atomic uint32_t *)&nf->live, 1);
 	return f;
 }
 
 void file_ref(struct chell_file *f)
 {
-	atomic_fetch_add_explicit((_Atomic uint32_t *)&f->refs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit((_Atomic uint32_t *)&nib_file(f)->refs, 1, memory_order_relaxed);
 }
 
 /* A close is in progress on fd (under the table lock): wait for it to end
@@ -499,25 +500,26 @@ static void file_destroy(struct chell_file *f)
 				if (h->release)
 					h->release(&c);
 			}
-			region_free_slot(f->slot);
+			ofd_table_free_slot(f->slot);
 		}
 	}
 	free(f->path);
 	f->path = NULL;
 	f->ofd = NULL;
 	pthread_mutex_lock(&free_mutex);
-	f->next_free = free_files;
-	free_files = f;
+	nib_file(f)->next_free = free_files;
+	free_files = nib_file(f);
 	pthread_mutex_unlock(&free_mutex);
 	chell_crit_leave();
 }
 
 void file_put(struct chell_file *f)
 {
-	if (atomic_fetch_sub_explicit((_Atomic uint32_t *)&f->refs, 1, memory_order_acq_rel) != 1)
+	struct nib_file *nf = nib_file(f);
+	if (atomic_fetch_sub_explicit((_Atomic uint32_t *)&nf->refs, 1, memory_order_acq_rel) != 1)
 		return;
 	uint32_t one = 1;
-	if (atomic_compare_exchange_strong((_Atomic uint32_t *)&f->live, &one, 0))
+	if (atomic_compare_exchange_strong((_Atomic uint32_t *)&nf->live, &one, 0))
 		file_destroy(f);
 }
 

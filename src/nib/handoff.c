@@ -213,13 +213,13 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 	if (!h)
 		return (char **)envp;
 	h[0] = 0;
-	if (region_fd() >= 0)
-		len = (size_t)snprintf(h, cap, "v1;r=%d;", region_fd());
+	if (ofd_table_fd() >= 0)
+		len = (size_t)snprintf(h, cap, "v1;r=%d;", ofd_table_fd());
 	dropped.n = 0;
 	char rel[8192];
 	size_t rlen = 0;
 	rel[0] = 0;
-	int max = region_fd() >= 0 ? fdt_max() : -1;
+	int max = ofd_table_fd() >= 0 ? fdt_max() : -1;
 	/* A new image Chell does not load into uses the kernel's offsets of
 	 * every descriptor it inherits, and keeps using them while this tree
 	 * does too: those descriptions move to the kernel path for good. (The
@@ -315,7 +315,7 @@ char **handoff_prepare_exec(char *const envp[], const struct exec_target *target
 		}
 		len += (size_t)snprintf(h + len, cap - len, "%s%d,", i ? "" : ";c=", reclose.fds[i]);
 	}
-	region_set_cloexec(0);
+	ofd_table_set_cloexec(0);
 
 	/* 2. environment */
 	int n = 0;
@@ -381,12 +381,12 @@ void handoff_exec_failed(char **env)
 		sys_close(reclose.fds[i]); /* plain duplicates: never in the table */
 	reclose.n = 0;
 	for (int i = 0; i < dropped.n; i++) {
-		struct chell_ofd *o = region_slot(dropped.slots[i]);
+		struct chell_ofd *o = ofd_table_slot(dropped.slots[i]);
 		if (o)
 			atomic_fetch_add((_Atomic uint32_t *)&o->refs, 1);
 	}
 	dropped.n = 0;
-	region_set_cloexec(1);
+	ofd_table_set_cloexec(1);
 }
 
 /* This image runs without Chell (bad configuration): the region's memfd and
@@ -421,7 +421,7 @@ void handoff_adopt_from_env(void)
 		return;
 	int rfd = -1;
 	if (strncmp(copy, "v1;r=", 5) != 0 || sscanf(copy + 5, "%d", &rfd) != 1 || rfd < 0 ||
-	    region_attach(rfd) < 0) {
+	    ofd_table_attach(rfd) < 0) {
 		chell_log("ignoring an unusable descriptor handoff from the previous image");
 		free(copy);
 		return;

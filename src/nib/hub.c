@@ -24,7 +24,7 @@ static const char *const op_names[CHELL_OP_COUNT_] = {
 	[CHELL_OP_FSTAT] = "fstat", [CHELL_OP_FCNTL] = "fcntl", [CHELL_OP_DUP] = "dup",
 	[CHELL_OP_MMAP] = "mmap", [CHELL_OP_TRUNCATE] = "truncate", [CHELL_OP_STAT] = "stat",
 	[CHELL_OP_FORK] = "fork", [CHELL_OP_EXEC] = "exec", [CHELL_OP_STDIO] = "stdio",
-	[CHELL_OP_EXIT] = "exit",
+	[CHELL_OP_EXIT] = "exit", [CHELL_OP_FORK_PREPARE] = "fork-prepare", [CHELL_OP_FORK_PARENT] = "fork-parent",
 };
 
 CHELL_EXPORT const char *chell_op_name(enum chell_op op)
@@ -138,6 +138,7 @@ __attribute__((destructor)) static void chell_fini(void)
 		return;
 	}
 	fflush(NULL); /* stdio streams on handled files reach their handlers first */
+	chell_threads_halt_all();
 	hub_proc_event(CHELL_OP_EXIT, -1);
 	hub_process_exit();
 }
@@ -161,14 +162,14 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 	 * take long (a shadow copy). The new number is ours until we return it. */
 	struct chell_file *f = file_alloc();
 	uint32_t slot;
-	if (!f || region_alloc_slot(&slot) < 0) {
+	if (!f || ofd_table_alloc_slot(&slot) < 0) {
 		/* Out of slots or memory: the kernel path is always correct. */
 		if (f)
 			file_put(f);
 		return REAL(openat)(dirfd, path, flags, mode);
 	}
 	f->slot = slot;
-	f->ofd = region_slot(slot);
+	f->ofd = ofd_table_slot(slot);
 	f->ofd->stack_id = st->id;
 	f->stack = st;
 	f->path = strdup(abs);
@@ -176,7 +177,7 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 	chell_ctx c = {f, -1, 0, op, abs};
 	int fd = hub_call_open(&c, dirfd, path, flags, mode);
 	if (fd < 0) {
-		region_free_slot(slot);
+		ofd_table_free_slot(slot);
 		f->ofd = NULL;
 		file_put(f);
 		return (int)hub_ret(fd);
@@ -333,7 +334,7 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
 		struct chell_file *f;
 	} seen[256];
 	static int nseen;
-	struct chell_ofd *o = region_slot(slot);
+	struct chell_ofd *o = ofd_table_slot(slot);
 	struct stat sb;
 	const struct chell_stack *st = o ? stack_by_id(o->stack_id) : NULL;
 	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen ||
@@ -381,7 +382,7 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
  * run the release hooks here, where the handlers live again. */
 void hub_release_orphan(uint32_t slot, uint32_t gen)
 {
-	struct chell_ofd *o = region_slot(slot);
+	struct chell_ofd *o = ofd_table_slot(slot);
 	const struct chell_stack *st = o ? stack_by_id(o->stack_id) : NULL;
 	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen || !st ||
 	    atomic_load((_Atomic uint32_t *)&o->refs) != 0)

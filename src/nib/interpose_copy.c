@@ -134,7 +134,7 @@ static int verify_area(int64_t pos, size_t count)
  * touched); only needed for positions beyond 2 GiB. Shared with the mapped
  * handlers' lseek (nib.h).
  */
-int64_t chell_maxbytes(int fd, dev_t dev)
+CHELL_EXPORT int64_t chell_maxbytes(int fd, dev_t dev)
 {
 	/* A small lock-free cache: a slot is claimed (state 0 -> 1), filled,
 	 * then published (state 2); readers look only at published slots. */

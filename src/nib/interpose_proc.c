@@ -30,6 +30,31 @@ static void refs_adjust(int delta)
 	}
 }
 
+/*
+ * The order of a fork, as pthread_atfork nests its handlers: the handlers'
+ * FORK_PREPARE first (they may still open or close files), then Chell's
+ * own locks; in the parent and the child Chell repairs its state first and
+ * the handlers run last, then the background threads restart in the child.
+ */
+static void before_fork(void)
+{
+	hub_proc_event(CHELL_EV_FORK_PREPARE, 0);
+	chell_threads_fork_prepare();
+	fdt_lock();
+	chell_nofile_hold(); /* the child gets the application's RLIMIT_NOFILE */
+	refs_adjust(+1);
+}
+
+static void after_fork_parent(bool failed)
+{
+	if (failed)
+		refs_adjust(-1);
+	chell_nofile_release();
+	fdt_unlock();
+	chell_threads_fork_parent();
+	hub_proc_event(CHELL_EV_FORK_PARENT, 0);
+}
+
 static void after_fork_child(pid_t parent)
 {
 	chell_signals_after_fork_child();
@@ -38,7 +63,9 @@ static void after_fork_child(pid_t parent)
 	chell_nofile_reinit_child();
 	fdt_unlock();
 	fdt_after_fork_child();
-	hub_proc_event(CHELL_OP_FORK, parent);
+	chell_threads_fork_child(); /* after the internal-fd lock is fresh */
+	hub_proc_event(CHELL_EV_FORK_CHILD, parent);
+	chell_threads_resume();
 }
 
 /*
@@ -57,18 +84,17 @@ static void atfork_prepare(void)
 	if (!chell_active)
 		return;
 	tls_fork_parent = sys_getpid();
-	fdt_lock();
-	chell_nofile_hold(); /* the child gets the application's RLIMIT_NOFILE */
-	refs_adjust(+1);
+	before_fork();
 	tls_fork_locked = 1;
 }
 
+/* The references of a failed fork are taken back in fork() itself, where
+ * the result is known. */
 static void atfork_parent(void)
 {
 	if (tls_fork_locked) {
 		tls_fork_locked = 0;
-		chell_nofile_release();
-		fdt_unlock();
+		after_fork_parent(false);
 	}
 }
 
@@ -176,15 +202,10 @@ CHELL_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...
 	if (!chell_active || (flags & CLONE_VM))
 		return real_clone(fn, stack, flags, arg, ptid, tls, ctid);
 	struct clone_tramp t = {fn, arg, sys_getpid()};
-	fdt_lock();
-	chell_nofile_hold();
-	refs_adjust(+1);
+	before_fork();
 	int r = real_clone(clone_child, stack, flags, &t, ptid, tls, ctid);
 	int e = errno;
-	if (r < 0)
-		refs_adjust(-1);
-	chell_nofile_release();
-	fdt_unlock();
+	after_fork_parent(r < 0);
 	errno = e;
 	return r;
 }
@@ -260,15 +281,17 @@ static bool exec_args_ok(const char *path, char *const envp[])
 	return true;
 }
 
-/* Whether exec holds the RLIMIT_NOFILE lock (no window of another thread
- * open while the kernel replaces the process, so the new image gets the
- * application's limit). Not in a clone(CLONE_VM|CLONE_VFORK) child: it
+/* Whether this exec replaces the process's own image, so that it stops the
+ * background threads (restarted if it fails) and holds the RLIMIT_NOFILE
+ * lock (no window of another thread open while the kernel replaces the
+ * process, so the new image gets the application's limit). Not in a
+ * clone(CLONE_VM|CLONE_VFORK) child: the threads are its parent's, and it
  * runs on its parent's memory and thread identity, so a successful exec
  * would leave the parent's lock taken for good (every other thread of the
  * parent then hangs on its next descriptor of Chell's own); and no window
  * of the parent's threads changes the child's limit (prlimit on the parent
  * process), nor can the child, single-threaded, have one open itself. */
-static bool exec_holds_nofile(void)
+static bool exec_is_process_own(void)
 {
 	return !chell_fdt_cap || !fdt_cur()->vm_child;
 }
@@ -283,14 +306,18 @@ static bool exec_holds_nofile(void)
 		}                                                          \
 		const struct exec_target t_ = target;                      \
 		char **env = handoff_prepare_exec(envp, &t_);              \
+		bool own_ = exec_is_process_own();                         \
+		if (own_)                                                  \
+			chell_threads_halt_all();                          \
 		hub_proc_event(CHELL_OP_EXEC, (long)(what));               \
-		bool hold_ = exec_holds_nofile();                          \
-		if (hold_)                                                 \
+		if (own_)                                                  \
 			chell_nofile_hold(); /* the application's limit */ \
 		int r_ = (call);                                           \
 		int e_ = errno;                                            \
-		if (hold_)                                                 \
+		if (own_) {                                                \
 			chell_nofile_release();                            \
+			chell_threads_resume();                            \
+		}                                                          \
 		handoff_exec_failed(env);                                  \
 		errno = e_;                                                \
 		return r_;                                                 \
@@ -397,8 +424,10 @@ CHELL_EXPORT void _exit(int status)
 	if (chell_active) {
 		/* a vfork-like child shares the process's memory: the process
 		 * (its connections, its statistics) goes on */
-		if (!chell_fdt_cap || !fdt_cur()->vm_child)
+		if (!chell_fdt_cap || !fdt_cur()->vm_child) {
+			chell_threads_halt_all();
 			hub_proc_event(CHELL_OP_EXIT, status);
+		}
 		hub_process_exit();
 	}
 	REAL(_exit)(status);
@@ -410,8 +439,10 @@ CHELL_EXPORT void _Exit(int status)
 	if (chell_active) {
 		/* a vfork-like child shares the process's memory: the process
 		 * (its connections, its statistics) goes on */
-		if (!chell_fdt_cap || !fdt_cur()->vm_child)
+		if (!chell_fdt_cap || !fdt_cur()->vm_child) {
+			chell_threads_halt_all();
 			hub_proc_event(CHELL_OP_EXIT, status);
+		}
 		hub_process_exit();
 	}
 	REAL(_Exit)(status);

@@ -2,7 +2,7 @@
 /* The kernel's view of handled descriptors: see kernel_view.h. */
 #include "kernel_view.h"
 
-int chell_offset_to_kernel(struct chell_ofd *ofd, int fd)
+CHELL_EXPORT int chell_offset_to_kernel(struct chell_ofd *ofd, int fd)
 {
 	_Atomic uint64_t *offp = (_Atomic uint64_t *)&ofd->offset;
 	uint64_t o = atomic_load(offp), again;
@@ -17,7 +17,7 @@ int chell_offset_to_kernel(struct chell_ofd *ofd, int fd)
 	}
 }
 
-int chell_offset_from_kernel(struct chell_ofd *ofd, int fd)
+CHELL_EXPORT int chell_offset_from_kernel(struct chell_ofd *ofd, int fd)
 {
 	off_t k = sys_lseek(fd, 0, SEEK_CUR);
 	if (k < 0)
@@ -26,7 +26,7 @@ int chell_offset_from_kernel(struct chell_ofd *ofd, int fd)
 	return 0;
 }
 
-int chell_offset_go_kernel(uint32_t *active, struct chell_ofd *ofd, int fd)
+CHELL_EXPORT int chell_offset_go_kernel(uint32_t *active, struct chell_ofd *ofd, int fd)
 {
 	if (!atomic_exchange((_Atomic uint32_t *)active, 0))
 		return 0;

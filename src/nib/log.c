@@ -11,7 +11,7 @@
 
 #include "nib.h"
 
-int chell_log_level = CHELL_LOG_ERROR;
+CHELL_EXPORT int chell_log_level = CHELL_LOG_ERROR;
 
 static void log_emit(const char *fmt, va_list ap)
 {
@@ -38,7 +38,7 @@ CHELL_EXPORT void chell_log(const char *fmt, ...)
 	va_end(ap);
 }
 
-void chell_logv_level(int level, const char *fmt, ...)
+CHELL_EXPORT void chell_logv_level(int level, const char *fmt, ...)
 {
 	if (chell_log_level < level)
 		return;

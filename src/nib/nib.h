@@ -5,12 +5,21 @@
  *   interpose_*.c   the exported libc names; each looks the descriptor up in
  *                   the fd table and either calls REAL(name) (unclaimed) or
  *                   the hub.
- *   hub.c           dispatch down handler stacks, descriptor lifetime.
+ *   hub.c           open, close, dup, process events: descriptor lifetime.
+ *   dispatch.c      hub_call_OP / chell_down_OP: down the handler stack.
  *   router.c        which stack (if any) serves a path.
- *   fdtable.c       per-process map  fd -> struct chell_file.
- *   region.c        the shared memory region holding every struct chell_ofd.
+ *   fdtable.c       per-process map  fd -> struct chell_file; internal fds.
+ *   hazard.c        the data path's protection against a concurrent close.
+ *   closing.c       the table entry of a descriptor being closed.
+ *   ofd_table.c     the shared OFD table: every struct chell_ofd of the tree,
+ *                   in one memfd region (plus handlers' named shared areas).
  *   handoff.c       carrying descriptors across exec.
- *   signals.c       deferral of application signal handlers, locks.
+ *   kernel_view.c   the kernel's offset brought up to date, escapes.
+ *   signals.c       deferral of application signal handlers, locks, the
+ *                   fault-hook chain, probes of application pointers.
+ *   threads.c       Chell's background threads across fork, exec, exit.
+ *   real.c, log.c   glibc's own functions (REAL), diagnostics.
+ * What handlers may use is in chell/handler.h, not here.
  */
 #ifndef CHELL_NIB_H
 #define CHELL_NIB_H
@@ -29,43 +38,34 @@
 #define likely(x) __builtin_expect(!!(x), 1)
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
-/* ---- log.c ---- */
-enum { CHELL_LOG_QUIET, CHELL_LOG_ERROR, CHELL_LOG_INFO, CHELL_LOG_DEBUG };
-extern int chell_log_level;
-void chell_logv_level(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-#define chell_info(...) \
-	do { if (chell_log_level >= CHELL_LOG_INFO) chell_logv_level(CHELL_LOG_INFO, __VA_ARGS__); } while (0)
-#define chell_debug(...) \
-	do { if (chell_log_level >= CHELL_LOG_DEBUG) chell_logv_level(CHELL_LOG_DEBUG, __VA_ARGS__); } while (0)
+/* ---- log.c (chell_info, chell_debug: chell/handler.h) ---- */
 __attribute__((noreturn, format(printf, 1, 2))) void chell_fatal(const char *fmt, ...);
 
 /* ---- signals.c ---- */
 extern __thread int chell_tls_crit;
 extern __thread int chell_tls_pending;
 void chell_signals_flush_pending(void);
-/* Let `hook` claim synchronous SIGBUS/SIGSEGV first (direct and cache copies);
- * hooks add up (one per handler in use). */
-void chell_set_fault_hook(bool (*hook)(int sig, siginfo_t *si, void *uc));
 void chell_signals_after_fork_child(void);
-/* Application pointers that Chell reads before the kernel would (signals.c).
- * On -EFAULT (or -ENAMETOOLONG) the caller gives the call to the kernel. */
+/* chell_user_check, chell_user_strnlen, chell_tid: chell/handler.h */
 void chell_uaccess_init(void); /* at start-up: the guard needs the trampoline */
-/* strnlen of s, -EFAULT if it faults, -ENAMETOOLONG if no NUL within max. */
-long chell_user_strnlen(const char *s, size_t max);
-/* 0 if [p, p+len) can be read (write: written) without a fault, else -EFAULT. */
-int chell_user_check(const void *p, size_t len, bool write);
-pid_t chell_tid(void);
 void chell_tid_reset(void);
 
-/* ---- region.c ---- */
-int region_ensure(void);               /* create the region if this tree has none */
-int region_attach(int memfd);          /* adopt an inherited one (after exec) */
-int region_fd(void);                   /* -1 if none */
-struct chell_ofd *region_slot(uint32_t slot);
-uint32_t region_slot_count(void);
-int region_alloc_slot(uint32_t *slot);  /* in_use=1, refs=1, priv zeroed */
-void region_free_slot(uint32_t slot);
-void region_set_cloexec(int cloexec);   /* the region fd survives exec only via our wrapper */
+/* ---- threads.c: Chell's background threads across fork, exec, exit ---- */
+void chell_threads_halt_all(void);      /* before exec, at exit */
+void chell_threads_resume(void);        /* failed exec; fork child, after its events */
+void chell_threads_fork_prepare(void);
+void chell_threads_fork_parent(void);
+void chell_threads_fork_child(void);    /* first thing in the child */
+
+/* ---- ofd_table.c ---- */
+int ofd_table_ensure(void);              /* create the table if this tree has none */
+int ofd_table_attach(int memfd);         /* adopt an inherited one (after exec) */
+int ofd_table_fd(void);                  /* -1 if none */
+struct chell_ofd *ofd_table_slot(uint32_t slot);
+uint32_t ofd_table_slot_count(void);
+int ofd_table_alloc_slot(uint32_t *slot); /* in_use=1, refs=1, priv zeroed */
+void ofd_table_free_slot(uint32_t slot);
+void ofd_table_set_cloexec(int cloexec);  /* the memfd survives exec only via our wrapper */
 
 /* ---- fdtable.c ---- */
 /*
@@ -135,9 +135,28 @@ void fdt_install(int fd, struct chell_file *f);
 /* Remove fd and return its file (the table's reference passes to the caller). */
 struct chell_file *fdt_remove(int fd);
 
+/*
+ * What the hub keeps per chell_file besides what handlers see: every
+ * chell_file is the first member of one of these (file_alloc), so the
+ * hub goes from one to the other with a cast and handlers never see the
+ * reference counts. Objects are recycled through the free list, never
+ * freed (a reader racing a close touches a recycled object, never freed
+ * memory).
+ */
+struct nib_file {
+	struct chell_file pub;
+	uint32_t refs;             /* descriptors of this process + calls in flight (atomic) */
+	uint32_t live;             /* 1 while allocated (atomic) */
+	struct nib_file *next_free;
+};
+static inline struct nib_file *nib_file(struct chell_file *f)
+{
+	return (struct nib_file *)f;
+}
+
 /* Table entry of a descriptor being closed (see closing.c). */
-extern struct chell_file chell_closing_file;
-#define FILE_CLOSING (&chell_closing_file)
+extern struct nib_file chell_closing_file;
+#define FILE_CLOSING (&chell_closing_file.pub)
 
 /* ---- hazard.c: the data path's protection against a concurrent close ---- */
 struct chell_hazard {
@@ -216,9 +235,7 @@ int chell_nofile_place(int fd, int cloexec);
 int chell_nofile_dup_high(int fd);
 bool chell_is_internal_fd(int fd);
 /* Where internal descriptors live: near the top of the soft limit. */
-/* ---- file size limits */
-/* s_maxbytes of the file system holding fd (interpose_copy.c) */
-int64_t chell_maxbytes(int fd, dev_t dev);
+/* ---- file size limits (chell_maxbytes: chell/handler.h) */
 /* RLIMIT_FSIZE's soft limit (UINT64_MAX: none), read at start-up and after
  * every setrlimit/prlimit through libc (interpose_rlimit.c), for the mapped
  * write paths (mapped.h). */
@@ -299,6 +316,11 @@ const struct chell_stack *stack_get(const struct chell_stack_spec *spec, const c
 				    char *err, size_t errlen);
 /* The stack of ofd->stack_id, or NULL if this image has none such. */
 const struct chell_stack *stack_by_id(uint32_t id);
+/* Every handler of every stack, each once, in the order first met; the
+ * unit tests put their own handlers here to see the events. */
+#define MAX_IN_USE 16
+extern const struct chell_handler *chell_handlers_in_use[MAX_IN_USE];
+extern int chell_nhandlers_in_use;
 /* proc_init / proc_event of every handler in use, each once. */
 int stacks_proc_init(char *err, size_t errlen);
 void stacks_proc_event(enum chell_op ev, long arg);

@@ -11,7 +11,9 @@
  * asynchronous signal is blocked and re-queued to the same thread with its
  * original siginfo, and unblocked as soon as the section ends (see defer()).
  * Synchronous faults (SIGSEGV, SIGBUS, ... raised by the CPU) are never
- * deferred; those raised by Chell's own copies are claimed by a fault hook.
+ * deferred; those raised by Chell's own copies are claimed by one of the
+ * fault hooks handlers register (chell_fault_hook_add); the others reach the
+ * application's handler, or the default action, as on the bare kernel.
  */
 #include <linux/futex.h>
 #include <pthread.h>
@@ -32,7 +34,7 @@ static __thread pid_t tls_tid;
 /* signals this thread blocked to defer them; unblocked when the section ends */
 static __thread sigset_t tls_deferred;
 
-pid_t chell_tid(void)
+CHELL_EXPORT pid_t chell_tid(void)
 {
 	if (unlikely(tls_tid == 0))
 		tls_tid = sys_gettid();
@@ -91,12 +93,19 @@ static void defer(int sig, siginfo_t *si, void *uc)
 		CHELL_SC(SYS_tgkill, sys_getpid(), chell_tid(), sig, 0, 0, 0);
 }
 
-/* Handlers that may claim synchronous SIGBUS/SIGSEGV raised inside Chell's
- * own code (direct's and cache's copies): several when routing rules put
- * several such handlers in one process; each claims only a fault of its
- * own guarded copy, so the order does not matter. Set at start-up only. */
-#define FAULT_HOOKS 4
-static bool (*fault_hooks[FAULT_HOOKS])(int sig, siginfo_t *si, void *uc);
+/*
+ * The chain of fault hooks (chell_fault_hook_add): handlers that may claim a
+ * synchronous SIGBUS/SIGSEGV raised inside their own code (a copy from a
+ * mapping whose file shrank, a chunk revoked by the manager). Append-only
+ * and never shrinks: a slot is written before the count that publishes it
+ * (release), and the trampoline reads the count (acquire) then the slots,
+ * so a fault racing a registration sees either the old chain or the new
+ * one, never a half-written slot. No lock: the trampoline runs in a signal
+ * handler.
+ */
+static chell_fault_hook fault_hooks[CHELL_FAULT_HOOKS_MAX];
+static _Atomic int fault_hook_count;
+static pthread_mutex_t fault_hook_mutex = PTHREAD_MUTEX_INITIALIZER;
 static bool faults_wrapped; /* the trampoline stays on SIGBUS/SIGSEGV */
 /* a probe of an application pointer is running (see chell_user_check) */
 static __thread volatile int tls_uguard;
@@ -132,14 +141,23 @@ static void fault_default(int sig, siginfo_t *si)
 
 static void uguard_escape(ucontext_t *uc);
 
+/* Offer a synchronous fault to each hook in registration order; the first
+ * that claims it has handled it (or does not return). */
+static bool fault_claimed(int sig, siginfo_t *si, void *uc)
+{
+	int n = atomic_load_explicit(&fault_hook_count, memory_order_acquire);
+	for (int i = 0; i < n; i++)
+		if (fault_hooks[i](sig, si, uc))
+			return true;
+	return false;
+}
+
 static void trampoline(int sig, siginfo_t *si, void *uc)
 {
 	if (is_fault_sig(sig) && si && si->si_code > 0 && tls_uguard)
 		uguard_escape(uc); /* a probe of an application pointer: no return */
-	if (is_fault_sig(sig) && si && si->si_code > 0)
-		for (int i = 0; i < FAULT_HOOKS && fault_hooks[i]; i++)
-			if (fault_hooks[i](sig, si, uc))
-				return; /* Chell's own copy faulted: it resumes and reports a short copy */
+	if (is_fault_sig(sig) && si && si->si_code > 0 && fault_claimed(sig, si, uc))
+		return; /* Chell's own copy faulted: it resumes and reports a short copy */
 	if (chell_tls_crit > 0 && deferrable(sig, si)) {
 		int saved = errno;
 		defer(sig, si, uc);
@@ -194,15 +212,26 @@ static void wrap_fault_signals(void)
 	}
 }
 
-void chell_set_fault_hook(bool (*hook)(int, siginfo_t *, void *))
+CHELL_EXPORT int chell_fault_hook_add(chell_fault_hook hook)
 {
-	int i = 0;
-	while (i < FAULT_HOOKS && fault_hooks[i] && fault_hooks[i] != hook)
-		i++;
-	if (i == FAULT_HOOKS)
-		chell_fatal("more than %d fault hooks", FAULT_HOOKS); /* a build with more handlers */
-	fault_hooks[i] = hook;
-	wrap_fault_signals();
+	int r = 0;
+	pthread_mutex_lock(&fault_hook_mutex);
+	int n = atomic_load_explicit(&fault_hook_count, memory_order_relaxed), i;
+	for (i = 0; i < n && fault_hooks[i] != hook; i++)
+		;
+	if (i == n) { /* not yet in the chain */
+		if (n == CHELL_FAULT_HOOKS_MAX) {
+			chell_log("fault hooks: all %d places taken (CHELL_FAULT_HOOKS_MAX)", n);
+			r = -ENOSPC;
+		} else {
+			fault_hooks[n] = hook;
+			atomic_store_explicit(&fault_hook_count, n + 1, memory_order_release);
+		}
+	}
+	if (r == 0 && !faults_wrapped)
+		wrap_fault_signals();
+	pthread_mutex_unlock(&fault_hook_mutex);
+	return r;
 }
 
 /* ------------------------------------------------- application pointers */
@@ -236,7 +265,7 @@ void chell_uaccess_init(void)
 		wrap_fault_signals();
 }
 
-__attribute__((noinline, no_sanitize("address", "undefined"))) long
+CHELL_EXPORT __attribute__((noinline, no_sanitize("address", "undefined"))) long
 chell_user_strnlen(const char *s, size_t max)
 {
 	chell_crit_enter();
@@ -256,7 +285,7 @@ chell_user_strnlen(const char *s, size_t max)
 	return n < max ? (long)n : -ENAMETOOLONG;
 }
 
-__attribute__((noinline, no_sanitize("address", "undefined"))) int
+CHELL_EXPORT __attribute__((noinline, no_sanitize("address", "undefined"))) int
 chell_user_check(const void *p, size_t len, bool write)
 {
 	if (len == 0)

@@ -21,14 +21,13 @@
 extern const struct chell_handler *const chell_builtin_handlers[];
 
 #define MAX_STACKS 32
-#define MAX_IN_USE 16
 static struct chell_stack stacks[MAX_STACKS];
 static uint32_t nstacks;
 /* Every handler of every stack, each once, in the order first met (top
  * down): proc_init and proc_event run once per handler whatever the number
- * of rules that use it. */
-static const struct chell_handler *in_use[MAX_IN_USE];
-static int nin_use;
+ * of rules that use it (nib.h). */
+const struct chell_handler *chell_handlers_in_use[MAX_IN_USE];
+int chell_nhandlers_in_use;
 
 const struct chell_stack *chell_mode_stack;
 bool chell_stack_routes_stat;
@@ -108,9 +107,9 @@ static const struct chell_handler *handler(const char *key, const char *name, ch
 		snprintf(err, errlen, "setting %s: built-in handler %s refused: %s", key, name, refusal);
 		return NULL;
 	}
-	for (int i = 0; !h && i < nin_use; i++)
-		if (strcmp(in_use[i]->name, name) == 0)
-			h = in_use[i];
+	for (int i = 0; !h && i < chell_nhandlers_in_use; i++)
+		if (strcmp(chell_handlers_in_use[i]->name, name) == 0)
+			h = chell_handlers_in_use[i];
 	if (!h)
 		h = external(key, name, err, errlen);
 	return h;
@@ -118,14 +117,14 @@ static const struct chell_handler *handler(const char *key, const char *name, ch
 
 static int note_in_use(const struct chell_handler *h, char *err, size_t errlen)
 {
-	for (int i = 0; i < nin_use; i++)
-		if (in_use[i] == h)
+	for (int i = 0; i < chell_nhandlers_in_use; i++)
+		if (chell_handlers_in_use[i] == h)
 			return 0;
-	if (nin_use == MAX_IN_USE) {
+	if (chell_nhandlers_in_use == MAX_IN_USE) {
 		snprintf(err, errlen, "too many handlers in use (at most %d)", MAX_IN_USE);
 		return -1;
 	}
-	in_use[nin_use++] = h;
+	chell_handlers_in_use[chell_nhandlers_in_use++] = h;
 	return 0;
 }
 
@@ -186,8 +185,8 @@ const struct chell_stack *stack_by_id(uint32_t id)
 
 int stacks_proc_init(char *err, size_t errlen)
 {
-	for (int i = 0; i < nin_use; i++) {
-		const struct chell_handler *h = in_use[i];
+	for (int i = 0; i < chell_nhandlers_in_use; i++) {
+		const struct chell_handler *h = chell_handlers_in_use[i];
 		if (h->proc_init && h->proc_init() < 0) {
 			snprintf(err, errlen, "handler '%s' failed to start", h->name);
 			return -1;
@@ -199,9 +198,9 @@ int stacks_proc_init(char *err, size_t errlen)
 
 void stacks_proc_event(enum chell_op ev, long arg)
 {
-	for (int i = 0; i < nin_use; i++)
-		if (in_use[i]->proc_event)
-			in_use[i]->proc_event(ev, arg);
+	for (int i = 0; i < chell_nhandlers_in_use; i++)
+		if (chell_handlers_in_use[i]->proc_event)
+			chell_handlers_in_use[i]->proc_event(ev, arg);
 }
 
 /* "direct, cache" */

@@ -41,7 +41,7 @@
 #include <unistd.h>
 
 #include "cache/layout.h"
-#include "chelld/cache.h"
+#include "chelld/engine.h"
 #include "cache/meta/meta.h"
 #include "chell/pmem.h"
 #include "cmd_cache_verify.h"

@@ -32,11 +32,11 @@ static char path_a[256], path_b[256], path_out[256];
 
 static uint32_t count_in_use(void)
 {
-	if (region_fd() < 0)
+	if (ofd_table_fd() < 0)
 		return 0;
 	uint32_t n = 0;
-	for (uint32_t s = 0; s < region_slot_count(); s++)
-		n += atomic_load((_Atomic uint32_t *)&region_slot(s)->in_use) != 0;
+	for (uint32_t s = 0; s < ofd_table_slot_count(); s++)
+		n += atomic_load((_Atomic uint32_t *)&ofd_table_slot(s)->in_use) != 0;
 	return n;
 }
 
@@ -101,10 +101,10 @@ static void open_claims_routed_file(void **state)
 	assert_non_null(f);
 	assert_true(f->stack == chell_mode_stack);
 	assert_string_equal(f->path, path_a);
-	assert_ptr_equal(f->ofd, region_slot(f->slot));
+	assert_ptr_equal(f->ofd, ofd_table_slot(f->slot));
 	assert_int_equal(f->ofd->in_use, 1);
 	assert_int_equal(ofd_refs(fd), 1);
-	assert_int_equal(f->refs, 1); /* one descriptor, no call in flight */
+	assert_int_equal(nib_file(f)->refs, 1); /* one descriptor, no call in flight */
 	struct stat st;
 	assert_int_equal(fstat(fd, &st), 0);
 	assert_int_equal(f->ofd->dev, st.st_dev);
@@ -117,9 +117,9 @@ static void open_claims_routed_file(void **state)
 	/* file_get_fd takes a reference for the duration of a call */
 	struct chell_file *g = file_get_fd(fd);
 	assert_ptr_equal(g, f);
-	assert_int_equal(f->refs, 2);
+	assert_int_equal(nib_file(f)->refs, 2);
 	file_put(g);
-	assert_int_equal(f->refs, 1);
+	assert_int_equal(nib_file(f)->refs, 1);
 
 	/* fcntl(F_SETFL) keeps the shared copy of the status flags current */
 	assert_int_equal(fcntl(fd, F_SETFL, O_NONBLOCK), 0);
@@ -129,7 +129,7 @@ static void open_claims_routed_file(void **state)
 	uint32_t slot = f->slot;
 	assert_int_equal(close(fd), 0);
 	assert_null(fdt_peek(fd));
-	assert_int_equal(region_slot(slot)->in_use, 0);
+	assert_int_equal(ofd_table_slot(slot)->in_use, 0);
 	assert_int_equal(count_in_use(), base);
 	/* the kernel descriptor is really gone */
 	assert_int_equal(fcntl(fd, F_GETFD), -1);
@@ -219,7 +219,7 @@ static void dup_family_shares_ofd(void **state)
 	assert_true(d1 >= 0);
 	assert_ptr_equal(fdt_peek(d1), f);
 	assert_int_equal(ofd_refs(fd), 2);
-	assert_int_equal(f->refs, 2);
+	assert_int_equal(nib_file(f)->refs, 2);
 
 	int d2 = fcntl(fd, F_DUPFD_CLOEXEC, 200);
 	assert_true(d2 >= 200);
@@ -234,7 +234,7 @@ static void dup_family_shares_ofd(void **state)
 	assert_int_equal(dup3(fd, p[1], O_CLOEXEC), p[1]);
 	assert_ptr_equal(fdt_peek(p[1]), f);
 	assert_int_equal(ofd_refs(fd), 5);
-	assert_int_equal(f->refs, 5);
+	assert_int_equal(nib_file(f)->refs, 5);
 	assert_int_equal(count_in_use(), base + 1);
 
 	/* dup2 of a descriptor onto itself changes nothing */
@@ -251,7 +251,7 @@ static void dup_family_shares_ofd(void **state)
 	assert_int_equal(count_in_use(), base + 2);
 	assert_int_equal(dup2(fd, other), other);
 	assert_ptr_equal(fdt_peek(other), f);
-	assert_int_equal(region_slot(gslot)->in_use, 0);
+	assert_int_equal(ofd_table_slot(gslot)->in_use, 0);
 	assert_int_equal(ofd_refs(fd), 6);
 	assert_int_equal(count_in_use(), base + 1);
 
@@ -262,14 +262,14 @@ static void dup_family_shares_ofd(void **state)
 		assert_int_equal(close(all[i]), 0);
 		assert_null(fdt_peek(all[i]));
 		assert_int_equal(ofd_refs(fd), 5 - (uint32_t)i);
-		assert_int_equal(region_slot(slot)->in_use, 1);
+		assert_int_equal(ofd_table_slot(slot)->in_use, 1);
 	}
 	/* a second close of a closed descriptor is EBADF, and changes nothing */
 	assert_int_equal(close(d1), -1);
 	assert_int_equal(errno, EBADF);
 	assert_int_equal(ofd_refs(fd), 1);
 	assert_int_equal(close(fd), 0);
-	assert_int_equal(region_slot(slot)->in_use, 0);
+	assert_int_equal(ofd_table_slot(slot)->in_use, 0);
 	assert_int_equal(count_in_use(), base);
 }
 
@@ -323,7 +323,7 @@ static void fork_counts_the_child(void **state)
 	uint32_t slot = fdt_peek(fd)->slot;
 	close(fd);
 	close(fd2);
-	assert_int_equal(region_slot(slot)->in_use, 0);
+	assert_int_equal(ofd_table_slot(slot)->in_use, 0);
 	assert_int_equal(count_in_use(), base);
 	close(go[0]);
 	close(go[1]);
@@ -344,11 +344,11 @@ static void child_closes_last_descriptor(void **state)
 		_exit(close(fd) == 0 ? 0 : 1);
 	}
 	assert_int_equal(close(fd), 0);
-	assert_int_equal(region_slot(slot)->in_use, 1); /* the child still has it */
+	assert_int_equal(ofd_table_slot(slot)->in_use, 1); /* the child still has it */
 	int st;
 	assert_int_equal(waitpid(pid, &st, 0), pid);
 	assert_int_equal(WEXITSTATUS(st), 0);
-	assert_int_equal(region_slot(slot)->in_use, 0);
+	assert_int_equal(ofd_table_slot(slot)->in_use, 0);
 }
 
 static void close_range_drops_entries(void **state)
@@ -411,7 +411,7 @@ static void internal_fd_invisible(void **state)
 	assert_int_equal(fcntl(before, F_GETFD), -1);
 	assert_int_equal(fcntl(fd + 1, F_GETFD), -1);
 	assert_true(fcntl(fd, F_GETFD) >= 0);
-	assert_true(fcntl(region_fd(), F_GETFD) >= 0);
+	assert_true(fcntl(ofd_table_fd(), F_GETFD) >= 0);
 	assert_int_equal(write(p[1], "k", 1), 1); /* and it still works */
 	char c = 0;
 	assert_int_equal(sys_read(fd, &c, 1), 1);
@@ -423,7 +423,7 @@ static void internal_fd_invisible(void **state)
 	if (pid == 0) {
 		closefrom(3);
 		int ok = sys_fcntl(fd, F_GETFD, 0) >= 0 &&
-			 (region_fd() < 0 || sys_fcntl(region_fd(), F_GETFD, 0) >= 0) &&
+			 (ofd_table_fd() < 0 || sys_fcntl(ofd_table_fd(), F_GETFD, 0) >= 0) &&
 			 sys_fcntl(p[1], F_GETFD, 0) < 0;
 		_exit(ok ? 0 : 1);
 	}

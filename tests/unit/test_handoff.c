@@ -90,7 +90,7 @@ static int run_self(char *const argv[], char *const env[])
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		if (env) {
-			region_set_cloexec(0);
+			ofd_table_set_cloexec(0);
 			syscall(SYS_execve, "/proc/self/exe", argv, env);
 		} else {
 			execv("/proc/self/exe", argv);
@@ -128,7 +128,7 @@ static void prepare_exec_environment(void **state)
 	const char *h = env_find(env, "CHELL_HANDOFF");
 	assert_non_null(h);
 	char head[64], ent_a[64], ent_b[64];
-	snprintf(head, sizeof(head), "v1;r=%d;", region_fd());
+	snprintf(head, sizeof(head), "v1;r=%d;", ofd_table_fd());
 	snprintf(ent_a, sizeof(ent_a), "%d:%u:%u,", a, fa->slot, fa->ofd->gen);
 	snprintf(ent_b, sizeof(ent_b), ":%u:%u,", fb->slot, fb->ofd->gen);
 	assert_true(strncmp(h, head, strlen(head)) == 0);
@@ -148,14 +148,14 @@ static void prepare_exec_environment(void **state)
 	assert_int_equal(fcntl(dup, F_GETFD), 0); /* survives the exec */
 	assert_int_equal(refs_of(b), 1);          /* the duplicate holds it */
 	/* the region memfd must survive the exec */
-	assert_int_equal(fcntl(region_fd(), F_GETFD) & FD_CLOEXEC, 0);
+	assert_int_equal(fcntl(ofd_table_fd(), F_GETFD) & FD_CLOEXEC, 0);
 
 	/* the exec failed: everything is as before */
 	handoff_exec_failed(env);
 	assert_true(fcntl(dup, F_GETFD) < 0 && errno == EBADF);
 	assert_int_equal(refs_of(b), 1);
 	assert_int_equal(refs_of(a), 1);
-	assert_int_equal(fcntl(region_fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	assert_int_equal(fcntl(ofd_table_fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 
 	/* settings the application set itself are left alone, and an existing
 	 * LD_PRELOAD that already names the library is kept as it is */
@@ -201,7 +201,7 @@ static void exec_adopts_descriptors(void **state)
 	assert_int_equal(refs_of(b), 1);
 	/* the parent is unaffected: the environment was built for the child */
 	assert_null(getenv("CHELL_HANDOFF"));
-	assert_int_equal(fcntl(region_fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+	assert_int_equal(fcntl(ofd_table_fd(), F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
 	close(a);
 	close(a2);
 	close(b);
@@ -229,7 +229,7 @@ static void exec_releases_orphans(void **state)
 		_exit(91);
 	}
 	assert_int_equal(wait_exit(pid), 0);
-	struct chell_ofd *o = region_slot(shared[0]);
+	struct chell_ofd *o = ofd_table_slot(shared[0]);
 	assert_non_null(o);
 	assert_true(o->in_use == 0 || o->gen != shared[1]);
 }
@@ -266,7 +266,7 @@ static void exec_rejects_bad_handoffs(void **state)
 	char *expect_a_yes[] = {"test_handoff", "--expect", s_a, "1", NULL};
 	char *expect_a_no[] = {"test_handoff", "--expect", s_a, "0", NULL};
 	char *expect_other_no[] = {"test_handoff", "--expect", s_other, "0", NULL};
-	int rfd = region_fd();
+	int rfd = ofd_table_fd();
 	uint32_t slot = f->slot, gen = f->ofd->gen;
 
 	snprintf(h, sizeof(h), "CHELL_HANDOFF=v1;r=%d;%d:%u:%u,;", rfd, a, slot, gen);
@@ -315,7 +315,7 @@ static int image_adopted(char **argv)
 	CHECK(1, getenv("CHELL_HANDOFF") == NULL);
 	struct chell_file *f = fdt_peek(a);
 	CHECK(2, f != NULL);
-	CHECK(3, f->slot == slot && f->ofd == region_slot(slot));
+	CHECK(3, f->slot == slot && f->ofd == ofd_table_slot(slot));
 	CHECK(4, f->ofd->gen == gen);
 	/* two descriptors of one OFD share one chell_file here too */
 	CHECK(5, fdt_peek(a2) == f);
@@ -324,7 +324,7 @@ static int image_adopted(char **argv)
 	CHECK(7, f->path != NULL && strstr(f->path, "/a") != NULL);
 	/* b was close-on-exec: gone, and not in the table */
 	CHECK(8, fdt_peek(b) == NULL && fcntl(b, F_GETFD) == -1);
-	int rfd = region_fd();
+	int rfd = ofd_table_fd();
 	CHECK(9, rfd >= 0 && chell_is_internal_fd(rfd));
 	CHECK(10, (fcntl(rfd, F_GETFD) & FD_CLOEXEC) == FD_CLOEXEC);
 	CHECK(11, lseek(a, 0, SEEK_CUR) == 6);
@@ -337,7 +337,7 @@ static int image_orphan(char **argv)
 {
 	uint32_t slot = (uint32_t)strtoul(argv[2], NULL, 10);
 	uint32_t gen = (uint32_t)strtoul(argv[3], NULL, 10);
-	struct chell_ofd *o = region_slot(slot);
+	struct chell_ofd *o = ofd_table_slot(slot);
 	CHECK(1, o != NULL);
 	CHECK(2, o->gen != gen || o->in_use == 0);
 	return 0;

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "cache.h"
+#include "common/fdpass.h"
 
 char cache_sock_path[108];
 struct cache_hello cache_hello;
@@ -116,39 +117,12 @@ static void disconnect(void)
 
 static ssize_t send_msg(const void *msg, size_t len, int fd)
 {
-	struct iovec iov = {.iov_base = (void *)msg, .iov_len = len};
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
-		memset(&ctl, 0, sizeof(ctl));
-		mh.msg_control = ctl.buf;
-		mh.msg_controllen = sizeof(ctl.buf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(fd));
-	}
-	ssize_t n;
-	do
-		n = CHELL_SC(SYS_sendmsg, sock, &mh, MSG_NOSIGNAL, 0, 0, 0);
-	while (n == -EINTR);
-	return n < 0 ? n : (size_t)n == len ? 0 : -EIO;
+	return fdpass_send(sock, msg, len, fd, 0);
 }
 
 /* One datagram into buf; a descriptor that came with it into *fd. */
 static ssize_t recv_msg(void *buf, size_t cap, int *fd)
 {
-	struct iovec iov = {.iov_base = buf, .iov_len = cap};
-	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
-		struct cmsghdr align;
-	} ctl;
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf,
-			    .msg_controllen = sizeof(ctl.buf)};
 	ssize_t n;
 	*fd = -1;
 	/* Wait for the reply outside the descriptor window (fork and the
@@ -163,34 +137,21 @@ static ssize_t recv_msg(void *buf, size_t cap, int *fd)
 		return -EAGAIN; /* as the receive timeout (SO_RCVTIMEO) said before */
 	if (n < 0)
 		return n;
+	struct fdpass_in in;
 	chell_internal_window_enter();
-	do
-		n = CHELL_SC(SYS_recvmsg, sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT, 0, 0, 0);
-	while (n == -EINTR);
+	n = fdpass_recv(sock, buf, cap, MSG_DONTWAIT, &in);
 	chell_internal_window_leave();
 	if (n < 0)
 		return n;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (size_t i = 0; i < k; i++) {
-			int got;
-			memcpy(&got, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			if (*fd < 0)
-				*fd = got;
-			else
-				sys_close(got); /* one descriptor per reply at most */
-		}
-	}
+	fdpass_close(in.fds, 1, in.nfds); /* one descriptor per reply at most */
 	if (n == 0)
 		n = -ECONNRESET;
-	else if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))
+	else if (in.trunc)
 		n = -EMSGSIZE;
-	if (n < 0 && *fd >= 0) {
-		sys_close(*fd);
-		*fd = -1;
-	}
+	if (n < 0)
+		fdpass_close(in.fds, 0, in.nfds > 0);
+	else if (in.nfds > 0)
+		*fd = in.fds[0];
 	return n;
 }
 

@@ -334,6 +334,6 @@ int cache_copy_init(void)
 	 * its own, which passes what is not a cache copy's fault on to
 	 * direct's (the guarded reads of mapped.c). */
 	direct_copy_init();
-	chell_set_fault_hook(fault_fixup);
+	chell_fault_hook_add(fault_fixup);
 	return 0;
 }

@@ -119,6 +119,6 @@ void direct_fence(void)
 int direct_copy_init(void)
 {
 	persist = chell_persist_default();
-	chell_set_fault_hook(direct_fault_fixup);
+	chell_fault_hook_add(direct_fault_fixup);
 	return 0;
 }

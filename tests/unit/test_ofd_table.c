@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The shared region: OFD slot allocation (generations, zeroing, exhaustion,
+ * The shared OFD table (ofd_table.c): slot allocation (generations, zeroing, exhaustion,
  * cross-process exclusivity), named shared areas, and chell_lock (re-entry,
  * mutual exclusion between threads and processes, recovery from a dead
  * holder).
@@ -32,8 +32,8 @@ static double now(void)
 static uint32_t count_in_use(void)
 {
 	uint32_t n = 0;
-	for (uint32_t s = 0; s < region_slot_count(); s++)
-		n += atomic_load((_Atomic uint32_t *)&region_slot(s)->in_use) != 0;
+	for (uint32_t s = 0; s < ofd_table_slot_count(); s++)
+		n += atomic_load((_Atomic uint32_t *)&ofd_table_slot(s)->in_use) != 0;
 	return n;
 }
 
@@ -49,30 +49,30 @@ static int wait_status(pid_t pid)
 
 static void slot_alloc_basics(void **state)
 {
-	assert_int_equal(region_slot_count(), 8192);
+	assert_int_equal(ofd_table_slot_count(), 8192);
 	uint32_t s;
-	assert_int_equal(region_alloc_slot(&s), 0);
+	assert_int_equal(ofd_table_alloc_slot(&s), 0);
 	assert_true(s < 8192);
-	struct chell_ofd *o = region_slot(s);
+	struct chell_ofd *o = ofd_table_slot(s);
 	assert_non_null(o);
 	assert_int_equal(o->in_use, 1);
 	assert_int_equal(o->refs, 1);
 	assert_true(o->gen >= 1);
-	assert_null(region_slot(8192));
-	assert_null(region_slot(UINT32_MAX));
+	assert_null(ofd_table_slot(8192));
+	assert_null(ofd_table_slot(UINT32_MAX));
 	/* slots are distinct and do not overlap */
 	uint32_t t;
-	assert_int_equal(region_alloc_slot(&t), 0);
+	assert_int_equal(ofd_table_alloc_slot(&t), 0);
 	assert_int_not_equal(s, t);
-	struct chell_ofd *p = region_slot(t);
+	struct chell_ofd *p = ofd_table_slot(t);
 	assert_true((char *)p >= (char *)(o + 1) || (char *)o >= (char *)(p + 1));
-	region_free_slot(s);
-	region_free_slot(t);
+	ofd_table_free_slot(s);
+	ofd_table_free_slot(t);
 	assert_int_equal(o->in_use, 0);
 	assert_int_equal(p->in_use, 0);
 
 	/* the region memfd is one of Chell's internal, close-on-exec descriptors */
-	int rfd = region_fd();
+	int rfd = ofd_table_fd();
 	assert_true(rfd >= 0);
 	assert_true(chell_is_internal_fd(rfd));
 	assert_int_equal(fcntl(rfd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
@@ -83,18 +83,18 @@ static void slot_alloc_basics(void **state)
 static void slot_exhaustion_and_reuse(void **state)
 {
 	uint32_t base = count_in_use();
-	uint32_t n = region_slot_count() - base;
+	uint32_t n = ofd_table_slot_count() - base;
 	uint32_t *got = malloc(n * sizeof(*got));
 	assert_non_null(got);
 	for (uint32_t i = 0; i < n; i++)
-		assert_int_equal(region_alloc_slot(&got[i]), 0);
-	assert_int_equal(count_in_use(), region_slot_count());
+		assert_int_equal(ofd_table_alloc_slot(&got[i]), 0);
+	assert_int_equal(count_in_use(), ofd_table_slot_count());
 	uint32_t extra = 12345;
-	assert_int_equal(region_alloc_slot(&extra), -ENFILE);
+	assert_int_equal(ofd_table_alloc_slot(&extra), -ENFILE);
 	assert_int_equal(extra, 12345); /* untouched on failure */
 
 	uint32_t victim = got[n / 2];
-	struct chell_ofd *o = region_slot(victim);
+	struct chell_ofd *o = ofd_table_slot(victim);
 	uint32_t gen = o->gen;
 	/* dirty every field a previous user could leave behind */
 	o->refs = 7;
@@ -107,11 +107,11 @@ static void slot_exhaustion_and_reuse(void **state)
 	o->lock.owner = 42;
 	o->lock.depth = 3;
 	memset(o->priv, 0xa5, sizeof(o->priv));
-	region_free_slot(victim);
+	ofd_table_free_slot(victim);
 	assert_int_equal(o->in_use, 0);
 
 	uint32_t again;
-	assert_int_equal(region_alloc_slot(&again), 0);
+	assert_int_equal(ofd_table_alloc_slot(&again), 0);
 	assert_int_equal(again, victim);
 	assert_int_equal(o->gen, gen + 1);
 	assert_int_equal(o->in_use, 1);
@@ -126,10 +126,10 @@ static void slot_exhaustion_and_reuse(void **state)
 	assert_int_equal(o->lock.depth, 0);
 	static const unsigned char zero[sizeof(o->priv)];
 	assert_memory_equal(o->priv, zero, sizeof(zero));
-	assert_int_equal(region_alloc_slot(&extra), -ENFILE);
+	assert_int_equal(ofd_table_alloc_slot(&extra), -ENFILE);
 
 	for (uint32_t i = 0; i < n; i++)
-		region_free_slot(got[i]);
+		ofd_table_free_slot(got[i]);
 	assert_int_equal(count_in_use(), base);
 	free(got);
 }
@@ -148,18 +148,18 @@ static void slot_alloc_across_processes(void **state)
 	assert_true(pid >= 0);
 	if (pid == 0) {
 		for (int i = 0; i < PER; i++)
-			if (region_alloc_slot(&child_slots[i]) < 0)
+			if (ofd_table_alloc_slot(&child_slots[i]) < 0)
 				_exit(1);
 		_exit(0);
 	}
 	for (int i = 0; i < PER; i++) {
-		assert_int_equal(region_alloc_slot(&mine[i]), 0);
+		assert_int_equal(ofd_table_alloc_slot(&mine[i]), 0);
 		if ((i & 63) == 0)
 			sched_yield();
 	}
 	assert_int_equal(wait_status(pid), 0);
 	assert_int_equal(count_in_use(), base + 2 * PER);
-	unsigned char *owner = calloc(region_slot_count(), 1);
+	unsigned char *owner = calloc(ofd_table_slot_count(), 1);
 	assert_non_null(owner);
 	for (int i = 0; i < PER; i++) {
 		assert_int_equal(owner[mine[i]], 0);
@@ -170,8 +170,8 @@ static void slot_alloc_across_processes(void **state)
 		owner[child_slots[i]] = 2;
 	}
 	for (int i = 0; i < PER; i++) {
-		region_free_slot(mine[i]);
-		region_free_slot(child_slots[i]);
+		ofd_table_free_slot(mine[i]);
+		ofd_table_free_slot(child_slots[i]);
 	}
 	assert_int_equal(count_in_use(), base);
 	free(owner);
@@ -474,7 +474,7 @@ int main(void)
 		return 1;
 	}
 	/* the region is created lazily; count_in_use() needs it to exist */
-	if (region_ensure() < 0)
+	if (ofd_table_ensure() < 0)
 		return 1;
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(slot_alloc_basics),

@@ -6,8 +6,8 @@
  * nothing here locks; clients touch only the chunk files' control pages
  * (atomics, cache/layout.h) and their access tables.
  */
-#ifndef CHELLD_CACHE_H
-#define CHELLD_CACHE_H
+#ifndef CHELLD_ENGINE_H
+#define CHELLD_ENGINE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -37,7 +37,7 @@ struct pool {
 /* Geometry: a slot per POOL_SLOT_BYTES of the pool (capped), so a pool
  * holds many more chunks than size / 2 MB and a scattered hot set keeps
  * its blocks: chunk files are sparse, and the capacity is counted in
- * filled 4 KB blocks (chunk.c: cache_make_room), not in slots. Pools made
+ * filled 4 KB blocks (chunk.c: engine_make_room), not in slots. Pools made
  * before this (size / 2 MB slots) open as they are. */
 #define POOL_SLOT_BYTES (256u << 10)
 #define POOL_MAX_SLOTS (1u << 20)
@@ -67,7 +67,7 @@ int pool_check_chunk(const struct pool *p, uint32_t slot, const struct meta_chun
 /* "chunks/<slot>" into buf. */
 void pool_chunk_name(uint32_t slot, char *buf, size_t len);
 
-/* ---- the engine ---- */
+/* ---- the engine (struct engine: one per chelld) ---- */
 
 struct slot {
 	uint8_t *map;           /* the whole chunk file, MAP_SHARED; NULL = free */
@@ -78,14 +78,14 @@ struct slot {
 	bool stuck;             /* write-back failed: keep it, never evict */
 	bool busy;              /* the cleaner thread writes it back right now */
 	bool broken;            /* its file was truncated behind our back (guard.c) */
-	uint32_t charged;       /* 4 KB pages counted in cache.used: control page + valid blocks */
+	uint32_t charged;       /* 4 KB pages counted in engine.used: control page + valid blocks */
 };
 
 /* Volatile state of a Cnode (a cached backing file). */
 struct cfile {
 	uint32_t cnode;
 	int fd;                 /* the manager's own read-only descriptor, or -1 (files.c) */
-	uint64_t fd_used;       /* when fd was last used (cache.fd_clock) */
+	uint64_t fd_used;       /* when fd was last used (engine.fd_clock) */
 	bool trimming;          /* being written back to release fd */
 	bool readonly;          /* on a read-only mount: not writable back (EROFS) */
 	uint64_t dev, ino;
@@ -102,7 +102,7 @@ struct cfile {
 	struct chelld_client_counts counts;
 };
 
-struct cache {
+struct engine {
 	const struct chelld_config *cfg;
 	struct pool pool;
 	struct meta *m;
@@ -112,7 +112,7 @@ struct cache {
 	 * are valid (filled, zeros past the end of a file, or overwritten)
 	 * plus one control page per chunk file; meta.pool is taken off at
 	 * start. Fills, overwrites and new chunk files evict first when
-	 * used + need would exceed cap (cache_make_room). */
+	 * used + need would exceed cap (engine_make_room). */
 	uint64_t cap, used;
 	int64_t pinned;         /* slot evictions must not take now, or -1 */
 	struct cfile **files;   /* by Cnode id */
@@ -137,73 +137,73 @@ struct cache {
 };
 
 /* engine.c: attach to an open pool, build the volatile state; recover. */
-int cache_init(struct cache *c, const struct chelld_config *cfg, struct pool *p,
-	       struct chelld_stats_reply *st);
-void cache_fini(struct cache *c);
+int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *p,
+		struct chelld_stats_reply *st);
+void engine_fini(struct engine *c);
 
 /* guard.c: survive chunk files truncated by a client (SIGBUS). */
-void cache_guard_install(struct cache *c);
+void engine_guard_install(struct engine *c);
 static inline bool slot_broken(const struct slot *s)
 {
 	return __atomic_load_n(&s->broken, __ATOMIC_ACQUIRE);
 }
 
 /* recover.c: finish what a crash interrupted, write back dirty data. */
-void cache_recover(struct cache *c);
+void engine_recover(struct engine *c);
 
 /* files.c */
 /* The cfile of a Cnode (created on first use); NULL if the id is bad. */
-struct cfile *cfile_get(struct cache *c, uint32_t cnode);
+struct cfile *cfile_get(struct engine *c, uint32_t cnode);
 /* The manager's descriptor of the backing file, opened by path and checked
  * against the Cnode's identity: >= 0, or -errno. */
-int cfile_fd(struct cache *c, struct cfile *f);
+int cfile_fd(struct engine *c, struct cfile *f);
 /* The same, falling back to a reopen of a client's descriptor (the file
  * may have been renamed since the path was recorded). */
-int cfile_fd_via(struct cache *c, struct cfile *f, int client_fd);
+int cfile_fd_via(struct engine *c, struct cfile *f, int client_fd);
 /* A new write descriptor of the file for one job (write-back, truncate):
  * the caller closes it. >= 0, or -errno. */
-int cfile_wfd(struct cache *c, struct cfile *f);
+int cfile_wfd(struct engine *c, struct cfile *f);
 /* Register a client's descriptor: find or create the Cnode, detect an
  * outside writer if nobody has it registered. Returns the Cnode id or
  * -errno with a reason in detail. */
-int cfile_register(struct cache *c, int client_fd, const char *resolved, uint64_t dev,
+int cfile_register(struct engine *c, int client_fd, const char *resolved, uint64_t dev,
 		   uint64_t ino, char *detail, size_t dlen);
 /* One registration closed; the last one records the file's attributes. */
-void cfile_unregister(struct cache *c, struct cfile *f);
+void cfile_unregister(struct engine *c, struct cfile *f);
 /* Record the backing file's size and times in the Cnode (a transaction). */
-void cfile_record(struct cache *c, struct cfile *f);
+void cfile_record(struct engine *c, struct cfile *f);
 /* Close the manager's descriptor once nobody has the file registered (or
  * it is bypassed) and it has no dirty block left. */
-void cfile_release_fd(struct cache *c, struct cfile *f);
+void cfile_release_fd(struct engine *c, struct cfile *f);
 /* The file was deleted (no name left) and nobody has it registered: its
  * data has nowhere to go and nobody can read it again. */
-bool cfile_deleted(struct cache *c, struct cfile *f);
+bool cfile_deleted(struct engine *c, struct cfile *f);
 
 /* chunk.c */
 /* The slot holding (cnode, file_chunk), allocating and creating its chunk
  * file if needed (evicting when full). Returns the slot or -errno. */
-int chunk_get(struct cache *c, struct cfile *f, uint64_t file_chunk);
+int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk);
 /* Make blocks [first, first+n) valid (plus adaptive read-ahead); 0 or -errno. */
-int chunk_fill(struct cache *c, uint32_t slot, unsigned first, unsigned n);
+int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n);
 /* A client stored whole blocks [first, first+n) of the slot's chunk file
  * `incarnation` while they were invalid (cache/layout.h, "Overwrites"):
  * mark them dirty and valid. 0; -EAGAIN if the chunk file is not that one
  * any more, is not LIVE, or any of the blocks became valid meanwhile (the
  * client redoes the write as a normal one); -ENOSPC. */
-int chunk_overwrite(struct cache *c, uint32_t slot, uint64_t incarnation, unsigned first,
+int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsigned first,
 		    unsigned n);
 /* Evict (policy victims, never `keep`) until `need` more pages fit in
  * the capacity. 0, or -ENOSPC when nothing else can go and the pool
  * would go over by more than the chunk being filled. */
-int cache_make_room(struct cache *c, uint64_t need, int64_t keep);
+int engine_make_room(struct engine *c, uint64_t need, int64_t keep);
 /* A new descriptor of the slot's chunk file with the given open flags. */
-int chunk_open_fd(struct cache *c, uint32_t slot, int flags);
+int chunk_open_fd(struct engine *c, uint32_t slot, int flags);
 /* Revoke and free a slot: REVOKED, fence, write back dirty blocks below
  * `keep_below` (UINT64_MAX: all; 0: none), truncate, unlink, unmap.
  * 0, or -errno with the slot kept (marked stuck) if write-back failed. */
-int chunk_revoke(struct cache *c, uint32_t slot, uint64_t keep_below);
+int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below);
 /* Attach to an existing, checked chunk file (recovery). 0 or -errno. */
-int chunk_attach(struct cache *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk);
+int chunk_attach(struct engine *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk);
 /* Blocks of the slot that are valid / dirty (any non-CLEAN state). */
 unsigned chunk_nvalid(const struct slot *s);
 unsigned chunk_ndirty(const struct slot *s);
@@ -211,7 +211,7 @@ unsigned chunk_ndirty(const struct slot *s);
 /* evict.c */
 /* Free one slot by policy (never c->pinned); 0, or -EBUSY when nothing
  * can be evicted. */
-int evict_one(struct cache *c);
+int evict_one(struct engine *c);
 
 /* writeback.c */
 /* A write-back in three steps, so the cleaner thread can do the I/O
@@ -230,35 +230,35 @@ struct wb_job {
 	int rc;
 	uint64_t limit, written;
 };
-int wb_begin(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+int wb_begin(struct engine *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
 	     struct wb_job *j);
-void wb_io(struct cache *c, struct wb_job *j);
-int wb_end(struct cache *c, struct wb_job *j, uint64_t *bytes);
+void wb_io(struct engine *c, struct wb_job *j);
+int wb_end(struct engine *c, struct wb_job *j, uint64_t *bytes);
 /* Write back the dirty blocks of the given slots (all of one file) with
  * check-out/check-in; data at or past `clamp` (and past the backing file's
  * size) is not written. Adds bytes written to *bytes. 0 or -errno (the
  * blocks stay dirty). */
-int wb_slots(struct cache *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
+int wb_slots(struct engine *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
 	     uint64_t *bytes);
 /* Every dirty slot of a file (or of all files: f NULL). Counts go to the
  * out parameters (may be NULL). 0 or the first error. */
-int wb_file(struct cache *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files);
+int wb_file(struct engine *c, struct cfile *f, uint64_t *blocks, uint64_t *bytes, uint32_t *files);
 
 /* cleaner.c: the background cleaner thread. It and the server's thread
  * hold c->lock while they touch the cache; the cleaner drops it for the
  * I/O of a write-back, with the slots marked busy. */
-int cache_cleaner_start(struct cache *c);
-void cache_cleaner_stop(struct cache *c);
+int engine_cleaner_start(struct engine *c);
+void engine_cleaner_stop(struct engine *c);
 /* Wake the cleaner now (lock held): evictions found no clean victim. */
-void cache_cleaner_kick(struct cache *c);
+void engine_cleaner_kick(struct engine *c);
 /* Wait (lock held) until the cleaner is done with a slot. */
-void cache_wait_idle(struct cache *c, uint32_t slot);
+void engine_wait_idle(struct engine *c, uint32_t slot);
 /* Drop the chunks of deleted files (cfile_deleted); returns how many. */
-uint32_t cache_drop_deleted(struct cache *c);
-uint32_t cache_dirty_slots(const struct cache *c);
+uint32_t engine_drop_deleted(struct engine *c);
+uint32_t engine_dirty_slots(const struct engine *c);
 
 /* Slots of a file, in file-chunk order: count, with their numbers in out
  * (nslots entries). */
-uint32_t cache_file_slots(const struct cache *c, uint32_t cnode, uint32_t *out);
+uint32_t engine_file_slots(const struct engine *c, uint32_t cnode, uint32_t *out);
 
 #endif
