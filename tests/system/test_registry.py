@@ -97,6 +97,13 @@ def upper(prefix, tmp_path_factory):
     res = run(["make", "-C", src, f"OUT={out}"], env=pc_env(prefix), timeout=120)
     assert res.returncode == 0, describe(res)
     assert (out / "upper.so").exists()
+    # its CMakeLists.txt finds the same installed Chell through pkg-config too
+    shutil.copy(REPO / "examples" / "upper" / "CMakeLists.txt", src / "CMakeLists.txt")
+    res = run(["cmake", "-S", src, "-B", src / "build", "-G", "Ninja"], env=pc_env(prefix),
+              timeout=120)
+    assert res.returncode == 0, describe(res)
+    res = run(["cmake", "--build", src / "build"], env=pc_env(prefix), timeout=120)
+    assert res.returncode == 0 and (src / "build" / "upper.so").exists(), describe(res)
     return out
 
 
