@@ -171,6 +171,8 @@ static int dev_fast(const struct mount_table *t, dev_t dev)
 
 bool router_dev_fast(const char *abs, dev_t dev)
 {
+	if (!atomic_load_explicit(&mtab, memory_order_relaxed))
+		return true; /* no rule routes by mount type */
 	const struct chell_route *rule = chell_routes_match(&routes, abs);
 	if (!rule || !rule->by_mount)
 		return true; /* routed by prefix: any file system */
