@@ -36,7 +36,7 @@ void cmd_run_usage(FILE *f)
 	      "Setting options:\n",
 	      f);
 	cli_setting_options_usage(f);
-	fputs("\nHandlers (the registry, src/common/registry.def):\n", f);
+	fputs("\nHandlers (their settings: chell config --keys):\n", f);
 	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++)
 		fprintf(f, "  %-8s %s\n", h->name, h->summary);
 	fputs("A stack is one handler over the kernel (posix), or shadow:NAME: shadow checking\n"
