@@ -67,11 +67,31 @@ def test_cli_lists_every_handler_and_setting():
 # ------------------------------------------------------- external handlers
 
 
+def asan_runtime():
+    """The ASan runtime libchell.so needs, if it is the sanitized build
+    (scripts/test.sh runs the system tests against it), else None."""
+    res = subprocess.run(["ldd", str(LIBCHELL)], capture_output=True, text=True)
+    m = re.search(r"libasan\.so\S* => (\S+)", res.stdout)
+    return m.group(1) if m else None
+
+
+def with_asan(env):
+    """Programs started with a sanitized libchell.so need the ASan runtime
+    preloaded too, as scripts/test.sh's out/asan-shim/bin/chell does (its
+    ASAN_OPTIONS allow it after libchell.so)."""
+    lib = asan_runtime()
+    if lib:
+        env["LD_PRELOAD"] = ":".join(x for x in (env.get("LD_PRELOAD"), lib) if x)
+    return env
+
+
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory):
-    """Chell installed with `cmake --install` into a fresh prefix."""
+    """Chell installed with `cmake --install` into a fresh prefix (from the
+    build directory itself when CHELL_BUILD_DIR is test.sh's shim of it)."""
     p = tmp_path_factory.mktemp("prefix")
-    res = run(["cmake", "--install", BUILD, "--prefix", p], timeout=300)
+    build = (BUILD / "lib").resolve().parent
+    res = run(["cmake", "--install", build, "--prefix", p], timeout=300)
     assert res.returncode == 0, describe(res)
     assert (p / "include" / "chell" / "handler.h").exists()
     assert (p / "lib" / "pkgconfig" / "chell.pc").exists()
@@ -116,7 +136,8 @@ def test_example_handler_serves_a_program(prefix, upper, workdir):
     script = (f"echo hello > {d}/a; (echo forked >> {d}/a) & wait; "
               f"echo plain > {workdir}/b; exec sh -c 'echo exec >> {d}/a'")
     res = run([prefix / "bin" / "chell", "run", "--set", f"handlers.dir={upper}",
-               "--route", f"{d}=upper", "--set", "log.level=info", "--", "sh", "-c", script])
+               "--route", f"{d}=upper", "--set", "log.level=info", "--", "sh", "-c", script],
+              env=with_asan(dict(os.environ)))
     assert res.returncode == 0, describe(res)
     assert (d / "a").read_text() == "HELLO\nFORKED\nEXEC\n"
     assert (workdir / "b").read_text() == "plain\n"
@@ -162,7 +183,7 @@ def preload_env(**settings):
     env["LD_PRELOAD"] = str(LIBCHELL)
     for k, v in settings.items():
         env[k] = str(v)
-    return env
+    return with_asan(env)
 
 
 @pytest.mark.parametrize("name", sorted(BAD) + ["notelf"])
