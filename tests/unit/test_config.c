@@ -13,6 +13,7 @@
 
 /* Included, not linked, to test the static parsers (see CMakeLists.txt). */
 #include "common/config.c"
+#include "common/registry.h"
 
 /* ---- helpers ---- */
 
@@ -615,6 +616,67 @@ static void test_enum_exact(void **state)
 		assert_int_equal(chell_config_check("mode", good[i], NULL, err, sizeof err), 0);
 }
 
+/* ---- routing rules (registry.c) ---- */
+
+/* The rules of an environment, as "PREFIX=STACK/from[*]" words ('*': by
+ * mount type; "*" as PREFIX: the catch-all), or the error. */
+static const char *rules_of(char *e1, char *e2, char *e3)
+{
+	static char out[1024];
+	struct chell_config cfg = {0};
+	struct chell_routes rs;
+	char err[512];
+	out[0] = 0;
+	assert_int_equal(load_env(&cfg, err, sizeof err, e1, e2, e3, NULL), 0);
+	if (chell_routes_build(&cfg, &rs, err, sizeof err)) {
+		snprintf(out, sizeof out, "error: %s", err);
+	} else {
+		for (int i = 0; i < rs.n; i++) {
+			char st[80];
+			chell_stack_spec_format(&rs.r[i].stack, st, sizeof st);
+			snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s=%s/%s%s",
+				 i ? " " : "", rs.r[i].catch_all ? "*" : rs.r[i].prefix, st,
+				 rs.r[i].from, rs.r[i].by_mount ? "*" : "");
+		}
+		chell_routes_free(&rs);
+	}
+	chell_config_free(&cfg);
+	return out;
+}
+
+static void test_routes_build(void **state)
+{
+	(void)state;
+	/* longest prefix first whatever the order given; normalised; the
+	 * catch-all last; a prefix that is a string prefix of another is not
+	 * its parent (/a/bb vs /a/b) */
+	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct:/a/b//c/..=trace:/a/bb=cache",
+				     "CHELL_MODE=shadow:trace", "X=1"),
+			    "/a/bb=cache/route /a/b=trace/route /a=direct/route *=shadow:trace/mode");
+	/* the one-rule forms, as before: mode + paths; direct alone by mount
+	 * type; cache alone on its backing directories; plain shadow takes
+	 * shadow.under_test */
+	assert_string_equal(rules_of("CHELL_MODE=trace", "CHELL_PATHS=/x:/y/z", "X=1"),
+			    "/y/z=trace/paths /x=trace/paths");
+	assert_string_equal(rules_of("CHELL_MODE=direct", "X=1", "Y=1"), "*=direct/mode*");
+	assert_string_equal(rules_of("CHELL_MODE=cache", "CHELL_CACHE_BACKING=/bk", "X=1"),
+			    "/bk=cache/cache.backing");
+	assert_string_equal(rules_of("CHELL_MODE=shadow", "CHELL_SHADOW_UNDER_TEST=direct",
+				     "CHELL_PATHS=/s"),
+			    "/s=shadow:direct/paths");
+	assert_string_equal(rules_of("CHELL_MODE=shadow:posix", "CHELL_PATHS=/s", "X=1"),
+			    "/s=shadow/paths");
+	/* with routes, posix (the default) takes nothing; another mode the rest */
+	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct", "X=1", "Y=1"), "/a=direct/route");
+	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct", "CHELL_MODE=trace", "X=1"),
+			    "/a=direct/route *=trace/mode");
+	/* the same rule twice is one rule; two stacks for one prefix an error */
+	assert_string_equal(rules_of("CHELL_ROUTE=/a/=direct:/a=direct", "X=1", "Y=1"),
+			    "/a=direct/route");
+	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct", "CHELL_MODE=trace", "CHELL_PATHS=/a"),
+			    "error: setting paths: /a is routed to both direct (route) and trace");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -635,6 +697,7 @@ int main(void)
 		cmocka_unit_test(test_error_env_value),
 		cmocka_unit_test(test_error_missing_file),
 		cmocka_unit_test(test_first_error_wins),
+		cmocka_unit_test(test_routes_build),
 		cmocka_unit_test(test_check_origins),
 		cmocka_unit_test(test_size_suffixes),
 		cmocka_unit_test(test_bools),
