@@ -312,27 +312,29 @@ static void test_error_unknown_key(void **state)
 static void test_error_bad_enum(void **state)
 {
 	(void)state;
-	/* A name that is not built in must be an external handler in handlers.dir:
-	 * the message names the setting, the built-in handlers and the search. */
-	const char *err = FILE_ERROR("enum.conf", "mode = fast\n");
-	assert_contains(err, ":1: bad value 'fast' for setting mode: 'fast' is not a built-in "
-			     "handler (posix, trace, shadow, direct, cache), and handlers.dir is empty");
-	err = FILE_ERROR("enum1.conf", "mode = POSIX\n");
-	assert_contains(err, ":1: bad value 'POSIX' for setting mode: 'POSIX' is not a handler name");
-	err = FILE_ERROR("enum3.conf", "mode = shadow:shadow\n");
-	assert_contains(err, ":1: bad value 'shadow:shadow' for setting mode: shadow cannot check "
-			     "'shadow': it checks one of posix, trace, direct, cache");
-	err = FILE_ERROR("enum4.conf", "route = /a=direct\nroute = /b=trace:posix\n");
-	assert_contains(err, ":2: bad value for setting route: 'trace:posix': only shadow takes a "
-			     "handler under test");
-	err = FILE_ERROR("enum5.conf", "route = /a=direct\nroute = b=cache\n");
-	assert_contains(err, ":2: bad value for setting route: 'b=cache' is not PREFIX=STACK");
-	err = FILE_ERROR("enum6.conf", "handlers.dir = /nonexistent\nroute = /a=upper\n");
-	assert_contains(err, ":2: bad value 'upper' for setting route: 'upper' is not a built-in "
-			     "handler (posix, trace, shadow, direct, cache), and no directory of "
-			     "handlers.dir (/nonexistent) has upper.so");
-	err = FILE_ERROR("enum2.conf", "[shadow]\nunder_test = shadow\n");
-	assert_contains(err, ":2: bad value 'shadow' for setting shadow.under_test");
+	/* A name that is not built in must be an external handler in
+	 * handlers.dir: the message names the setting, the built-in handlers
+	 * and the search. */
+	static const char *const cases[][2] = {
+		{"mode = fast\n",
+		 ":1: bad value 'fast' for setting mode: 'fast' is not a built-in handler (posix, "
+		 "trace, shadow, direct, cache), and handlers.dir is empty"},
+		{"mode = POSIX\n", ":1: bad value 'POSIX' for setting mode: 'POSIX' is not a handler name"},
+		{"mode = shadow:shadow\n",
+		 ":1: bad value 'shadow:shadow' for setting mode: shadow cannot check 'shadow': it "
+		 "checks one of posix, trace, direct, cache"},
+		{"route = /a=direct\nroute = /b=trace:posix\n",
+		 ":2: bad value for setting route: 'trace:posix': only shadow takes a handler under test"},
+		{"route = /a=direct\nroute = b=cache\n",
+		 ":2: bad value for setting route: 'b=cache' is not PREFIX=STACK"},
+		{"handlers.dir = /nonexistent\nroute = /a=upper\n",
+		 ":2: bad value 'upper' for setting route: 'upper' is not a built-in handler (posix, "
+		 "trace, shadow, direct, cache), and no directory of handlers.dir (/nonexistent) has "
+		 "upper.so"},
+		{"[shadow]\nunder_test = shadow\n", ":2: bad value 'shadow' for setting shadow.under_test"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		assert_contains(file_error("enum.conf", cases[i][0], strlen(cases[i][0])), cases[i][1]);
 }
 
 static void test_error_no_equals_and_sections(void **state)
@@ -647,34 +649,37 @@ static const char *rules_of(char *e1, char *e2, char *e3)
 static void test_routes_build(void **state)
 {
 	(void)state;
-	/* longest prefix first whatever the order given; normalised; the
-	 * catch-all last; a prefix that is a string prefix of another is not
-	 * its parent (/a/bb vs /a/b) */
-	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct:/a/b//c/..=trace:/a/bb=cache",
-				     "CHELL_MODE=shadow:trace", "X=1"),
-			    "/a/bb=cache/route /a/b=trace/route /a=direct/route *=shadow:trace/mode");
-	/* the one-rule forms, as before: mode + paths; direct alone by mount
-	 * type; cache alone on its backing directories; plain shadow takes
-	 * shadow.under_test */
-	assert_string_equal(rules_of("CHELL_MODE=trace", "CHELL_PATHS=/x:/y/z", "X=1"),
-			    "/y/z=trace/paths /x=trace/paths");
-	assert_string_equal(rules_of("CHELL_MODE=direct", "X=1", "Y=1"), "*=direct/mode*");
-	assert_string_equal(rules_of("CHELL_MODE=cache", "CHELL_CACHE_BACKING=/bk", "X=1"),
-			    "/bk=cache/cache.backing");
-	assert_string_equal(rules_of("CHELL_MODE=shadow", "CHELL_SHADOW_UNDER_TEST=direct",
-				     "CHELL_PATHS=/s"),
-			    "/s=shadow:direct/paths");
-	assert_string_equal(rules_of("CHELL_MODE=shadow:posix", "CHELL_PATHS=/s", "X=1"),
-			    "/s=shadow/paths");
-	/* with routes, posix (the default) takes nothing; another mode the rest */
-	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct", "X=1", "Y=1"), "/a=direct/route");
-	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct", "CHELL_MODE=trace", "X=1"),
-			    "/a=direct/route *=trace/mode");
-	/* the same rule twice is one rule; two stacks for one prefix an error */
-	assert_string_equal(rules_of("CHELL_ROUTE=/a/=direct:/a=direct", "X=1", "Y=1"),
-			    "/a=direct/route");
-	assert_string_equal(rules_of("CHELL_ROUTE=/a=direct", "CHELL_MODE=trace", "CHELL_PATHS=/a"),
-			    "error: setting paths: /a is routed to both direct (route) and trace");
+	static const struct {
+		char *env[3];
+		const char *rules;
+	} cases[] = {
+		/* longest prefix first whatever the order given; normalised; the
+		 * catch-all last; /a/bb is not under /a/b */
+		{{"CHELL_ROUTE=/a=direct:/a/b//c/..=trace:/a/bb=cache", "CHELL_MODE=shadow:trace"},
+		 "/a/bb=cache/route /a/b=trace/route /a=direct/route *=shadow:trace/mode"},
+		/* the one-rule forms, as before: mode + paths; direct alone by
+		 * mount type; cache alone on its backing directories; plain
+		 * shadow takes shadow.under_test, and shadow:posix is shadow */
+		{{"CHELL_MODE=trace", "CHELL_PATHS=/x:/y/z"}, "/y/z=trace/paths /x=trace/paths"},
+		{{"CHELL_MODE=direct"}, "*=direct/mode*"},
+		{{"CHELL_MODE=cache", "CHELL_CACHE_BACKING=/bk"}, "/bk=cache/cache.backing"},
+		{{"CHELL_MODE=shadow", "CHELL_SHADOW_UNDER_TEST=direct", "CHELL_PATHS=/s"},
+		 "/s=shadow:direct/paths"},
+		{{"CHELL_MODE=shadow:posix", "CHELL_PATHS=/s"}, "/s=shadow/paths"},
+		/* with routes, posix (the default) takes nothing; another mode the rest */
+		{{"CHELL_ROUTE=/a=direct"}, "/a=direct/route"},
+		{{"CHELL_ROUTE=/a=direct", "CHELL_MODE=trace"}, "/a=direct/route *=trace/mode"},
+		/* the same rule twice is one rule; two stacks for one prefix an error */
+		{{"CHELL_ROUTE=/a/=direct:/a=direct"}, "/a=direct/route"},
+		{{"CHELL_ROUTE=/a=direct", "CHELL_MODE=trace", "CHELL_PATHS=/a"},
+		 "error: setting paths: /a is routed to both direct (route) and trace"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char *const *e = cases[i].env;
+		const char *got = rules_of(e[0] ? e[0] : "X=1", e[1] ? e[1] : "X=1", e[2] ? e[2] : "X=1");
+		if (strcmp(got, cases[i].rules))
+			fail_msg("case %zu: '%s', expected '%s'", i, got, cases[i].rules);
+	}
 }
 
 int main(void)
