@@ -61,7 +61,8 @@ static const char *type_name(enum chell_setting_type t)
 static const char *owner(const struct chell_setting_def *d)
 {
 	const char *dot = strchr(d->key, '.');
-	const struct chell_handler_desc *h = dot ? chell_handler_find(d->key, (size_t)(dot - d->key)) : NULL;
+	const struct chell_handler_desc *h =
+		dot ? chell_handler_find(d->key, (size_t)(dot - d->key)) : NULL;
 	return h ? h->name : NULL;
 }
 
@@ -105,10 +106,21 @@ static void print_markdown(void)
 {
 	printf("Handler ABI: %d (`CHELL_HANDLER_ABI`, include/chell/handler.h).\n\n",
 	       CHELL_HANDLER_ABI);
-	puts("| handler | shadow can check it | settings | what it does |");
-	puts("|---------|---------------------|----------|--------------|");
+	puts("| handler | shadow can check it | as `mode` without `paths` | settings | what it does |");
+	puts("|---------|---------------------|---------------------------|----------|--------------|");
 	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++) {
 		printf("| `%s` | %s | ", h->name, h->shadow_checkable ? "yes" : "no");
+		if (!*h->catch_all)
+			fputs("every regular file", stdout);
+		else if (!strcmp(h->catch_all, "fast"))
+			fputs("the files on tmpfs or DAX mounts", stdout);
+		else if (!strcmp(h->catch_all, "none"))
+			fputs("refused by `chell run`: give `paths` or a `route`", stdout);
+		else
+			printf("the `%s` directories, else every regular file", h->catch_all);
+		if (h->own_dir)
+			printf("; never `%s`", h->own_dir);
+		fputs(" | ", stdout);
 		int n = 0;
 		for (const struct chell_setting_def *d = chell_setting_defs; d->key; d++)
 			if (owner(d) == h->name)
@@ -232,6 +244,20 @@ static void rule_text(const struct chell_route *r, char *buf, size_t len)
 		snprintf(buf, len, "%s -> %s (%s)", r->prefix, st, r->from);
 }
 
+struct own_dir_check {
+	const struct chell_config *cfg;
+	const char *abs;
+	const char *key; /* the setting whose directory holds abs */
+};
+
+static void own_dir_has(const char *key, void *arg)
+{
+	struct own_dir_check *oc = arg;
+	const char *dir = chell_config_str(oc->cfg, key);
+	if (!oc->key && *dir && chell_path_under(oc->abs, dir, strlen(dir)))
+		oc->key = key;
+}
+
 /* Never routed whatever the rules say: the kernel's pseudo file systems and
  * Chell's own directories (as src/nib/router.c). NULL if abs may be routed. */
 static const char *excluded_by(const struct chell_config *cfg, const struct chell_routes *rs,
@@ -239,13 +265,9 @@ static const char *excluded_by(const struct chell_config *cfg, const struct chel
 {
 	if (chell_path_under(abs, "/proc", 5) || chell_path_under(abs, "/sys", 4))
 		return "a kernel pseudo file system";
-	const char *sd = chell_config_str(cfg, "shadow.dir");
-	if (*sd && chell_path_under(abs, sd, strlen(sd)))
-		return "shadow.dir";
-	const char *pool = chell_config_str(cfg, "cache.pool");
-	if (chell_routes_use(rs, "cache") && chell_path_under(abs, pool, strlen(pool)))
-		return "cache.pool";
-	return NULL;
+	struct own_dir_check oc = {cfg, abs, NULL};
+	chell_routes_own_dirs(rs, own_dir_has, &oc);
+	return oc.key;
 }
 
 static int print_which(const struct chell_config *cfg, const struct chell_routes *rs, char **paths)

@@ -185,12 +185,13 @@ int cmd_run(int argc, char **argv)
 		cli_err("%s", err);
 		goto out;
 	}
-	for (int i = 0; i < routes.n; i++)
-		if (routes.r[i].catch_all && strcmp(routes.r[i].stack.top, "shadow") == 0) {
-			cli_err("mode shadow needs the files to check: give --path PREFIX (or set "
-				"paths), or --route PREFIX=shadow");
-			goto out;
-		}
+	const char *needs = chell_routes_needs_prefix(&routes);
+	if (needs) {
+		cli_err("mode %s needs the files to check: give --path PREFIX (or set paths), or "
+			"--route PREFIX=%s",
+			needs, needs);
+		goto out;
+	}
 	if (strcmp(cfg.origins[chell_setting_index("on_error")], "default") == 0 &&
 	    cli_env_set(&env, "CHELL_ON_ERROR", "abort"))
 		goto oom;

@@ -12,9 +12,10 @@
 #include "config.h"
 
 const struct chell_handler_desc chell_handler_descs[] = {
-#define CHELL_HANDLER(name, checkable, summary) {#name, summary, checkable},
+#define CHELL_HANDLER(name, checkable, catch_all, own_dir, summary) \
+	{#name, summary, checkable, catch_all, own_dir},
 #include "registry.def"
-	{NULL, NULL, false},
+	{NULL, NULL, false, NULL, NULL},
 };
 
 int chell_handler_count(void)
@@ -188,6 +189,15 @@ int chell_path_normalise(char *p)
 	return 0;
 }
 
+/* The registry's catch_all of a stack: its handler's, the checked one's
+ * for shadow:NAME; "" (every file) for an external handler. */
+static const char *catch_all_policy(const struct chell_stack_spec *sp)
+{
+	const char *name = sp->under[0] ? sp->under : sp->top;
+	const struct chell_handler_desc *d = chell_handler_find(name, strlen(name));
+	return d ? d->catch_all : "";
+}
+
 struct build {
 	const struct chell_config *cfg;
 	struct chell_routes *rs;
@@ -235,7 +245,7 @@ static int add_rule(struct build *b, const char *prefix, size_t plen,
 	r->len = len;
 	r->stack = *sp;
 	r->catch_all = catch_all;
-	r->by_mount = catch_all && strcmp(sp->top, "direct") == 0;
+	r->by_mount = catch_all && strcmp(catch_all_policy(sp), "fast") == 0;
 	r->from = b->from;
 	return 0;
 oom:
@@ -333,10 +343,12 @@ int chell_routes_build(const struct chell_config *cfg, struct chell_routes *out,
 	if (np < 0)
 		goto fail;
 	if (np == 0 && !(out->any_explicit && strcmp(mode.top, "posix") == 0)) {
-		/* A catch-all cache stack serves the backing directories when they are
-		 * configured (else the handler asks chelld for each file). */
-		bool cache = strcmp(mode.top, "cache") == 0 || strcmp(mode.under, "cache") == 0;
-		int nb = cache ? add_list_rules(&b, "cache.backing", &mode) : 0;
+		/* The catch-all: what the registry says the handler serves then
+		 * (cache: the backing directories when they are configured, else
+		 * every file, the handler asking chelld for each). */
+		const char *policy = catch_all_policy(&mode);
+		bool dirs = *policy && strcmp(policy, "fast") && strcmp(policy, "none");
+		int nb = dirs ? add_list_rules(&b, policy, &mode) : 0;
 		if (nb < 0)
 			goto fail;
 		b.from = "mode";
@@ -373,4 +385,24 @@ bool chell_routes_use(const struct chell_routes *rs, const char *name)
 		if (strcmp(rs->r[i].stack.top, name) == 0 || strcmp(rs->r[i].stack.under, name) == 0)
 			return true;
 	return false;
+}
+
+void chell_routes_own_dirs(const struct chell_routes *rs, void (*fn)(const char *key, void *arg),
+			   void *arg)
+{
+	fn("shadow.dir", arg);
+	for (const struct chell_handler_desc *d = chell_handler_descs; d->name; d++)
+		if (d->own_dir && strcmp(d->own_dir, "shadow.dir") && chell_routes_use(rs, d->name))
+			fn(d->own_dir, arg);
+}
+
+const char *chell_routes_needs_prefix(const struct chell_routes *rs)
+{
+	for (int i = 0; i < rs->n; i++) {
+		const struct chell_handler_desc *d =
+			chell_handler_find(rs->r[i].stack.top, strlen(rs->r[i].stack.top));
+		if (rs->r[i].catch_all && d && strcmp(d->catch_all, "none") == 0)
+			return d->name;
+	}
+	return NULL;
 }

@@ -20,6 +20,8 @@ struct chell_handler_desc {
 	const char *name;      /* "direct": the stack name and the settings' key prefix */
 	const char *summary;   /* one line for `chell run --help` and the docs */
 	bool shadow_checkable; /* shadow.under_test / shadow:NAME may name it */
+	const char *catch_all; /* what its catch-all rule serves (registry.def) */
+	const char *own_dir;   /* setting of its own directory, never routed, or NULL */
 };
 /* Every built-in handler, in registry order; ends with name == NULL. */
 extern const struct chell_handler_desc chell_handler_descs[];
@@ -87,6 +89,12 @@ void chell_routes_free(struct chell_routes *rs);
 const struct chell_route *chell_routes_match(const struct chell_routes *rs, const char *abs);
 /* Does any rule's stack use handler `name` (at the top or under test)? */
 bool chell_routes_use(const struct chell_routes *rs, const char *name);
+/* The own_dir settings of the built-in handlers the rules use, plus
+ * shadow.dir always (never routed, as it always was): calls fn(key, arg). */
+void chell_routes_own_dirs(const struct chell_routes *rs, void (*fn)(const char *key, void *arg),
+			   void *arg);
+/* A catch-all stack that would serve nothing (catch_all "none"): its name. */
+const char *chell_routes_needs_prefix(const struct chell_routes *rs);
 /* Lexical normalisation of an absolute path in place (0, or -1 if relative). */
 int chell_path_normalise(char *p);
 /* Is abs at or under prefix (of length len)? */

@@ -6,12 +6,12 @@
  */
 #include "chell/handler.h"
 
-#define CHELL_HANDLER(name, checkable, summary) \
+#define CHELL_HANDLER(name, checkable, catch_all, own_dir, summary) \
 	extern const struct chell_handler chell_##name##_handler;
 #include "common/registry.def"
 
 __attribute__((visibility("hidden"))) const struct chell_handler *const chell_builtin_handlers[] = {
-#define CHELL_HANDLER(name, checkable, summary) &chell_##name##_handler,
+#define CHELL_HANDLER(name, checkable, catch_all, own_dir, summary) &chell_##name##_handler,
 #include "common/registry.def"
 	NULL,
 };

@@ -209,6 +209,11 @@ static void add_excluded(const char *p)
 	}
 }
 
+static void exclude_setting(const char *key, void *arg)
+{
+	add_excluded(chell_setting(key));
+}
+
 int router_init(char *err, size_t errlen)
 {
 	if (chell_routes_build(&chell_cfg, &routes, err, errlen) < 0)
@@ -236,10 +241,8 @@ int router_init(char *err, size_t errlen)
 		if (!chell_mode_stack)
 			return -1;
 	}
-	add_excluded(chell_setting("shadow.dir"));
-	/* The pool (chunk files, socket) is the manager's, never an application file. */
-	if (chell_routes_use(&routes, "cache"))
-		add_excluded(chell_setting("cache.pool"));
+	/* Chell's own directories (shadow copies, the cache pool): never routed. */
+	chell_routes_own_dirs(&routes, exclude_setting, NULL);
 	if (by_mount)
 		atomic_store(&mtab, load_mounts());
 	return 0;

@@ -666,6 +666,9 @@ static void test_routes_build(void **state)
 		{{"CHELL_MODE=shadow", "CHELL_SHADOW_UNDER_TEST=direct", "CHELL_PATHS=/s"},
 		 "/s=shadow:direct/paths"},
 		{{"CHELL_MODE=shadow:posix", "CHELL_PATHS=/s"}, "/s=shadow/paths"},
+		/* a shadow:NAME catch-all serves what NAME's would (registry.def) */
+		{{"CHELL_MODE=shadow:cache", "CHELL_CACHE_BACKING=/bk"}, "/bk=shadow:cache/cache.backing"},
+		{{"CHELL_MODE=shadow:direct"}, "*=shadow:direct/mode*"},
 		/* with routes, posix (the default) takes nothing; another mode the rest */
 		{{"CHELL_ROUTE=/a=direct"}, "/a=direct/route"},
 		{{"CHELL_ROUTE=/a=direct", "CHELL_MODE=trace"}, "/a=direct/route *=trace/mode"},
