@@ -101,6 +101,10 @@ struct cli_settings {
 	int count;
 };
 int cli_settings_init(struct cli_settings *s);
+/* In a message of the configuration loader, a setting the command line set
+ * is named by its option ("(option --mode)"), not by the variable the CLI
+ * exported for it ("(CHELL_MODE)"). */
+void cli_settings_name_options(const struct cli_settings *s, char *msg, size_t len);
 /* Handle option `code` if it is a setting option: 1 handled, 0 not ours, -1 error (reported). */
 int cli_settings_option(struct cli_settings *s, int code, const char *arg);
 /* Export the command-line settings into env (CHELL_CONFIG and each key's variable). */

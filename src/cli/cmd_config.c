@@ -426,6 +426,7 @@ int cmd_config(int argc, char **argv)
 	}
 	char err[1024];
 	if (chell_config_load(&cfg, env.v, err, sizeof err)) {
+		cli_settings_name_options(&s, err, sizeof err);
 		cli_err("%s", err);
 		goto out;
 	}

@@ -177,6 +177,7 @@ int cmd_run(int argc, char **argv)
 		goto oom;
 	/* Check exactly what the library will load from the environment it gets. */
 	if (chell_config_load(&cfg, env.v, err, sizeof err)) {
+		cli_settings_name_options(&s, err, sizeof err);
 		cli_err("%s", err);
 		goto out;
 	}

@@ -243,3 +243,22 @@ int cli_settings_export(const struct cli_settings *s, struct cli_env *env)
 			return -1;
 	return 0;
 }
+
+void cli_settings_name_options(const struct cli_settings *s, char *msg, size_t len)
+{
+	for (int i = 0; i < s->count; i++) {
+		if (!s->values[i] || !s->flags[i])
+			continue;
+		/* "(CHELL_MODE)" -> "(option --mode)": the variable is ours, not the user's */
+		char var[80];
+		snprintf(var, sizeof var, "(%s)", chell_setting_defs[i].env);
+		char *at = strstr(msg, var);
+		size_t vl = strlen(var), fl = strlen(s->flags[i]) + 2;
+		if (!at || strlen(msg) - vl + fl >= len)
+			continue;
+		memmove(at + fl, at + vl, strlen(at + vl) + 1);
+		at[0] = '(';
+		memcpy(at + 1, s->flags[i], fl - 2);
+		at[fl - 1] = ')';
+	}
+}

@@ -217,7 +217,7 @@ def test_missing_handler(workdir, tmp_path):
     res = run([CHELL, "run", "--set", f"handlers.dir={tmp_path}", "--mode", "nothere",
                "--", "true"])
     assert res.returncode == 2, describe(res)
-    msg = (f"bad value 'nothere' for setting mode (CHELL_MODE): 'nothere' is not a built-in "
+    msg = (f"bad value 'nothere' for setting mode (option --mode): 'nothere' is not a built-in "
            f"handler (posix, trace, shadow, direct, cache), and no directory of handlers.dir "
            f"({tmp_path}) has nothere.so")
     assert msg in res.stderr.decode(), describe(res)
