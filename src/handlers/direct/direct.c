@@ -55,34 +55,18 @@ static inline void isize_set(struct direct_inode *in, uint64_t v)
 	atomic_store_explicit((_Atomic uint64_t *)&in->size, v, memory_order_release);
 }
 
-static uint64_t parse_size(const char *s, uint64_t def)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s)
-		return def;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; break;
-	case 'm': case 'M': v <<= 20; break;
-	case 'g': case 'G': v <<= 30; break;
-	default: break;
-	}
-	return v;
-}
-
 static int direct_proc_init(void)
 {
-	uint64_t chunk = parse_size(chell_setting("direct.chunk_size"), 2u << 20);
+	uint64_t chunk = chell_setting_size("direct.chunk_size");
 	if (chunk < 4096 || (chunk & (chunk - 1)) || chunk > (1ull << 30)) {
 		chell_log("direct.chunk_size must be a power of two between 4K and 1G");
 		return -1;
 	}
 	direct_chunk_shift = (unsigned)__builtin_ctzll(chunk);
-	const char *pop = chell_setting("direct.populate");
-	direct_populate = !(pop[0] == '0' || pop[0] == 'f' || pop[0] == 'n' || !strcmp(pop, "off"));
+	direct_populate = chell_setting_bool("direct.populate");
 	const char *ms = chell_setting("direct.map_sync");
 	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;
-	direct_nt_threshold = parse_size(chell_setting("direct.nt_threshold"), 256 * 1024);
+	direct_nt_threshold = chell_setting_size("direct.nt_threshold");
 	return direct_copy_init();
 }
 
@@ -733,7 +717,7 @@ static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 
 const struct chell_handler chell_direct_handler = {
 	.name = "direct",
-	.summary = "files on tmpfs/DAX mapped in chunks; read/write are memcpy",
+	CHELL_HANDLER_PRIV(struct direct_ofd), /* summary: src/common/registry.def */
 	.proc_init = direct_proc_init,
 	.proc_event = direct_proc_event,
 	.open = direct_open,
