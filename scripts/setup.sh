@@ -17,13 +17,14 @@ elif [[ $# -gt 0 ]]; then
 fi
 
 # Build: cmake, ninja, gcc (the default compiler; its libasan/libubsan serve
-# the sanitizer build), clang (second compiler), pkg-config (checks chell.pc).
+# the sanitizer build), clang (second compiler), pkg-config (checks chell.pc),
+# make (builds examples/upper against an installed Chell, test_registry.py).
 # Tests: libcmocka-dev (C unit tests); the programs the system tests run
 # (coreutils, tar, gzip, sqlite3); fio for the storage benchmarks.
 # Benchmark: valgrind (callgrind instruction counts in scripts/bench_overhead.py;
 # without it the script skips that column) and git (records the commit).
 APT_PACKAGES=(
-	cmake ninja-build gcc clang pkg-config libcmocka-dev
+	cmake ninja-build gcc clang pkg-config make libcmocka-dev
 	coreutils tar gzip sqlite3 fio valgrind git
 	libsqlite3-dev libdb-dev libpmemobj-dev libclang-rt-14-dev python3
 )

@@ -37,6 +37,12 @@ extern "C" {
 
 #define CHELL_MAX_LAYERS 4   /* deepest handler stack */
 #define CHELL_PRIV_BYTES 96  /* per-layer state shared by every process */
+/*
+ * Version of this interface (struct chell_handler, chell_ctx, the chell_down_*
+ * calls). A handler records the version it was built against in .abi
+ * (CHELL_HANDLER_PRIV does it); libchell.so refuses a handler of another one.
+ */
+#define CHELL_HANDLER_ABI 2 /* 2: the zero-copy methods (get_read_buf, ...) */
 
 /*
  * One open file description (OFD) as the kernel defines it: created by open(),
@@ -153,6 +159,7 @@ typedef struct chell_ctx {
 	int layer;             /* index of the handler receiving this call */
 	enum chell_op op;      /* the application call */
 	const char *path;      /* open and path operations: absolute, normalised path */
+	const struct chell_stack *stack; /* path operations (f == NULL): the routed stack */
 } chell_ctx;
 
 /*
@@ -166,8 +173,12 @@ typedef struct chell_ctx {
  * iovecs point to are not checked: that is the copy's job.
  */
 struct chell_handler {
+	/* These four come first and stay first in every version of the ABI,
+	 * so libchell.so can read them from a handler of any version. */
 	const char *name;
 	const char *summary;
+	unsigned int abi;        /* CHELL_HANDLER_ABI it was built against */
+	unsigned int priv_size;  /* bytes of ofd->priv[layer] it uses, <= CHELL_PRIV_BYTES */
 
 	/* Once per process image, after configuration is loaded. <0 disables the mode. */
 	int (*proc_init)(void);
@@ -238,11 +249,36 @@ struct chell_handler {
 	int (*stat)(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags);
 };
 
+/*
+ * Fills .abi and .priv_size of a handler definition and checks at build time
+ * that its per-OFD state fits:
+ *   const struct chell_handler chell_x_handler = {
+ *       .name = "x", CHELL_HANDLER_PRIV(struct x_ofd), .read = x_read, ... };
+ */
+#define CHELL_HANDLER_PRIV(type)                                                       \
+	.abi = CHELL_HANDLER_ABI,                                                      \
+	.priv_size = sizeof(type) + 0 * sizeof(struct {                                \
+		_Static_assert(sizeof(type) <= CHELL_PRIV_BYTES,                      \
+			       #type " does not fit in CHELL_PRIV_BYTES");             \
+		int ok_;                                                              \
+	})
+/* A handler that keeps no per-OFD state. */
+#define CHELL_HANDLER_NO_PRIV .abi = CHELL_HANDLER_ABI, .priv_size = 0
+
+/*
+ * An external handler (a shared object named NAME.so in a directory of the
+ * setting handlers.dir, used by naming NAME as a stack) exports its
+ * definition under this name; libchell.so checks .abi, .priv_size and .name.
+ */
+#define CHELL_HANDLER_ENTRY chell_handler_entry
+
 /* A handler stack: handlers[0] receives calls first. */
 struct chell_stack {
-	const char *mode;        /* configuration name, e.g. "trace" */
+	const char *mode;        /* configuration name, e.g. "trace", "shadow:direct" */
 	int depth;
 	const struct chell_handler *handlers[CHELL_MAX_LAYERS];
+	uint32_t id;             /* stored in ofd->stack_id */
+	unsigned char routes_stat, routes_truncate; /* a layer above posix implements it */
 };
 
 /* The handler at the layer of `c`. */
@@ -408,8 +444,20 @@ long chell_user_strnlen(const char *s, size_t max);
  * extend files themselves and must fail with EFBIG where the kernel would. */
 int64_t chell_maxbytes(int fd, dev_t dev);
 
-/* Configuration lookup by key (the keys: docs/CONFIGURATION.md, `chell config --keys`). */
+/*
+ * Configuration lookup by key (`chell config --keys` lists them). Values were
+ * validated against the setting's declared type when the configuration was
+ * loaded, so the typed getters never fail on a value: they return 0 (and
+ * log) only if the key is unknown or not of their type, a bug in the caller.
+ *   chell_setting       the text ("" if unset)
+ *   chell_setting_bool  BOOL settings: 1 or 0
+ *   chell_setting_uint  UINT settings
+ *   chell_setting_size  SIZE settings, in bytes (suffixes applied)
+ */
 const char *chell_setting(const char *key);
+int chell_setting_bool(const char *key);
+uint64_t chell_setting_uint(const char *key);
+uint64_t chell_setting_size(const char *key);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 
 #include "chelld/engine.h"
+#include "common/config.h" /* chell_parse_size: the one size parser */
 
 void chelld_log(const char *fmt, ...)
 {
@@ -99,33 +100,6 @@ static int fail(int code, const char *fmt, ...)
 	fputc('\n', stderr);
 	va_end(ap);
 	return code;
-}
-
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	if (!*s || *s == '-')
-		return -1;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	unsigned shift = 0;
-	if (*end) {
-		switch (*end) {
-		case 'k': case 'K': shift = 10; break;
-		case 'm': case 'M': shift = 20; break;
-		case 'g': case 'G': shift = 30; break;
-		case 't': case 'T': shift = 40; break;
-		default: return -1;
-		}
-		if (end[1] && !(end[1] == 'B' && !end[2]) && !(end[1] == 'i' && end[2] == 'B' && !end[3]))
-			return -1;
-	}
-	if (v > (UINT64_MAX >> shift))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
 }
 
 static char *join(const char *dir, const char *name)
@@ -289,7 +263,7 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 	/* Every extending write reserves its space (docs/CACHE.md, "Appends"). */
 	cfg->append_threshold = 0;
 	cfg->readahead = 64 << 10;
-	if (o->readahead && (parse_size(o->readahead, &cfg->readahead) < 0 ||
+	if (o->readahead && (chell_parse_size(o->readahead, &cfg->readahead) < 0 ||
 			     cfg->readahead > CACHE_CHUNK_BYTES))
 		return fail(CHELLD_EXIT_USAGE, "invalid --readahead '%s' (a size up to 2M)",
 			    o->readahead);
@@ -323,7 +297,7 @@ static int configure(struct chelld_config *cfg, const char *pool, const char *si
 		fputs("Try 'chelld --help'.\n", stderr);
 		return CHELLD_EXIT_USAGE;
 	}
-	if (parse_size(size, &cfg->size) < 0)
+	if (chell_parse_size(size, &cfg->size) < 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --size '%s' (a number with K, M, G or T)",
 			    size);
 	if (cfg->size < CHELLD_CHUNK_SIZE)

@@ -74,6 +74,9 @@ enum {
 	OPT_JSON,
 	OPT_KEYS,
 	OPT_DRY_RUN,
+	OPT_ROUTE,
+	OPT_MARKDOWN,
+	OPT_WHICH,
 };
 #define CLI_SETTING_LONGOPTS                                                \
 	{"mode", required_argument, NULL, OPT_MODE},                        \
@@ -82,9 +85,14 @@ enum {
 	{"trace-file", required_argument, NULL, OPT_TRACE_FILE},            \
 	{"shadow-dir", required_argument, NULL, OPT_SHADOW_DIR},            \
 	{"shadow-under-test", required_argument, NULL, OPT_SHADOW_UNDER_TEST}, \
+	{"route", required_argument, NULL, OPT_ROUTE},                      \
 	{"set", required_argument, NULL, OPT_SET}
-/* Help text for the options above, shared by the usage messages. */
-extern const char cli_setting_options_help[];
+/* Help text for the options above, shared by the usage messages (the
+ * handler names come from the registry). */
+void cli_setting_options_usage(FILE *f);
+/* "posix, trace, shadow, direct or cache" (conj "or"/"and"); only the ones
+ * shadow can check if checkable. */
+void cli_handler_list(FILE *f, const char *conj, int checkable);
 
 struct cli_settings {
 	char *config_file; /* --config, NULL if not given */
@@ -93,6 +101,10 @@ struct cli_settings {
 	int count;
 };
 int cli_settings_init(struct cli_settings *s);
+/* In a message of the configuration loader, a setting the command line set
+ * is named by its option ("(option --mode)"), not by the variable the CLI
+ * exported for it ("(CHELL_MODE)"). */
+void cli_settings_name_options(const struct cli_settings *s, char *msg, size_t len);
 /* Handle option `code` if it is a setting option: 1 handled, 0 not ours, -1 error (reported). */
 int cli_settings_option(struct cli_settings *s, int code, const char *arg);
 /* Export the command-line settings into env (CHELL_CONFIG and each key's variable). */

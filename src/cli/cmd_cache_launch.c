@@ -19,6 +19,7 @@
 #include "cli.h"
 #include "cmd_cache_launch.h"
 #include "common/config.h"
+#include "common/registry.h"
 
 /* setting key -> chelld option, for the tunables. */
 static const struct {
@@ -68,6 +69,32 @@ const char *mgr_tunable_option(const char *key)
 	return NULL;
 }
 
+/* The prefixes of the routing rules whose stack uses the cache handler, as
+ * chell_config_paths returns a list (the rules were checked by the caller;
+ * none if they do not build). */
+static int cache_rule_prefixes(const struct chell_config *cfg, char ***out)
+{
+	struct chell_routes rs;
+	char err[256];
+	if (chell_routes_build(cfg, &rs, err, sizeof err))
+		rs.n = 0;
+	int n = 0;
+	*out = calloc((size_t)rs.n + 1, sizeof(char *));
+	for (int i = 0; *out && i < rs.n; i++) {
+		const struct chell_route *r = &rs.r[i];
+		if (r->catch_all || (strcmp(r->stack.top, "cache") && strcmp(r->stack.under, "cache")))
+			continue;
+		if (!((*out)[n++] = strdup(r->prefix))) {
+			while (n > 0)
+				free((*out)[--n]);
+			free(*out);
+			*out = NULL;
+		}
+	}
+	chell_routes_free(&rs);
+	return *out ? n : -1;
+}
+
 int mgr_launch_argv(const struct mgr_launch *o, const struct chell_config *cfg,
 		    struct mgr_argv *out)
 {
@@ -81,8 +108,15 @@ int mgr_launch_argv(const struct mgr_launch *o, const struct chell_config *cfg,
 		for (int i = 0; i < o->nbackings && !fail; i++)
 			fail = push2(out, "--backing", o->backings[i]);
 	} else {
-		/* cache.backing, else the files Chell handles (paths). */
+		/* cache.backing, else the prefixes of the rules that route to a
+		 * cache stack (`paths` of mode cache, `route` PREFIX=cache), else
+		 * the files Chell handles (`paths`, for `chell cache start`). */
 		nb = chell_config_paths(cfg, "cache.backing", &from_cfg);
+		if (nb == 0) {
+			free(from_cfg);
+			from_cfg = NULL;
+			nb = cache_rule_prefixes(cfg, &from_cfg);
+		}
 		if (nb == 0) {
 			free(from_cfg);
 			from_cfg = NULL;

@@ -28,6 +28,7 @@
 
 #include "chell/pmem.h"
 #include "cli.h"
+#include "common/config.h" /* chell_parse_size: the one size parser */
 /* info decodes the layout with the persistence core's own validator: the
  * public header has no read-only layout query yet (asked for), and a second
  * decoder of the superblock here could drift from the real one. */
@@ -118,32 +119,6 @@ static void info_usage(FILE *f)
 	      f);
 }
 
-/* "123", "64K", "4M", "1G", "16KiB": bytes. -1 on a malformed value. */
-static int parse_size(const char *s, uint64_t *out)
-{
-	char *end;
-	errno = 0;
-	if (*s == '-' || *s == '\0')
-		return -1;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s)
-		return -1;
-	unsigned shift = 0;
-	switch (*end) {
-	case '\0': break;
-	case 'k': case 'K': shift = 10; end++; break;
-	case 'm': case 'M': shift = 20; end++; break;
-	case 'g': case 'G': shift = 30; end++; break;
-	default: return -1;
-	}
-	if (shift && (strcmp(end, "iB") == 0 || strcmp(end, "B") == 0))
-		end += strlen(end);
-	if (*end != '\0' || (shift && v > (UINT64_MAX >> shift)))
-		return -1;
-	*out = (uint64_t)v << shift;
-	return 0;
-}
-
 static int parse_u32(const char *s, uint32_t *out)
 {
 	char *end;
@@ -203,7 +178,7 @@ static int pool_create(int argc, char **argv)
 			}
 			break;
 		case OPT_SIZE:
-			if (parse_size(optarg, &lay.heap_size) < 0 || lay.heap_size == 0) {
+			if (chell_parse_size(optarg, &lay.heap_size) < 0 || lay.heap_size == 0) {
 				cli_err("pool create: --size needs a size such as 65536, 64K or 1M, not '%s'",
 					optarg);
 				return CLI_EXIT_USAGE;

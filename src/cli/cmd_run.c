@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "cmd_cache_embed.h"
 #include "common/config.h"
+#include "common/registry.h"
 
 extern char **environ;
 
@@ -34,17 +35,29 @@ void cmd_run_usage(FILE *f)
 	      "\n"
 	      "Setting options:\n",
 	      f);
-	fputs(cli_setting_options_help, f);
-	fputs("\n"
+	cli_setting_options_usage(f);
+	fputs("\nHandlers (their settings: chell config --keys):\n", f);
+	for (const struct chell_handler_desc *h = chell_handler_descs; h->name; h++)
+		fprintf(f, "  %-8s %s\n", h->name, h->summary);
+	fputs("A stack is one handler over the kernel (posix), or shadow:NAME: shadow checking\n"
+	      "NAME (",
+	      f);
+	cli_handler_list(f, " or ", 1);
+	fputs(") against a posix copy.\n"
+	      "Rules: --route PREFIX=STACK, repeatable; the longest prefix wins. --mode with\n"
+	      "--path adds one rule per path; --mode alone takes the files no rule takes\n"
+	      "(with routes: unless it is posix). 'chell config --which PATH' tells. Example:\n"
+	      "  chell run --route /mnt/pmem=direct --route /data=cache -- ./app\n"
+	      "\n"
 	      "The whole configuration (defaults, config file, environment, options) is\n"
 	      "checked before COMMAND starts. Unless on_error is set, the program runs with\n"
 	      "CHELL_ON_ERROR=abort, so a setting the library cannot honour stops it (exit 2)\n"
 	      "instead of silently running without Chell. libchell.so is $CHELL_LIB, else\n"
 	      "../lib/libchell.so next to chell, else the install libdir.\n"
 	      "\n"
-	      "Cache mode uses the chelld serving cache.pool; if none answers, one is\n"
+	      "A cache stack uses the chelld serving cache.pool; if none answers, one is\n"
 	      "started with the cache.* settings (backing directories: cache.backing, else\n"
-	      "paths) before COMMAND runs, and keeps running after it.\n",
+	      "the prefixes of the cache rules) before COMMAND runs, and keeps running after it.\n",
 	      f);
 }
 
@@ -129,6 +142,7 @@ int cmd_run(int argc, char **argv)
 	struct cli_settings s;
 	struct cli_env env = {0};
 	struct chell_config cfg = {0};
+	struct chell_routes routes = {0};
 	int dry = 0, stop_cache = 0, c, ret = CLI_EXIT_USAGE;
 	char err[PATH_MAX * 2 + 256];
 	if (cli_settings_init(&s)) {
@@ -163,12 +177,20 @@ int cmd_run(int argc, char **argv)
 		goto oom;
 	/* Check exactly what the library will load from the environment it gets. */
 	if (chell_config_load(&cfg, env.v, err, sizeof err)) {
+		cli_settings_name_options(&s, err, sizeof err);
 		cli_err("%s", err);
 		goto out;
 	}
-	if (strcmp(chell_config_str(&cfg, "mode"), "shadow") == 0 &&
-	    !*chell_config_str(&cfg, "paths")) {
-		cli_err("mode shadow needs the files to check: give --path PREFIX (or set paths)");
+	/* The rules, as the library will build them (external handlers found). */
+	if (chell_routes_build(&cfg, &routes, err, sizeof err)) {
+		cli_err("%s", err);
+		goto out;
+	}
+	const char *needs = chell_routes_needs_prefix(&routes);
+	if (needs) {
+		cli_err("mode %s needs the files to check: give --path PREFIX (or set paths), or "
+			"--route PREFIX=%s",
+			needs, needs);
 		goto out;
 	}
 	if (strcmp(cfg.origins[chell_setting_index("on_error")], "default") == 0 &&
@@ -192,7 +214,7 @@ int cmd_run(int argc, char **argv)
 		ret = 0;
 		goto out;
 	}
-	if (strcmp(chell_config_str(&cfg, "mode"), "cache") == 0) {
+	if (chell_routes_use(&routes, "cache")) {
 		char pool[PATH_MAX];
 		bool started;
 		int r = mgr_ensure_running(&cfg, &started, pool, sizeof pool);
@@ -223,6 +245,7 @@ int cmd_run(int argc, char **argv)
 oom:
 	cli_err("out of memory");
 out:
+	chell_routes_free(&routes);
 	chell_config_free(&cfg);
 	cli_env_free(&env);
 	cli_settings_free(&s);

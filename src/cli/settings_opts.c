@@ -12,17 +12,42 @@
 
 #include "cli.h"
 #include "common/config.h"
+#include "common/registry.h"
 
-const char cli_setting_options_help[] =
-	"      --mode MODE          posix, trace or shadow (CHELL_MODE)\n"
-	"      --path PREFIX        handle only files under PREFIX; repeatable (CHELL_PATHS)\n"
-	"      --config FILE        read settings from FILE (CHELL_CONFIG)\n"
-	"      --trace-file FILE    trace log, '%p' = pid; default stderr (CHELL_TRACE_FILE)\n"
-	"      --shadow-dir DIR     where shadow copies and reports go (CHELL_SHADOW_DIR)\n"
-	"      --shadow-under-test STACK\n"
-	"                           posix or trace: what shadow mode checks (CHELL_SHADOW_UNDER_TEST)\n"
-	"      --set KEY=VALUE      any setting by key; repeatable (see 'chell config --keys')\n"
-	"  Relative paths given here are made absolute against the current directory.\n";
+void cli_handler_list(FILE *f, const char *conj, int checkable)
+{
+	int n = 0, k = 0;
+	for (const struct chell_handler_desc *d = chell_handler_descs; d->name; d++)
+		n += !checkable || d->shadow_checkable;
+	for (const struct chell_handler_desc *d = chell_handler_descs; d->name; d++) {
+		if (checkable && !d->shadow_checkable)
+			continue;
+		fprintf(f, "%s%s", k == 0 ? "" : k == n - 1 ? conj : ", ", d->name);
+		k++;
+	}
+}
+
+void cli_setting_options_usage(FILE *f)
+{
+	fputs("      --mode STACK         ", f);
+	cli_handler_list(f, ", ", 0);
+	fputs(", shadow:NAME,\n"
+	      "                           or an external handler from handlers.dir (CHELL_MODE)\n"
+	      "      --path PREFIX        handle only files under PREFIX; repeatable (CHELL_PATHS)\n"
+	      "      --route PREFIX=STACK files under PREFIX use STACK (as for --mode); repeatable,\n"
+	      "                           the longest prefix wins (CHELL_ROUTE)\n"
+	      "      --config FILE        read settings from FILE (CHELL_CONFIG)\n"
+	      "      --trace-file FILE    trace log, '%p' = pid; default stderr (CHELL_TRACE_FILE)\n"
+	      "      --shadow-dir DIR     where shadow copies and reports go (CHELL_SHADOW_DIR)\n"
+	      "      --shadow-under-test NAME\n"
+	      "                           what a plain shadow stack checks: ",
+	      f);
+	cli_handler_list(f, " or ", 1);
+	fputs("\n                           (CHELL_SHADOW_UNDER_TEST)\n"
+	      "      --set KEY=VALUE      any setting by key; repeatable (see 'chell config --keys')\n"
+	      "  Relative paths given here are made absolute against the current directory.\n",
+	      f);
+}
 
 int cli_settings_init(struct cli_settings *s)
 {
@@ -49,11 +74,24 @@ void cli_settings_free(struct cli_settings *s)
 	s->config_file = NULL;
 }
 
-/* PATH and PATHLIST values from the command line become absolute (see help). */
+/* PATH and PATHLIST values (and route prefixes) from the command line
+ * become absolute (see help). */
 static char *absolutize(enum chell_setting_type t, const char *v)
 {
 	if (t == CHELL_T_PATH)
 		return cli_abspath(v);
+	if (t == CHELL_T_ROUTES && v[0] && v[0] != '/' && strchr(v, '=')) {
+		/* one relative PREFIX=STACK, as --route gives it */
+		const char *eq = strchr(v, '=');
+		char *one = strndup(v, (size_t)(eq - v));
+		char *abs = one ? cli_abspath(one) : NULL;
+		free(one);
+		char *out = NULL;
+		if (abs && asprintf(&out, "%s%s", abs, eq) < 0)
+			out = NULL;
+		free(abs);
+		return out;
+	}
 	if (t != CHELL_T_PATHLIST)
 		return strdup(v);
 	size_t cap = strlen(v) + 1, len = 0;
@@ -116,8 +154,10 @@ static int set_one(struct cli_settings *s, const char *key, const char *value, c
 		free(v);
 		return -1;
 	}
-	/* Repeated --path (or --set paths=...) append, as repeated lines in a file do. */
-	if (d->type == CHELL_T_PATHLIST && s->values[i] && *s->values[i] && *v) {
+	/* Repeated --path, --route (or --set paths=...) append, as repeated
+	 * lines in a file do. */
+	if ((d->type == CHELL_T_PATHLIST || d->type == CHELL_T_ROUTES) && s->values[i] &&
+	    *s->values[i] && *v) {
 		size_t n = strlen(s->values[i]) + 1 + strlen(v) + 1;
 		char *joined = malloc(n);
 		if (!joined) {
@@ -151,6 +191,12 @@ int cli_settings_option(struct cli_settings *s, int code, const char *arg)
 			return -1;
 		}
 		return set_one(s, "paths", arg, "--path") ? -1 : 1;
+	case OPT_ROUTE:
+		if (!strchr(arg, '=')) {
+			cli_err("option --route needs PREFIX=STACK, got '%s'", arg);
+			return -1;
+		}
+		return set_one(s, "route", arg, "--route") ? -1 : 1;
 	case OPT_TRACE_FILE: return set_one(s, "trace.file", arg, "--trace-file") ? -1 : 1;
 	case OPT_SHADOW_DIR: return set_one(s, "shadow.dir", arg, "--shadow-dir") ? -1 : 1;
 	case OPT_SHADOW_UNDER_TEST:
@@ -196,4 +242,23 @@ int cli_settings_export(const struct cli_settings *s, struct cli_env *env)
 		if (s->values[i] && cli_env_set(env, chell_setting_defs[i].env, s->values[i]))
 			return -1;
 	return 0;
+}
+
+void cli_settings_name_options(const struct cli_settings *s, char *msg, size_t len)
+{
+	for (int i = 0; i < s->count; i++) {
+		if (!s->values[i] || !s->flags[i])
+			continue;
+		/* "(CHELL_MODE)" -> "(option --mode)": the variable is ours, not the user's */
+		char var[80];
+		snprintf(var, sizeof var, "(%s)", chell_setting_defs[i].env);
+		char *at = strstr(msg, var);
+		size_t vl = strlen(var), fl = strlen(s->flags[i]) + 2;
+		if (!at || strlen(msg) - vl + fl >= len)
+			continue;
+		memmove(at + fl, at + vl, strlen(at + vl) + 1);
+		at[0] = '(';
+		memcpy(at + 1, s->flags[i], fl - 2);
+		at[fl - 1] = ')';
+	}
 }

@@ -16,6 +16,7 @@
  * config must be released with chell_config_free() in both cases.
  */
 #include "config.h"
+#include "registry.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -37,62 +38,10 @@ extern char **environ;
 /* Config files are small; refusing huge ones protects the constructor. */
 #define CFG_FILE_MAX (1 << 20)
 
+/* The settings of registry.def: the core ones, then each handler's. */
 const struct chell_setting_def chell_setting_defs[] = {
-	{"mode", "CHELL_MODE", CHELL_T_ENUM, "posix", "posix|trace|shadow|direct|cache",
-	 "handler stack for matched files: posix (kernel), trace (log each call), "
-	 "shadow (check against a copy), direct (memory-mapped I/O on tmpfs/DAX), "
-	 "cache (the fast tier as a write-back cache of slow storage, with chelld)"},
-	{"paths", "CHELL_PATHS", CHELL_T_PATHLIST, "", NULL,
-	 "':'-separated absolute prefixes of the files Chell handles; empty = every "
-	 "regular file (direct: every file on a tmpfs or DAX mount; shadow needs at least one); "
-	 "in a file, 'path = X' or 'paths = A:B' append"},
-	{"trace.file", "CHELL_TRACE_FILE", CHELL_T_PATH, "", NULL,
-	 "where trace mode writes its log; empty = stderr; %p is replaced by the pid"},
-	{"shadow.dir", "CHELL_SHADOW_DIR", CHELL_T_PATH, "/tmp/chell-shadow", NULL,
-	 "directory for shadow copies and divergence reports"},
-	{"shadow.under_test", "CHELL_SHADOW_UNDER_TEST", CHELL_T_ENUM, "posix", "posix|trace|direct|cache",
-	 "handler stack that shadow mode checks against its posix copy"},
-	{"shadow.history", "CHELL_SHADOW_HISTORY", CHELL_T_UINT, "64", NULL,
-	 "number of recent operations kept for the divergence report"},
-	{"shadow.report", "CHELL_SHADOW_REPORT", CHELL_T_PATH, "", NULL,
-	 "divergence report file; empty = <shadow.dir>/divergence.%p.txt"},
-	{"shadow.keep", "CHELL_SHADOW_KEEP", CHELL_T_BOOL, "0", NULL,
-	 "keep a shadow copy after its file's last close (for inspection; replaced at the "
-	 "next first open); by default copies are removed then"},
-	{"log.level", "CHELL_LOG_LEVEL", CHELL_T_ENUM, "error", "quiet|error|info|debug",
-	 "how much libchell.so reports about itself on stderr"},
-	{"on_error", "CHELL_ON_ERROR", CHELL_T_ENUM, "passthrough", "passthrough|abort",
-	 "if the configuration is bad: warn and run on the plain kernel path "
-	 "(passthrough) or exit with status 2 (abort)"},
-	{"stats.file", "CHELL_STATS_FILE", CHELL_T_PATH, "", NULL,
-	 "if set, JSON operation counters are written there at exit; %p is replaced by the pid"},
-	{"direct.chunk_size", "CHELL_DIRECT_CHUNK_SIZE", CHELL_T_SIZE, "2M", NULL,
-	 "direct mode maps files in chunks of this size (a power of two, 4K to 1G)"},
-	{"direct.populate", "CHELL_DIRECT_POPULATE", CHELL_T_BOOL, "1", NULL,
-	 "map chunks with MAP_POPULATE, so first accesses take no page faults"},
-	{"direct.map_sync", "CHELL_DIRECT_MAP_SYNC", CHELL_T_ENUM, "auto", "auto|on|off",
-	 "use MAP_SYNC (DAX): auto tries it and falls back; on also reports a refusal"},
-	{"direct.nt_threshold", "CHELL_DIRECT_NT_THRESHOLD", CHELL_T_SIZE, "256K", NULL,
-	 "on MAP_SYNC mappings, writes of at least this size use non-temporal stores"},
-	{"cache.pool", "CHELL_CACHE_POOL", CHELL_T_PATH, "/dev/shm/chell-cache", NULL,
-	 "cache mode: the pool directory on the fast tier (tmpfs or DAX) where chelld keeps "
-	 "the cache and listens (chelld.sock)"},
-	{"cache.size", "CHELL_CACHE_SIZE", CHELL_T_SIZE, "1G", NULL,
-	 "cache mode: pool capacity, a multiple of 2M (used when a pool is created)"},
-	{"cache.backing", "CHELL_CACHE_BACKING", CHELL_T_PATHLIST, "", NULL,
-	 "cache mode: ':'-separated backing directories on slow storage whose files are "
-	 "cached; empty = the running chelld's, else `paths`"},
-	{"cache.policy", "CHELL_CACHE_POLICY", CHELL_T_ENUM, "lru", "lru|fifo",
-	 "cache mode: chunk replacement, lru (CLOCK approximation fed by client hits) or fifo"},
-	{"cache.dirty_high", "CHELL_CACHE_DIRTY_HIGH", CHELL_T_UINT, "50", NULL,
-	 "cache mode: background write-back starts when this percent of chunks hold dirty data"},
-	{"cache.dirty_low", "CHELL_CACHE_DIRTY_LOW", CHELL_T_UINT, "25", NULL,
-	 "cache mode: ... and stops at this percent"},
-	{"cache.readahead", "CHELL_CACHE_READAHEAD", CHELL_T_SIZE, "64K", NULL,
-	 "cache mode: a miss fills at least this much of the chunk from the backing file"},
-	{"cache.max_fds", "CHELL_CACHE_MAX_FDS", CHELL_T_UINT, "256", NULL,
-	 "cache mode: descriptors chelld keeps of files no client has open while they hold "
-	 "dirty data (read-only ones); past that the least recently used is written back"},
+#define CHELL_SETTING(key, env, type, def, choices, help) {key, env, type, def, choices, help},
+#include "registry.def"
 	{NULL, NULL, CHELL_T_STRING, NULL, NULL, NULL},
 };
 
@@ -242,7 +191,13 @@ static int parse_uint(const char *v, uint64_t *out)
 	return *v ? -1 : 0;
 }
 
-static int parse_size(const char *v, uint64_t *out)
+/*
+ * The one size parser (settings, chelld and `chell pool` options): decimal
+ * digits, then optionally K, M, G or T (powers of 1024, either case), then
+ * optionally "B" or "iB" after the suffix ("64K", "64KB", "64KiB"). At most
+ * 2^63-1. 0, -1 malformed, -2 too large.
+ */
+int chell_parse_size(const char *v, uint64_t *out)
 {
 	uint64_t n;
 	int r = parse_digits(&v, &n);
@@ -257,6 +212,8 @@ static int parse_size(const char *v, uint64_t *out)
 	case 't': case 'T': shift = 40; v++; break;
 	default: return -1;
 	}
+	if (shift && (strcmp(v, "B") == 0 || strcmp(v, "iB") == 0))
+		v += strlen(v);
 	if (*v)
 		return -1;
 	if (shift && n > (CFG_U64_MAX >> shift))
@@ -281,6 +238,36 @@ static int enum_has(const char *choices, const char *v)
 	return 0;
 }
 
+struct route_check {
+	const char *name, *origin;
+	char *err;
+	size_t errlen;
+};
+
+/* One PREFIX=STACK entry of a `route` value: syntax only (external
+ * handlers are found when the rules are built, chell_routes_build). */
+static int check_route_entry(const char *e, size_t len, void *arg)
+{
+	struct route_check *rc = arg;
+	const char *eq = memchr(e, '=', len);
+	char why[256];
+	struct chell_stack_spec sp;
+	if (!eq || eq == e || e[0] != '/')
+		snprintf(why, sizeof why, "'%.*s' is not PREFIX=STACK with an absolute PREFIX",
+			 (int)(len > 200 ? 200 : len), e);
+	else if (chell_stack_spec_parse(eq + 1, len - (size_t)(eq + 1 - e), &sp, why, sizeof why) == 0)
+		return 0;
+	set_err(rc->err, rc->errlen, rc->origin, "bad value for setting %s: %s", rc->name, why);
+	return -1;
+}
+
+static int check_routes(const char *v, const char *name, const char *origin, char *err,
+			size_t errlen)
+{
+	struct route_check rc = {name, origin, err, errlen};
+	return chell_route_entries(v, check_route_entry, &rc) ? -1 : 0;
+}
+
 /*
  * Validate one value against its definition. The empty string always passes:
  * it means "the default" (see apply()).
@@ -291,7 +278,7 @@ static int check_value(const struct chell_setting_def *d, const char *v, const c
 	char name[128];
 	setting_name(name, sizeof name, d, origin);
 	size_t len = strlen(v);
-	size_t max = d->type == CHELL_T_PATHLIST ? CFG_PATHLIST_MAX : CFG_VALUE_MAX;
+	size_t max = d->type == CHELL_T_PATHLIST || d->type == CHELL_T_ROUTES ? CFG_PATHLIST_MAX : CFG_VALUE_MAX;
 	if (len > max) {
 		set_err(err, errlen, origin, "value for setting %s is too long (%zu bytes, at most %zu)",
 			name, len, max);
@@ -352,13 +339,30 @@ static int check_value(const struct chell_setting_def *d, const char *v, const c
 				: "expected an unsigned decimal integer");
 		return -1;
 	case CHELL_T_SIZE:
-		r = parse_size(v, &u);
+		r = chell_parse_size(v, &u);
 		if (r == 0)
 			return 0;
 		set_err(err, errlen, origin, "bad value '%.200s' for setting %s: %s", v, name,
 			r == -2 ? "too large (at most 2^63-1 bytes)"
 				: "expected a size such as 4096, 64K, 16M, 2G or 1T");
 		return -1;
+	case CHELL_T_STACK:
+	case CHELL_T_CHECKABLE: {
+		struct chell_stack_spec sp;
+		char why[256], spec[CHELL_HANDLER_NAME_MAX + 16];
+		/* a CHECKABLE names the handler a plain `shadow` stack checks */
+		int k = d->type == CHELL_T_CHECKABLE
+				? snprintf(spec, sizeof spec, "shadow:%s", v)
+				: snprintf(spec, sizeof spec, "%s", v);
+		if (k < 0 || (size_t)k >= sizeof spec)
+			snprintf(why, sizeof why, "not a handler name");
+		else if (chell_stack_spec_parse(spec, (size_t)k, &sp, why, sizeof why) == 0)
+			return 0;
+		set_err(err, errlen, origin, "bad value '%.200s' for setting %s: %s", v, name, why);
+		return -1;
+	}
+	case CHELL_T_ROUTES:
+		return check_routes(v, name, origin, err, errlen);
 	}
 	set_err(err, errlen, origin, "setting %s has an unknown type", name);
 	return -1;
@@ -443,7 +447,7 @@ static int apply(struct chell_config *cfg, int i, const char *value, const char 
 	int r;
 	if (!*value)
 		r = set_value(cfg, i, d->def, origin);
-	else if (append && d->type == CHELL_T_PATHLIST)
+	else if (append && (d->type == CHELL_T_PATHLIST || d->type == CHELL_T_ROUTES))
 		r = append_paths(cfg, i, value, origin, err, errlen);
 	else
 		r = set_value(cfg, i, value, origin);
@@ -708,6 +712,37 @@ static const char *env_get(char *const *envp, const char *name)
 	return NULL;
 }
 
+struct names_check {
+	const struct chell_config *cfg;
+	const struct chell_setting_def *d;
+	const char *origin;
+	char *err;
+	size_t errlen;
+};
+
+/* A stack s[0..len) whose top handler is not built in names an external
+ * handler: is there such a file? (The syntax was checked when applied.) */
+static int stack_external_ok(const char *s, size_t len, void *arg)
+{
+	struct names_check *nc = arg;
+	struct chell_stack_spec sp;
+	char why[512], path[4096], name[128];
+	if (chell_stack_spec_parse(s, len, &sp, why, sizeof why) ||
+	    chell_handler_find(sp.top, strlen(sp.top)) ||
+	    chell_handler_locate(nc->cfg, sp.top, path, sizeof path, why, sizeof why) == 0)
+		return 0;
+	setting_name(name, sizeof name, nc->d, nc->origin);
+	set_err(nc->err, nc->errlen, nc->origin, "bad value '%.*s' for setting %s: %s",
+		(int)(len > 200 ? 200 : len), s, name, why);
+	return -1;
+}
+
+static int route_external_ok(const char *e, size_t len, void *arg)
+{
+	const char *eq = memchr(e, '=', len);
+	return eq ? stack_external_ok(eq + 1, len - (size_t)(eq + 1 - e), arg) : 0;
+}
+
 int chell_config_load(struct chell_config *cfg, char *const *envp, char *err, size_t errlen)
 {
 	if (err && errlen)
@@ -739,6 +774,22 @@ int chell_config_load(struct chell_config *cfg, char *const *envp, char *err, si
 		if (apply(cfg, i, v, "env", 0, e, elen))
 			nerr++;
 	}
+	/* Handler names that are not built in must be external handlers:
+	 * checked once every source is in, since handlers.dir may come last. */
+	for (int i = 0; i < n; i++) {
+		const struct chell_setting_def *d = &chell_setting_defs[i];
+		struct names_check nc = {cfg, d, cfg->origins[i], nerr ? scratch : err,
+					 nerr ? sizeof scratch : errlen};
+		if ((d->type == CHELL_T_STACK &&
+		     stack_external_ok(cfg->values[i], strlen(cfg->values[i]), &nc)) ||
+		    (d->type == CHELL_T_ROUTES &&
+		     chell_route_entries(cfg->values[i], route_external_ok, &nc))) {
+			nerr++;
+			/* as for any bad value: not applied */
+			if (set_value(cfg, i, d->def, "default"))
+				goto oom;
+		}
+	}
 	return nerr ? -1 : 0;
 oom:
 	chell_config_free(cfg);
@@ -767,6 +818,8 @@ int chell_config_bool(const struct chell_config *cfg, const char *key)
 {
 	int i = must_index(cfg, key);
 	int b = 0;
+	if (chell_setting_defs[i].type != CHELL_T_BOOL)
+		abort(); /* the caller's bug: the registry says otherwise */
 	const char *v = cfg->values[i];
 	/* Values were validated at load; "" (no default) reads as false. */
 	if (*v && parse_bool(v, &b))
@@ -779,9 +832,11 @@ uint64_t chell_config_u64(const struct chell_config *cfg, const char *key)
 	int i = must_index(cfg, key);
 	const char *v = cfg->values[i];
 	uint64_t u = 0;
+	if (chell_setting_defs[i].type != CHELL_T_UINT && chell_setting_defs[i].type != CHELL_T_SIZE)
+		abort(); /* the caller's bug: the registry says otherwise */
 	if (!*v)
 		return 0;
-	int r = chell_setting_defs[i].type == CHELL_T_SIZE ? parse_size(v, &u) : parse_uint(v, &u);
+	int r = chell_setting_defs[i].type == CHELL_T_SIZE ? chell_parse_size(v, &u) : parse_uint(v, &u);
 	if (r)
 		abort();
 	return u;

@@ -26,6 +26,9 @@ enum chell_setting_type {
 	CHELL_T_BOOL,     /* 1/0, true/false, yes/no, on/off */
 	CHELL_T_UINT,     /* decimal unsigned integer, at most 2^63-1 */
 	CHELL_T_SIZE,     /* integer with optional K/M/G/T suffix (powers of 1024) */
+	CHELL_T_STACK,    /* a handler stack: NAME or shadow:NAME (registry.h) */
+	CHELL_T_CHECKABLE,/* a handler shadow can check (registry.def) */
+	CHELL_T_ROUTES,   /* PREFIX=STACK rules, ':'-separated; repeated keys in a file append */
 };
 
 struct chell_setting_def {
@@ -33,7 +36,7 @@ struct chell_setting_def {
 	const char *env;      /* "CHELL_TRACE_FILE" */
 	enum chell_setting_type type;
 	const char *def;      /* default, as text ("" = unset) */
-	const char *choices;  /* CHELL_T_ENUM only: "posix|trace|shadow" */
+	const char *choices;  /* CHELL_T_ENUM only: "quiet|error|info|debug" */
 	const char *help;     /* one line for `chell config --help` and docs */
 };
 
@@ -68,6 +71,9 @@ int chell_config_bool(const struct chell_config *cfg, const char *key);
 uint64_t chell_config_u64(const struct chell_config *cfg, const char *key); /* UINT and SIZE */
 /* Split a PATHLIST: returns the number of entries, *out is a malloc'd NULL-terminated array. */
 int chell_config_paths(const struct chell_config *cfg, const char *key, char ***out);
+
+/* The one size parser (see config.c): 0, -1 malformed, -2 too large. */
+int chell_parse_size(const char *v, uint64_t *out);
 
 /* Index of a key in chell_setting_defs, or -1. */
 int chell_setting_index(const char *key);

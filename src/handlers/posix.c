@@ -110,7 +110,7 @@ static int px_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, i
 
 CHELL_EXPORT const struct chell_handler chell_posix_handler = {
 	.name = "posix",
-	.summary = "the kernel (reference behaviour)",
+	CHELL_HANDLER_NO_PRIV, /* summary: src/common/registry.def */
 	.open = px_open,
 	.close = px_close,
 	.read = px_read,

@@ -36,7 +36,6 @@
 struct shadow_table *shadow_tab;
 char shadow_dir[PATH_MAX];
 static char report_tmpl[PATH_MAX];
-static const char *under_test = "posix";
 static int keep_copies; /* shadow.keep */
 static long shadow_dir_magic = -1; /* file system type of shadow.dir */
 
@@ -74,20 +73,6 @@ static void release_all_held(void)
 }
 
 /* ------------------------------------------------------------ configuration */
-
-static int parse_uint(const char *s, unsigned long *out)
-{
-	unsigned long v = 0;
-	if (!s || !*s)
-		return -1;
-	for (; *s; s++) {
-		if (*s < '0' || *s > '9' || v > (ULONG_MAX - 9) / 10)
-			return -1;
-		v = v * 10 + (unsigned long)(*s - '0');
-	}
-	*out = v;
-	return 0;
-}
 
 /*
  * mkdir -p with raw calls; 0 or -errno. The last component, if created
@@ -180,19 +165,13 @@ static int shadow_proc_init(void)
 	shadow_dir_magic = fs_magic(fd);
 	sys_close(fd);
 	sys_unlink(probe);
-	const char *k = chell_setting("shadow.keep");
-	keep_copies = k && *k && !(k[0] == '0' || k[0] == 'f' || k[0] == 'n' || !strcmp(k, "off"));
+	keep_copies = chell_setting_bool("shadow.keep");
 
-	unsigned long hist = 64;
-	const char *h = chell_setting("shadow.history");
-	if (h && *h && parse_uint(h, &hist) < 0) {
-		chell_log("shadow: bad shadow.history '%s'", h);
-		return -1;
-	}
+	uint64_t hist = chell_setting_uint("shadow.history");
 	if (hist > 1000000)
 		hist = 1000000;
 	if (shadow_hist_init((unsigned)hist) < 0) {
-		chell_log("shadow: no memory for a history of %lu operations", hist);
+		chell_log("shadow: no memory for a history of %lu operations", (unsigned long)hist);
 		return -1;
 	}
 
@@ -214,9 +193,6 @@ static int shadow_proc_init(void)
 		chell_log("shadow: the shadow.report path is too long");
 		return -1;
 	}
-	const char *ut = chell_setting("shadow.under_test");
-	if (ut && *ut)
-		under_test = ut;
 	return 0;
 }
 
@@ -604,6 +580,10 @@ static void __attribute__((noreturn)) diverge_text(const struct shadow_op *o, co
 		sb_printf(&b, "thread:    %d\n", (int)sys_gettid());
 	}
 	sb_printf(&b, "shadow:    %s\n", spath);
+	/* the layer below shadow in this file's stack (posix itself if none) */
+	const struct chell_stack *st = c && c->f ? c->f->stack : NULL;
+	const char *under_test = st && c->layer + 1 < st->depth ? st->handlers[c->layer + 1]->name
+								  : "posix";
 	sb_printf(&b, "checking:  [%s] against posix on the shadow copy\n", under_test);
 	if (o && o->e && !(o->e->flags & SHADOW_F_SAME_FS))
 		sb_printf(&b, "note:      the file is on %s, its shadow on %s; results that depend"
@@ -1194,7 +1174,7 @@ static int shadow_stat(chell_ctx *c, int dirfd, const char *path, struct stat *s
 
 __attribute__((visibility("hidden"))) const struct chell_handler chell_shadow_handler = {
 	.name = "shadow",
-	.summary = "run every operation also on a posix shadow copy and abort on divergence",
+	CHELL_HANDLER_PRIV(struct shadow_priv), /* summary: src/common/registry.def */
 	.proc_init = shadow_proc_init,
 	.open = shadow_open,
 	.adopt = shadow_adopt,

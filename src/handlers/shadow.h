@@ -177,7 +177,7 @@ struct shadow_priv {
 	uint32_t escaped;  /* handed to a process outside Chell: no longer compared */
 	uint32_t pad_;
 };
-_Static_assert(sizeof(struct shadow_priv) <= CHELL_PRIV_BYTES, "shadow_priv too big");
+/* its size is checked against CHELL_PRIV_BYTES where the handler is defined (CHELL_HANDLER_PRIV) */
 
 /* Process-local state (f->local[layer]), allocated on demand. */
 struct shadow_local {

@@ -320,7 +320,7 @@ static void trace_proc_event(enum chell_op ev, long arg)
 
 const struct chell_handler chell_trace_handler = {
 	.name = "trace",
-	.summary = "logs every operation (call, arguments, result, errno, duration)",
+	CHELL_HANDLER_NO_PRIV, /* summary: src/common/registry.def */
 	.proc_init = trace_proc_init,
 	.proc_event = trace_proc_event,
 	.open = trace_open,

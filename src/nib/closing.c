@@ -34,6 +34,7 @@ static void *closed_mmap(chell_ctx *c, void *a, size_t l, int p, int fl, off_t o
 static const struct chell_handler closed_handler = {
 	.name = "closing",
 	.summary = "a descriptor being closed: every call fails with EBADF",
+	CHELL_HANDLER_NO_PRIV,
 	.open = closed_open, .close = closed_close, .read = closed_read, .write = closed_write,
 	.lseek = closed_lseek, .fsync = closed_fsync, .sync_file_range = closed_sync_file_range,
 	.ftruncate = closed_ftruncate, .fallocate = closed_fallocate, .fstat = closed_fstat,

@@ -11,7 +11,9 @@
 
 static const struct chell_stack *ctx_stack(const chell_ctx *c)
 {
-	return c->f && c->f->stack ? c->f->stack : chell_mode_stack;
+	if (c->f && c->f->stack)
+		return c->f->stack;
+	return c->stack ? c->stack : chell_mode_stack; /* a path call: its routed stack */
 }
 
 #define FIND_LAYER(c, start, member, d)                                               \

@@ -12,19 +12,6 @@
 
 int chell_active;
 struct chell_config chell_cfg;
-const struct chell_stack *chell_mode_stack;
-bool chell_stack_routes_stat;     /* a handler above posix implements stat(path) */
-bool chell_stack_routes_truncate; /* ... truncate(path) */
-
-/* Mode name -> stack. Index is stored in ofd->stack_id. */
-static struct chell_stack stacks[] = {
-	{"posix", 1, {&chell_posix_handler}},
-	{"trace", 2, {&chell_trace_handler, &chell_posix_handler}},
-	{"shadow", 2, {&chell_shadow_handler, &chell_posix_handler}},
-	{"direct", 2, {&chell_direct_handler, &chell_posix_handler}},
-	{"cache", 2, {&chell_cache_handler, &chell_posix_handler}},
-};
-static uint32_t mode_stack_id;
 
 static const char *const op_names[CHELL_OP_COUNT_] = {
 	[CHELL_OP_OPEN] = "open", [CHELL_OP_CLOSE] = "close", [CHELL_OP_READ] = "read",
@@ -52,6 +39,36 @@ CHELL_EXPORT const char *chell_setting(const char *key)
 	return chell_config_str(&chell_cfg, key);
 }
 
+/* Is key a setting of type t? A handler asking otherwise has a bug: say so
+ * on stderr, but never stop the application for it. */
+static bool setting_typed(const char *key, enum chell_setting_type t)
+{
+	int i = chell_setting_index(key);
+	if (!chell_cfg.values)
+		return false; /* no configuration (Chell is off): every setting reads as 0 */
+	if (i >= 0 && chell_setting_defs[i].type == t)
+		return true;
+	chell_log("bug: setting '%s' asked for as a %s: %s", key,
+		  t == CHELL_T_BOOL ? "boolean" : t == CHELL_T_UINT ? "integer" : "size",
+		  i < 0 ? "no such setting" : "it is not of that type");
+	return false;
+}
+
+CHELL_EXPORT int chell_setting_bool(const char *key)
+{
+	return setting_typed(key, CHELL_T_BOOL) ? chell_config_bool(&chell_cfg, key) : 0;
+}
+
+CHELL_EXPORT uint64_t chell_setting_uint(const char *key)
+{
+	return setting_typed(key, CHELL_T_UINT) ? chell_config_u64(&chell_cfg, key) : 0;
+}
+
+CHELL_EXPORT uint64_t chell_setting_size(const char *key)
+{
+	return setting_typed(key, CHELL_T_SIZE) ? chell_config_u64(&chell_cfg, key) : 0;
+}
+
 /* Bad configuration: say so, then either run the program untouched on the
  * kernel path (never hurt the application) or stop, as on_error asks. */
 static void init_failed(const char *what)
@@ -63,28 +80,6 @@ static void init_failed(const char *what)
 	chell_log("continuing without Chell: every file uses the kernel path");
 	chell_active = 0;
 	handoff_abandon();
-}
-
-static int select_stack(char *err, size_t errlen)
-{
-	const char *mode = chell_config_str(&chell_cfg, "mode");
-	for (uint32_t i = 0; i < sizeof(stacks) / sizeof(stacks[0]); i++) {
-		if (strcmp(stacks[i].mode, mode) != 0)
-			continue;
-		const char *ut = chell_config_str(&chell_cfg, "shadow.under_test");
-		if (strcmp(mode, "shadow") == 0 && strcmp(ut, "posix") != 0) {
-			stacks[i].depth = 3;
-			stacks[i].handlers[1] = strcmp(ut, "direct") == 0  ? &chell_direct_handler
-						: strcmp(ut, "cache") == 0 ? &chell_cache_handler
-									   : &chell_trace_handler;
-			stacks[i].handlers[2] = &chell_posix_handler;
-		}
-		mode_stack_id = i;
-		chell_mode_stack = &stacks[i];
-		return 0;
-	}
-	snprintf(err, errlen, "mode '%s' (CHELL_MODE) is not available in this build; available: posix, trace, shadow, direct, cache", mode);
-	return -1;
 }
 
 static void log_level_from_config(void)
@@ -111,25 +106,12 @@ __attribute__((constructor(101))) static void chell_init(void)
 		return;
 	}
 	log_level_from_config();
-	if (select_stack(err, sizeof(err)) < 0 || router_init() < 0) {
-		if (err[0] == 0 || chell_mode_stack)
-			snprintf(err, sizeof(err), "bad path configuration");
-		init_failed(err);
+	/* The routing rules and their stacks (stacks.c), then each handler in
+	 * use starts, once, whatever the number of rules that use it. */
+	err[0] = 0;
+	if (router_init(err, sizeof(err)) < 0 || stacks_proc_init(err, sizeof(err)) < 0) {
+		init_failed(err[0] ? err : "bad path configuration");
 		return;
-	}
-	for (int i = 0; i < chell_mode_stack->depth; i++) {
-		const struct chell_handler *h = chell_mode_stack->handlers[i];
-		/* Path calls are routed (which may cost a getcwd) only if some
-		 * handler above the kernel wants them. */
-		if (h != &chell_posix_handler) {
-			chell_stack_routes_stat |= h->stat != NULL;
-			chell_stack_routes_truncate |= h->truncate != NULL;
-		}
-		if (h->proc_init && h->proc_init() < 0) {
-			snprintf(err, sizeof(err), "handler '%s' failed to start", h->name);
-			init_failed(err);
-			return;
-		}
 	}
 	chell_hazard_init();
 	chell_uaccess_init();
@@ -140,7 +122,11 @@ __attribute__((constructor(101))) static void chell_init(void)
 	for (int fd = 0; fd <= 2; fd++)
 		if (fdt_peek(fd))
 			stdio_fix_std_stream(fd);
-	chell_info("mode %s active", chell_mode_stack->mode);
+	if (chell_log_level >= CHELL_LOG_INFO) {
+		char names[256];
+		stacks_names(names, sizeof(names));
+		chell_info("stacks %s active", names);
+	}
 }
 
 __attribute__((destructor)) static void chell_fini(void)
@@ -184,7 +170,7 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 	}
 	f->slot = slot;
 	f->ofd = ofd_table_slot(slot);
-	f->ofd->stack_id = mode_stack_id;
+	f->ofd->stack_id = st->id;
 	f->stack = st;
 	f->path = strdup(abs);
 
@@ -198,7 +184,7 @@ int hub_open(int dirfd, const char *path, int flags, mode_t mode, enum chell_op 
 	}
 	struct stat sb;
 	if ((unsigned)fd >= chell_fdt_cap || sys_fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode) ||
-	    !router_dev_fast(sb.st_dev)) {
+	    !router_dev_fast(abs, sb.st_dev)) {
 		/* Not a regular file (a device, a FIFO), or routed by mount type
 		 * but on a file system mounted there since the mount table was
 		 * read: handlers let go, the descriptor stays open on the plain
@@ -333,9 +319,7 @@ void hub_proc_event(enum chell_op ev, long arg)
 {
 	if (!chell_active)
 		return;
-	for (int i = 0; i < chell_mode_stack->depth; i++)
-		if (chell_mode_stack->handlers[i]->proc_event)
-			chell_mode_stack->handlers[i]->proc_event(ev, arg);
+	stacks_proc_event(ev, arg);
 }
 
 void hub_process_exit(void)
@@ -352,8 +336,9 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
 	static int nseen;
 	struct chell_ofd *o = ofd_table_slot(slot);
 	struct stat sb;
+	const struct chell_stack *st = o ? stack_by_id(o->stack_id) : NULL;
 	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen ||
-	    o->stack_id != mode_stack_id || (unsigned)fd >= chell_fdt_cap ||
+	    !st || (unsigned)fd >= chell_fdt_cap ||
 	    sys_fstat(fd, &sb) < 0 || sb.st_dev != o->dev || sb.st_ino != o->ino)
 		return -ESTALE;
 	struct chell_file *f = NULL;
@@ -374,7 +359,7 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
 	}
 	f->slot = slot;
 	f->ofd = o;
-	f->stack = chell_mode_stack;
+	f->stack = st;
 	char link[CHELL_FD_PATH_MAX], target[PATH_MAX];
 	ssize_t n = sys_readlink(chell_fd_path(link, fd), target, sizeof(target) - 1);
 	f->path = strdup(n > 0 ? (target[n] = 0, target) : "?");
@@ -384,8 +369,8 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
 		seen[nseen].slot = slot;
 		seen[nseen++].f = f;
 	}
-	for (int i = chell_mode_stack->depth - 1; i >= 0; i--) {
-		const struct chell_handler *h = chell_mode_stack->handlers[i];
+	for (int i = st->depth - 1; i >= 0; i--) {
+		const struct chell_handler *h = st->handlers[i];
 		chell_ctx c = {f, fd, i, CHELL_OP_EXEC, f->path};
 		if (h->adopt)
 			h->adopt(&c);
@@ -398,15 +383,16 @@ int hub_adopt(int fd, uint32_t slot, uint32_t gen)
 void hub_release_orphan(uint32_t slot, uint32_t gen)
 {
 	struct chell_ofd *o = ofd_table_slot(slot);
-	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen ||
-	    o->stack_id != mode_stack_id || atomic_load((_Atomic uint32_t *)&o->refs) != 0)
+	const struct chell_stack *st = o ? stack_by_id(o->stack_id) : NULL;
+	if (!o || !atomic_load((_Atomic uint32_t *)&o->in_use) || o->gen != gen || !st ||
+	    atomic_load((_Atomic uint32_t *)&o->refs) != 0)
 		return;
 	struct chell_file *f = file_alloc();
 	if (!f)
 		return;
 	f->slot = slot;
 	f->ofd = o;
-	f->stack = chell_mode_stack;
+	f->stack = st;
 	f->release_pending = 1;
 	file_put(f);
 }

@@ -15,12 +15,13 @@
 static int path_stat(int dirfd, const char *path, struct stat *st, int at_flags)
 {
 	char abs[PATH_MAX];
+	const struct chell_stack *rs;
 	/* A buffer the handlers could not fill: the kernel says EFAULT, or
 	 * first whatever is wrong with the path. */
 	if (chell_active && chell_stack_routes_stat && path &&
-	    router_route(dirfd, path, abs, sizeof(abs)) &&
+	    (rs = router_route(dirfd, path, abs, sizeof(abs))) && rs->routes_stat &&
 	    chell_user_check(st, sizeof(*st), true) == 0) {
-		chell_ctx c = {NULL, -1, 0, CHELL_OP_STAT, abs};
+		chell_ctx c = {NULL, -1, 0, CHELL_OP_STAT, abs, rs};
 		return (int)hub_ret(hub_call_stat(&c, dirfd, path, st, at_flags));
 	}
 	return REAL(fstatat64)(dirfd, path, st, at_flags);
@@ -147,9 +148,10 @@ CHELL_EXPORT int __fxstatat64(int ver, int dirfd, const char *path, struct stat 
 CHELL_EXPORT int truncate(const char *path, off_t len)
 {
 	char abs[PATH_MAX];
+	const struct chell_stack *rs;
 	if (chell_active && chell_stack_routes_truncate && path &&
-	    router_route(AT_FDCWD, path, abs, sizeof(abs))) {
-		chell_ctx c = {NULL, -1, 0, CHELL_OP_TRUNCATE, abs};
+	    (rs = router_route(AT_FDCWD, path, abs, sizeof(abs))) && rs->routes_truncate) {
+		chell_ctx c = {NULL, -1, 0, CHELL_OP_TRUNCATE, abs, rs};
 		return (int)hub_ret(hub_call_truncate(&c, path, len));
 	}
 	return REAL(truncate64)(path, len);

@@ -253,6 +253,8 @@ int chell_internal_list(int *out, int max);
 /* ---- hub.c ---- */
 extern int chell_active;                 /* 1 when routing is on */
 extern struct chell_config chell_cfg;
+/* stacks.c: the stack of `mode` (else of the first rule), and whether any
+ * stack routes path calls (stat, truncate): the cheap test before routing. */
 extern const struct chell_stack *chell_mode_stack;
 extern bool chell_stack_routes_stat;
 extern bool chell_stack_routes_truncate;
@@ -270,7 +272,7 @@ ssize_t hub_write(struct chell_file *f, int fd, enum chell_op op, const struct i
 		  int cnt, off_t off, int flags);
 /* Drop every descriptor this process holds (exit paths). */
 void hub_process_exit(void);
-/* Run proc_event on every handler of the active stack. */
+/* Run proc_event on every handler in use (once each). */
 void hub_proc_event(enum chell_op ev, long arg);
 /* Register a kernel fd that refers to an existing OFD slot (exec adoption). */
 int hub_adopt(int fd, uint32_t slot, uint32_t gen);
@@ -300,10 +302,29 @@ int router_abspath(int dirfd, const char *path, char *out, size_t outlen);
 const struct chell_stack *router_route_abs(const char *abs);
 /* Route a (dirfd, path) pair; fills abs. NULL if unrouted. */
 const struct chell_stack *router_route(int dirfd, const char *path, char *abs, size_t abslen);
-int router_init(void);
-/* Is a file on device dev served? Always when routed by prefix; by mount
- * type, only on a fast-tier mount (re-reads the mount table for a new dev). */
-bool router_dev_fast(dev_t dev);
+/* Build the rules and their stacks; 0, or -1 with a message naming the setting. */
+int router_init(char *err, size_t errlen);
+/* Is the file abs on device dev served? Always when routed by prefix; by
+ * mount type, only on a fast-tier mount (re-reads the mount table for a new dev). */
+bool router_dev_fast(const char *abs, dev_t dev);
+
+/* ---- stacks.c ---- */
+struct chell_stack_spec;
+/* The stack named by spec (built on first use; `key` names the setting in
+ * errors), or NULL with a message. */
+const struct chell_stack *stack_get(const struct chell_stack_spec *spec, const char *key,
+				    char *err, size_t errlen);
+/* The stack of ofd->stack_id, or NULL if this image has none such. */
+const struct chell_stack *stack_by_id(uint32_t id);
+/* Every handler of every stack, each once, in the order first met; the
+ * unit tests put their own handlers here to see the events. */
+#define MAX_IN_USE 16
+extern const struct chell_handler *chell_handlers_in_use[MAX_IN_USE];
+extern int chell_nhandlers_in_use;
+/* proc_init / proc_event of every handler in use, each once. */
+int stacks_proc_init(char *err, size_t errlen);
+void stacks_proc_event(enum chell_op ev, long arg);
+void stacks_names(char *buf, size_t len);
 
 /* ---- handoff.c ---- */
 /* Build the environment for a new image: CHELL_* settings, LD_PRELOAD and the

@@ -3,10 +3,11 @@
  * Routing: which handler stack, if any, serves a path.
  *
  * The decision is made once, at open time, on the absolute, lexically
- * normalised path: a file is routed when it lies under one of the configured
- * prefixes (setting `paths`), or under any prefix when none is configured.
- * Kernel pseudo file systems (/proc, /sys) and Chell's own files are never
- * routed. Later modes add routing by mount type (tmpfs, DAX).
+ * normalised path, by the routing rules of the configuration (registry.h:
+ * `route` rules, `mode` for each of `paths`, or `mode` for every file): the
+ * longest matching prefix names the stack. Kernel pseudo file systems
+ * (/proc, /sys) and Chell's own files are never routed. The catch-all rule
+ * of direct mode routes by mount type (tmpfs, DAX).
  */
 #include <limits.h>
 #include <pthread.h>
@@ -16,10 +17,11 @@
 #include <string.h>
 
 #include "nib.h"
+#include "registry.h"
 
-static char **prefixes;
-static size_t *prefix_len;
-static int nprefixes;
+/* The rules, longest prefix first, and the stack of each (same index). */
+static struct chell_routes routes;
+static const struct chell_stack **rule_stack;
 static char *excluded[4];
 static int nexcluded;
 
@@ -42,7 +44,6 @@ struct mount_table {
 	int n;
 };
 static struct mount_table *_Atomic mtab;
-static bool route_by_mount;
 static pthread_mutex_t mtab_mutex = PTHREAD_MUTEX_INITIALIZER;
 /* devices found in no mount even after a re-read (never fast): not again */
 #define UNKNOWN_DEVS 16
@@ -145,13 +146,11 @@ static struct mount_table *load_mounts(void)
 	return t;
 }
 
-static bool under(const char *abs, const char *prefix, size_t len);
-
 static bool on_fast_mount(const char *abs)
 {
 	struct mount_table *t = atomic_load_explicit(&mtab, memory_order_acquire);
 	for (int i = 0; t && i < t->n; i++) /* longest mount point containing abs */
-		if (under(abs, t->m[i].dir, t->m[i].len))
+		if (chell_path_under(abs, t->m[i].dir, t->m[i].len))
 			return t->m[i].fast;
 	return false;
 }
@@ -170,9 +169,12 @@ static int dev_fast(const struct mount_table *t, dev_t dev)
 	return r;
 }
 
-bool router_dev_fast(dev_t dev)
+bool router_dev_fast(const char *abs, dev_t dev)
 {
-	if (!route_by_mount)
+	if (!atomic_load_explicit(&mtab, memory_order_relaxed))
+		return true; /* no rule routes by mount type */
+	const struct chell_route *rule = chell_routes_match(&routes, abs);
+	if (!rule || !rule->by_mount)
 		return true; /* routed by prefix: any file system */
 	int r = dev_fast(atomic_load_explicit(&mtab, memory_order_acquire), dev);
 	if (r >= 0)
@@ -207,109 +209,72 @@ static void add_excluded(const char *p)
 	}
 }
 
-/* Take list (n entries) as the routed prefixes, in absolute normalised form. */
-static void set_prefixes(char **list, int n)
+static void exclude_setting(const char *key, void *arg)
 {
-	free(prefixes);
-	free(prefix_len);
-	prefixes = list;
-	nprefixes = n;
-	prefix_len = calloc((size_t)nprefixes + 1, sizeof(size_t));
-	for (int i = 0; i < nprefixes; i++) {
-		char buf[PATH_MAX];
-		if (router_abspath(AT_FDCWD, prefixes[i], buf, sizeof(buf)) == 0) {
-			free(prefixes[i]);
-			prefixes[i] = strdup(buf);
-		}
-		prefix_len[i] = strlen(prefixes[i]);
-	}
+	add_excluded(chell_setting(key));
 }
 
-int router_init(void)
+int router_init(char *err, size_t errlen)
 {
-	char **list = NULL;
-	int n = chell_config_paths(&chell_cfg, "paths", &list);
-	if (n < 0)
+	if (chell_routes_build(&chell_cfg, &routes, err, errlen) < 0)
 		return -1;
-	set_prefixes(list, n);
-	add_excluded(chell_setting("shadow.dir"));
-	bool cache = strcmp(chell_mode_stack->mode, "cache") == 0 ||
-		     (strcmp(chell_mode_stack->mode, "shadow") == 0 &&
-		      strcmp(chell_setting("shadow.under_test"), "cache") == 0);
-	if (cache) {
-		/* The pool (chunk files, socket) is the manager's, never an
-		 * application file; without `paths`, cache mode serves the
-		 * backing directories (none set: the cache handler asks chelld
-		 * for them as files open). */
-		add_excluded(chell_setting("cache.pool"));
-		char **b = NULL;
-		int nb = nprefixes == 0 ? chell_config_paths(&chell_cfg, "cache.backing", &b) : 0;
-		if (nb > 0)
-			set_prefixes(b, nb);
-		else
-			free(b);
+	rule_stack = calloc((size_t)routes.n + 1, sizeof(*rule_stack));
+	if (!rule_stack) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
 	}
-	/* Without prefixes, direct mode serves exactly the fast tier. */
-	if (nprefixes == 0 && strcmp(chell_mode_stack->mode, "direct") == 0) {
-		route_by_mount = true;
+	bool by_mount = false;
+	for (int i = 0; i < routes.n; i++) {
+		struct chell_route *r = &routes.r[i];
+		const char *key = strcmp(r->from, "route") == 0 ? "route" : "mode";
+		rule_stack[i] = stack_get(&r->stack, key, err, errlen);
+		if (!rule_stack[i])
+			return -1;
+		by_mount |= r->by_mount;
+		/* `mode`'s stack is the one the statistics name */
+		if (!chell_mode_stack || strcmp(key, "mode") == 0)
+			chell_mode_stack = rule_stack[i];
+	}
+	if (!chell_mode_stack) { /* no rule at all: nothing is routed */
+		static const struct chell_stack_spec posix = {"posix", ""};
+		chell_mode_stack = stack_get(&posix, "mode", err, errlen);
+		if (!chell_mode_stack)
+			return -1;
+	}
+	/* Chell's own directories (shadow copies, the cache pool): never routed. */
+	chell_routes_own_dirs(&routes, exclude_setting, NULL);
+	if (by_mount)
 		atomic_store(&mtab, load_mounts());
-	}
 	return 0;
 }
 
-static bool under(const char *abs, const char *prefix, size_t len)
+/* Index of the rule routing abs, or -1 (never routed, excluded, no rule,
+ * or not on a fast mount for a rule by mount type). */
+static int route_index(const char *abs)
 {
-	if (len == 1 && prefix[0] == '/')
-		return true;
-	return strncmp(abs, prefix, len) == 0 && (abs[len] == '/' || abs[len] == 0);
+	if (chell_path_under(abs, "/proc", 5) || chell_path_under(abs, "/sys", 4))
+		return -1;
+	for (int i = 0; i < nexcluded; i++)
+		if (chell_path_under(abs, excluded[i], strlen(excluded[i])))
+			return -1;
+	const struct chell_route *r = chell_routes_match(&routes, abs);
+	if (!r || (r->by_mount && !on_fast_mount(abs)))
+		return -1;
+	return (int)(r - routes.r);
 }
 
 const struct chell_stack *router_route_abs(const char *abs)
 {
-	if (under(abs, "/proc", 5) || under(abs, "/sys", 4))
-		return NULL;
-	for (int i = 0; i < nexcluded; i++)
-		if (under(abs, excluded[i], strlen(excluded[i])))
-			return NULL;
-	if (nprefixes == 0)
-		return !route_by_mount || on_fast_mount(abs) ? chell_mode_stack : NULL;
-	for (int i = 0; i < nprefixes; i++)
-		if (under(abs, prefixes[i], prefix_len[i]))
-			return chell_mode_stack;
-	return NULL;
+	int i = route_index(abs);
+	return i < 0 ? NULL : rule_stack[i];
 }
 
-/* Lexical normalisation: collapse "//", resolve "." and "..". Symlinks are
- * not followed: routing is by the name the application used. */
+/* Lexical normalisation (registry.c, shared with the CLI): collapse "//",
+ * resolve "." and "..". Symlinks are not followed: routing is by the name
+ * the application used. */
 static int normalise(char *p)
 {
-	char *out = p, *in = p;
-	if (*in != '/')
-		return -EINVAL;
-	while (*in) {
-		while (*in == '/')
-			in++;
-		if (!*in)
-			break;
-		char *seg = in;
-		while (*in && *in != '/')
-			in++;
-		size_t len = (size_t)(in - seg);
-		if (len == 1 && seg[0] == '.')
-			continue;
-		if (len == 2 && seg[0] == '.' && seg[1] == '.') {
-			while (out > p && *--out != '/')
-				;
-			continue;
-		}
-		*out++ = '/';
-		memmove(out, seg, len);
-		out += len;
-	}
-	if (out == p)
-		*out++ = '/';
-	*out = 0;
-	return 0;
+	return chell_path_normalise(p) < 0 ? -EINVAL : 0;
 }
 
 int router_abspath(int dirfd, const char *path, char *out, size_t outlen)

@@ -7,7 +7,7 @@
  *                 [--no-stdio] [--no-locks] [--no-rwf] [--no-copy]
  *                 [--no-limits] [--no-badwrite] [--no-unshare]
  *                 [--kernel K1:...] [--max-size BYTES] [--progress N]
- *                 [--verbose]
+ *                 [--dir2 DIR2] [--verbose]
  *   chell_randops --probe --dir DIR
  *
  * Performs N pseudo-random operations on K files in DIR using only plain
@@ -38,6 +38,11 @@
  * table. The RWF model needs the bare kernel's answers for the file system
  * of DIR: a plain run probes them itself; under Chell pass the output of a
  * plain `chell_randops --probe --dir DIR` as --kernel (see kernel_answers()).
+ *
+ * --dir2 DIR2 puts the odd-numbered files in DIR2 instead of DIR, so one
+ * run drives files that two routing rules send to two different stacks
+ * (`chell run --route DIR=... --route DIR2=...`). Unless --no-rwf, DIR2 must
+ * be on the file system the --kernel answers are for.
  *
  * Operations are counted in the shared model: "done" includes those made by
  * children and threads, and the main loop stops when it reaches N.
@@ -132,12 +137,12 @@ static struct {
 	int files, threads, procs;
 	int no_fork, no_exec, no_threads, no_stdio, verbose;
 	int no_locks, no_rwf, no_copy, no_limits, no_badwrite, no_unshare, probe;
-	const char *dir;
+	const char *dir, *dir2;
 	const char *resume;
 	const char *kernel;
 } opt = { .seed = 1, .ops = 1000, .max_size = 512 * 1024, .files = 4, .threads = 4, .procs = 3 };
 
-static char dirpath[PATH_MAX];
+static char dirpath[PATH_MAX], dir2path[PATH_MAX];
 static char fpath[MAXF][PATH_MAX + 32];
 static char logpath[PATH_MAX + 32];
 static int memfd = -1, dfd = -1;
@@ -1089,7 +1094,9 @@ static int op_stat(void)
 		name = "fstatat";
 		char nm[16];
 		snprintf(nm, sizeof nm, "f%d", f);
-		r = fstatat(dfd, nm, &st, chance(50) ? AT_SYMLINK_NOFOLLOW : 0);
+		/* dfd is DIR: a file of DIR2 goes by its absolute name */
+		r = fstatat(dfd, opt.dir2 && f % 2 ? fpath[f] : nm, &st,
+			    chance(50) ? AT_SYMLINK_NOFOLLOW : 0);
 		size = st.st_size;
 	} else if (v == 4) {
 		name = "statx";
@@ -3614,7 +3621,7 @@ static void usage(void)
 		"usage: chell_randops --seed S --ops N --dir DIR [--files K] [--threads T] [--procs P]\n"
 		"       [--no-fork] [--no-exec] [--no-threads] [--no-stdio] [--no-locks] [--no-rwf]\n"
 		"       [--no-copy] [--no-limits] [--no-badwrite] [--no-unshare] [--kernel K1:...]\n"
-		"       [--max-size BYTES] [--progress N] [--verbose]\n"
+		"       [--max-size BYTES] [--progress N] [--dir2 DIR2] [--verbose]\n"
 		"       chell_randops --probe --dir DIR   (plainly: print the kernel's RWF answers)\n");
 	exit(2);
 }
@@ -3671,6 +3678,8 @@ int main(int argc, char **argv)
 			opt.ops = num(v, "ops");
 		else if (ARG("--dir"))
 			opt.dir = v;
+		else if (ARG("--dir2"))
+			opt.dir2 = v;
 		else if (ARG("--files"))
 			opt.files = (int)num(v, "files");
 		else if (ARG("--threads"))
@@ -3730,8 +3739,10 @@ int main(int argc, char **argv)
 		printf("%s\n", spec);
 		return 0;
 	}
+	if (opt.dir2 && !realpath(opt.dir2, dir2path))
+		fprintf(stderr, "chell_randops: %s: %s\n", opt.dir2, strerror(errno)), exit(2);
 	for (int f = 0; f < opt.files; f++)
-		snprintf(fpath[f], sizeof fpath[f], "%s/f%d", dirpath, f);
+		snprintf(fpath[f], sizeof fpath[f], "%s/f%d", opt.dir2 && f % 2 ? dir2path : dirpath, f);
 	snprintf(logpath, sizeof logpath, "%s/append.log", dirpath);
 	for (int i = 0; i < MAXFD; i++)
 		fdt[i].ofd = -1;

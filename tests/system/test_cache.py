@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CHELL, LIBCHELL, PROGS, SEM_PROGS, Manager, describe, fresh_manager, run
-from test_randops import SUMMARY, randops_argv, report
+from test_randops import randops_argv, randops_outcome, report
 
 TIMEOUT = 300
 RANDOPS_TOTAL = int(os.environ.get("CHELL_CACHE_RANDOPS_OPS", "60000"))
@@ -274,15 +274,7 @@ def randops_one(request, mgr, tmp_path, seed, extra, per, done, hits, remaps):
     env = dict(os.environ)
     env.pop("CHELL_SHADOW_DIR", None)
     res = run(cmd, env=env, timeout=600)
-    out, err = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
-    m = SUMMARY.search(out)
-    problems = []
-    if res.returncode != 0:
-        problems.append(f"exit status {res.returncode}")
-    if not m or (int(m.group(1)), int(m.group(3))) != (seed, per):
-        problems.append("not every operation ran")
-    if "DIVERGENCE" in err:
-        problems.append("shadow reported a divergence")
+    m, out, err, problems = randops_outcome(res, seed, per)
     if problems:
         head = "\n".join(l for l in err.splitlines() if not l.startswith("  #"))[:4000]
         pytest.fail(f"randops shadow/cache seed {seed}: {'; '.join(problems)}\n{head}\n"

@@ -84,6 +84,22 @@ def randops_argv(seed, ops, d, extra=(), edges=False):
     return argv
 
 
+def randops_outcome(res, seed, ops):
+    """(summary match, stdout, stderr, problems) of a finished chell_randops
+    run of `ops` operations with `seed` (problems: [] if it ran them all and
+    exited 0 with no divergence on stderr)."""
+    out, err = res.stdout.decode(errors="replace"), res.stderr.decode(errors="replace")
+    m = SUMMARY.search(out)
+    problems = []
+    if res.returncode != 0:
+        problems.append(f"exit status {res.returncode}")
+    if not m or (int(m.group(1)), int(m.group(3))) != (seed, ops):
+        problems.append("not every operation ran")
+    if "DIVERGENCE" in err:
+        problems.append("shadow reported a divergence on stderr")
+    return m, out, err, problems
+
+
 def run_randops(mode, seed, ops, base, extra=(), timeout=600, mgr=None, edges=False):
     """Run chell_randops plainly (mode None) or under `chell run --mode MODE`.
 

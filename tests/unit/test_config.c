@@ -13,6 +13,7 @@
 
 /* Included, not linked, to test the static parsers (see CMakeLists.txt). */
 #include "common/config.c"
+#include "common/registry.h"
 
 /* ---- helpers ---- */
 
@@ -311,11 +312,29 @@ static void test_error_unknown_key(void **state)
 static void test_error_bad_enum(void **state)
 {
 	(void)state;
-	const char *err = FILE_ERROR("enum.conf", "mode = fast\n");
-	assert_contains(err, ":1: bad value 'fast' for setting mode: expected one of "
-			     "posix|trace|shadow|direct|cache");
-	err = FILE_ERROR("enum2.conf", "[shadow]\nunder_test = shadow\n");
-	assert_contains(err, ":2: bad value 'shadow' for setting shadow.under_test");
+	/* A name that is not built in must be an external handler in
+	 * handlers.dir: the message names the setting, the built-in handlers
+	 * and the search. */
+	static const char *const cases[][2] = {
+		{"mode = fast\n",
+		 ":1: bad value 'fast' for setting mode: 'fast' is not a built-in handler (posix, "
+		 "trace, shadow, direct, cache), and handlers.dir is empty"},
+		{"mode = POSIX\n", ":1: bad value 'POSIX' for setting mode: 'POSIX' is not a handler name"},
+		{"mode = shadow:shadow\n",
+		 ":1: bad value 'shadow:shadow' for setting mode: shadow cannot check 'shadow': it "
+		 "checks one of posix, trace, direct, cache"},
+		{"route = /a=direct\nroute = /b=trace:posix\n",
+		 ":2: bad value for setting route: 'trace:posix': only shadow takes a handler under test"},
+		{"route = /a=direct\nroute = b=cache\n",
+		 ":2: bad value for setting route: 'b=cache' is not PREFIX=STACK"},
+		{"handlers.dir = /nonexistent\nroute = /a=upper\n",
+		 ":2: bad value 'upper' for setting route: 'upper' is not a built-in handler (posix, "
+		 "trace, shadow, direct, cache), and no directory of handlers.dir (/nonexistent) has "
+		 "upper.so"},
+		{"[shadow]\nunder_test = shadow\n", ":2: bad value 'shadow' for setting shadow.under_test"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+		assert_contains(file_error("enum.conf", cases[i][0], strlen(cases[i][0])), cases[i][1]);
 }
 
 static void test_error_no_equals_and_sections(void **state)
@@ -390,8 +409,9 @@ static void test_error_env_value(void **state)
 	struct chell_config cfg = {0};
 	char err[512];
 	assert_int_equal(load_env(&cfg, err, sizeof err, "CHELL_MODE=fast", NULL), -1);
-	assert_string_equal(err, "bad value 'fast' for setting mode (CHELL_MODE): expected one of "
-				 "posix|trace|shadow|direct|cache");
+	assert_string_equal(err, "bad value 'fast' for setting mode (CHELL_MODE): 'fast' is not a "
+				 "built-in handler (posix, trace, shadow, direct, cache), and "
+				 "handlers.dir is empty so no external handler fast.so can be found");
 	/* The bad value is not applied; the config is still complete and usable. */
 	assert_string_equal(chell_config_str(&cfg, "mode"), "posix");
 	chell_config_free(&cfg);
@@ -418,13 +438,13 @@ static void test_error_missing_file(void **state)
 static void test_first_error_wins(void **state)
 {
 	(void)state;
-	const char *path = CONF("multi.conf", "mode = fast\non_error = abort\nlog.level = loud\n");
+	const char *path = CONF("multi.conf", "mode = Fast\non_error = abort\nlog.level = loud\n");
 	struct chell_config cfg = {0};
 	char err[512];
 	assert_int_equal(load_env(&cfg, err, sizeof err, env_config(path), "CHELL_SHADOW_HISTORY=x",
 				  NULL),
 			 -1);
-	assert_contains(err, ":1: bad value 'fast' for setting mode");
+	assert_contains(err, ":1: bad value 'Fast' for setting mode");
 	assert_string_equal(chell_config_str(&cfg, "on_error"), "abort");
 	assert_string_equal(chell_config_str(&cfg, "log.level"), "error");
 	assert_int_equal(chell_config_u64(&cfg, "shadow.history"), 64);
@@ -436,16 +456,16 @@ static void test_check_origins(void **state)
 	(void)state;
 	char err[256];
 	assert_int_equal(chell_config_check("mode", "trace", NULL, err, sizeof err), 0);
-	assert_int_equal(chell_config_check("mode", "x", "option --mode", err, sizeof err), -1);
-	assert_contains(err, "option --mode: bad value 'x' for setting mode:");
-	assert_int_equal(chell_config_check("mode", "x", "file:/f.conf:7", err, sizeof err), -1);
-	assert_contains(err, "/f.conf:7: bad value 'x' for setting mode:");
+	assert_int_equal(chell_config_check("mode", "X", "option --mode", err, sizeof err), -1);
+	assert_contains(err, "option --mode: bad value 'X' for setting mode:");
+	assert_int_equal(chell_config_check("mode", "X", "file:/f.conf:7", err, sizeof err), -1);
+	assert_contains(err, "/f.conf:7: bad value 'X' for setting mode:");
 	assert_int_equal(chell_config_check("mod", "x", NULL, err, sizeof err), -1);
 	assert_string_equal(err, "unknown setting 'mod' (did you mean 'mode'?)");
 	/* A tiny buffer is truncated, never overrun. */
 	char small[8];
 	memset(small, 'Z', sizeof small);
-	assert_int_equal(chell_config_check("mode", "x", "file:/f.conf:7", small, 4), -1);
+	assert_int_equal(chell_config_check("mode", "X", "file:/f.conf:7", small, 4), -1);
 	assert_int_equal(strlen(small), 3);
 	assert_int_equal(small[4], 'Z');
 }
@@ -468,22 +488,26 @@ static void test_size_suffixes(void **state)
 		{"1T", 1ull << 40},
 		{"8388607T", 8388607ull << 40},
 		{"9223372036854775807", 9223372036854775807ull},
+		/* chelld and `chell pool` always took these; one parser now */
+		{"1KB", 1ull << 10},
+		{"16KiB", 16ull << 10},
+		{"2GB", 2ull << 30},
 	};
 	for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
 		uint64_t v = 1234;
-		if (parse_size(ok[i].in, &v))
+		if (chell_parse_size(ok[i].in, &v))
 			fail_msg("'%s' rejected", ok[i].in);
 		assert_int_equal(v, ok[i].out);
 	}
-	static const char *const bad[] = {"K", "1X", "1KB", " 1", "1 ", "-1", "+1", "0x10", "1.5M"};
+	static const char *const bad[] = {"K", "1X", "1XB", "1B", "1KBB", "1Kib", " 1", "1 ", "-1", "+1", "0x10", "1.5M"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		uint64_t v;
-		if (parse_size(bad[i], &v) != -1)
+		if (chell_parse_size(bad[i], &v) != -1)
 			fail_msg("'%s' accepted", bad[i]);
 	}
 	uint64_t v;
-	assert_int_equal(parse_size("8388608T", &v), -2);
-	assert_int_equal(parse_size("9223372036854775808", &v), -2);
+	assert_int_equal(chell_parse_size("8388608T", &v), -2);
+	assert_int_equal(chell_parse_size("9223372036854775808", &v), -2);
 
 	/* The message names the setting and the accepted forms. */
 	const struct chell_setting_def d = {"cache.size", "CHELL_CACHE_SIZE", CHELL_T_SIZE, "",
@@ -571,14 +595,94 @@ static void test_enum_exact(void **state)
 {
 	(void)state;
 	char err[256];
-	/* Prefixes, supersets and case variants of a choice are not the choice. */
-	static const char *const bad[] = {"pos", "posixx", "POSIX", "trace|shadow", "|", " posix"};
+	/* Prefixes, supersets and case variants of a choice are not the choice:
+	 * the ones that are not even handler names fail on their own; the
+	 * others could be external handlers, and fail at load (no handlers.dir). */
+	static const char *const bad[] = {"POSIX", "trace|shadow", "|", " posix", "trace:posix",
+					  "shadow:", "shadow:pos"};
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
 		if (chell_config_check("mode", bad[i], NULL, err, sizeof err) == 0)
 			fail_msg("mode '%s' accepted", bad[i]);
-	static const char *const good[] = {"posix", "trace", "shadow", "direct", "cache"};
+	static const char *const not_built_in[] = {"pos", "posixx"};
+	for (size_t i = 0; i < sizeof not_built_in / sizeof *not_built_in; i++) {
+		struct chell_config cfg = {0};
+		char env[64];
+		snprintf(env, sizeof env, "CHELL_MODE=%s", not_built_in[i]);
+		if (load_env(&cfg, err, sizeof err, env, NULL) == 0)
+			fail_msg("mode '%s' loaded", not_built_in[i]);
+		chell_config_free(&cfg);
+	}
+	static const char *const good[] = {"posix", "trace", "shadow", "direct", "cache",
+					   "shadow:direct", "shadow:cache", "shadow:trace"};
 	for (size_t i = 0; i < sizeof good / sizeof *good; i++)
 		assert_int_equal(chell_config_check("mode", good[i], NULL, err, sizeof err), 0);
+}
+
+/* ---- routing rules (registry.c) ---- */
+
+/* The rules of an environment, as "PREFIX=STACK/from[*]" words ('*': by
+ * mount type; "*" as PREFIX: the catch-all), or the error. */
+static const char *rules_of(char *e1, char *e2, char *e3)
+{
+	static char out[1024];
+	struct chell_config cfg = {0};
+	struct chell_routes rs;
+	char err[512];
+	out[0] = 0;
+	assert_int_equal(load_env(&cfg, err, sizeof err, e1, e2, e3, NULL), 0);
+	if (chell_routes_build(&cfg, &rs, err, sizeof err)) {
+		snprintf(out, sizeof out, "error: %s", err);
+	} else {
+		for (int i = 0; i < rs.n; i++) {
+			char st[80];
+			chell_stack_spec_format(&rs.r[i].stack, st, sizeof st);
+			snprintf(out + strlen(out), sizeof out - strlen(out), "%s%s=%s/%s%s",
+				 i ? " " : "", rs.r[i].catch_all ? "*" : rs.r[i].prefix, st,
+				 rs.r[i].from, rs.r[i].by_mount ? "*" : "");
+		}
+		chell_routes_free(&rs);
+	}
+	chell_config_free(&cfg);
+	return out;
+}
+
+static void test_routes_build(void **state)
+{
+	(void)state;
+	static const struct {
+		char *env[3];
+		const char *rules;
+	} cases[] = {
+		/* longest prefix first whatever the order given; normalised; the
+		 * catch-all last; /a/bb is not under /a/b */
+		{{"CHELL_ROUTE=/a=direct:/a/b//c/..=trace:/a/bb=cache", "CHELL_MODE=shadow:trace"},
+		 "/a/bb=cache/route /a/b=trace/route /a=direct/route *=shadow:trace/mode"},
+		/* the one-rule forms, as before: mode + paths; direct alone by
+		 * mount type; cache alone on its backing directories; plain
+		 * shadow takes shadow.under_test, and shadow:posix is shadow */
+		{{"CHELL_MODE=trace", "CHELL_PATHS=/x:/y/z"}, "/y/z=trace/paths /x=trace/paths"},
+		{{"CHELL_MODE=direct"}, "*=direct/mode*"},
+		{{"CHELL_MODE=cache", "CHELL_CACHE_BACKING=/bk"}, "/bk=cache/cache.backing"},
+		{{"CHELL_MODE=shadow", "CHELL_SHADOW_UNDER_TEST=direct", "CHELL_PATHS=/s"},
+		 "/s=shadow:direct/paths"},
+		{{"CHELL_MODE=shadow:posix", "CHELL_PATHS=/s"}, "/s=shadow/paths"},
+		/* a shadow:NAME catch-all serves what NAME's would (registry.def) */
+		{{"CHELL_MODE=shadow:cache", "CHELL_CACHE_BACKING=/bk"}, "/bk=shadow:cache/cache.backing"},
+		{{"CHELL_MODE=shadow:direct"}, "*=shadow:direct/mode*"},
+		/* with routes, posix (the default) takes nothing; another mode the rest */
+		{{"CHELL_ROUTE=/a=direct"}, "/a=direct/route"},
+		{{"CHELL_ROUTE=/a=direct", "CHELL_MODE=trace"}, "/a=direct/route *=trace/mode"},
+		/* the same rule twice is one rule; two stacks for one prefix an error */
+		{{"CHELL_ROUTE=/a/=direct:/a=direct"}, "/a=direct/route"},
+		{{"CHELL_ROUTE=/a=direct", "CHELL_MODE=trace", "CHELL_PATHS=/a"},
+		 "error: setting paths: /a is routed to both direct (route) and trace"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		char *const *e = cases[i].env;
+		const char *got = rules_of(e[0] ? e[0] : "X=1", e[1] ? e[1] : "X=1", e[2] ? e[2] : "X=1");
+		if (strcmp(got, cases[i].rules))
+			fail_msg("case %zu: '%s', expected '%s'", i, got, cases[i].rules);
+	}
 }
 
 int main(void)
@@ -601,6 +705,7 @@ int main(void)
 		cmocka_unit_test(test_error_env_value),
 		cmocka_unit_test(test_error_missing_file),
 		cmocka_unit_test(test_first_error_wins),
+		cmocka_unit_test(test_routes_build),
 		cmocka_unit_test(test_check_origins),
 		cmocka_unit_test(test_size_suffixes),
 		cmocka_unit_test(test_bools),

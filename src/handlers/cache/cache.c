@@ -636,7 +636,7 @@ static void cache_escape(chell_ctx *c)
 
 const struct chell_handler chell_cache_handler = {
 	.name = "cache",
-	.summary = "files of slow storage cached in a pool on the fast tier (chelld); hits are memcpy",
+	CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */
 	.proc_init = cache_proc_init,
 	.proc_event = cache_proc_event,
 	.open = cache_open,

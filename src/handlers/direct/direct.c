@@ -21,34 +21,18 @@
 
 static const struct mapped_ops direct_mapped;
 
-static uint64_t parse_size(const char *s, uint64_t def)
-{
-	char *end;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (end == s)
-		return def;
-	switch (*end) {
-	case 'k': case 'K': v <<= 10; break;
-	case 'm': case 'M': v <<= 20; break;
-	case 'g': case 'G': v <<= 30; break;
-	default: break;
-	}
-	return v;
-}
-
 static int direct_proc_init(void)
 {
-	uint64_t chunk = parse_size(chell_setting("direct.chunk_size"), CHELL_CHUNK_SIZE);
+	uint64_t chunk = chell_setting_size("direct.chunk_size");
 	if (chunk < 4096 || (chunk & (chunk - 1)) || chunk > (1ull << 30)) {
 		chell_log("direct.chunk_size must be a power of two between 4K and 1G");
 		return -1;
 	}
 	direct_chunk_shift = (unsigned)__builtin_ctzll(chunk);
-	const char *pop = chell_setting("direct.populate");
-	direct_populate = !(pop[0] == '0' || pop[0] == 'f' || pop[0] == 'n' || !strcmp(pop, "off"));
+	direct_populate = chell_setting_bool("direct.populate");
 	const char *ms = chell_setting("direct.map_sync");
 	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;
-	direct_nt_threshold = parse_size(chell_setting("direct.nt_threshold"), 256 * 1024);
+	direct_nt_threshold = chell_setting_size("direct.nt_threshold");
 	return mapped_copy_init();
 }
 
@@ -487,7 +471,7 @@ static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 
 const struct chell_handler chell_direct_handler = {
 	.name = "direct",
-	.summary = "files on tmpfs/DAX mapped in chunks; read/write are memcpy",
+	CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */
 	.proc_init = direct_proc_init,
 	.proc_event = direct_proc_event,
 	.open = direct_open,
