@@ -5,12 +5,12 @@
  * The kernel opens the backing file: that descriptor is the proof of access
  * (the manager checks a reopen of it, map.c) and the kernel path whenever
  * the cache cannot serve. Offsets live in the shared OFD as in direct mode
- * (direct.c explains why); the kernel's offset is brought up to date before
+ * (mapped/base.h explains why); the kernel's offset is brought up to date before
  * the descriptor may be used outside Chell. Sizes: the backing file's size
  * is always the true one, because a write that extends the file first grows
  * the backing file (fallocate, on the client's own descriptor) and only
  * then stores into the cache; so fstat and stat are simply the kernel's,
- * and reads clamp to a size shared by the process tree (direct/inode.c)
+ * and reads clamp to a size shared by the process tree (mapped/inode.c)
  * that is refreshed from the kernel at the cached end of file.
  *
  * Whenever the cache cannot serve a descriptor - the manager does not run,

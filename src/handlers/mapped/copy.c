@@ -62,8 +62,8 @@ __attribute__((noinline)) size_t mapped_copy_nt(const struct chell_persist_ops *
 	return n;
 }
 
-/* Called by the signal layer for every synchronous SIGBUS/SIGSEGV (in cache
- * mode through the cache's own hook, for mapped.c's guarded reads). */
+/* In the signal layer's chain of fault hooks (chell_fault_hook_add): every
+ * synchronous SIGBUS/SIGSEGV; true if it came from one of these copies. */
 bool mapped_fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
