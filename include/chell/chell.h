@@ -3,7 +3,8 @@
  * chell/chell.h - the application-facing API of libchell.so.
  *
  * Programs run unmodified under Chell. Programs that opt in can also skip
- * the copy of read() and write() on files served by the `direct` handler.
+ * the copy of read() and write() on files served by the `direct` handler
+ * (and of read() on cache hits of the `cache` handler).
  * Link with -lchell (pkg-config chell), or look the symbols up with
  * dlsym(RTLD_DEFAULT, ...) to work with and without the preload.
  */
@@ -33,6 +34,14 @@ const char *chell_version(void);
  * anyone; the bytes are live (later writes to the file show through).
  * Accessing a range another process truncated away is caught by Chell only
  * inside Chell's own calls: do not touch the buffer after a truncation.
+ *
+ * On a descriptor served by the cache handler, a range whose blocks are all
+ * in the cache (a hit) is served the same way from the cache's chunk of the
+ * file: *buf points into it, up to the chunk boundary. It stays readable
+ * until the file is closed by this process; once the cache manager takes
+ * the chunk back, it holds the file's bytes as they were then (later
+ * writes may not show). A miss is served as below (a copy), and fills the
+ * cache, so a later call on the same bytes is a hit.
  *
  * On any other descriptor (not handled, or handled by a mode that keeps no
  * mapping) the bytes are read with read() into a per-thread buffer that

@@ -42,7 +42,7 @@ extern "C" {
  * calls). A handler records the version it was built against in .abi
  * (CHELL_HANDLER_PRIV does it); libchell.so refuses a handler of another one.
  */
-#define CHELL_HANDLER_ABI 1
+#define CHELL_HANDLER_ABI 2 /* 2: the zero-copy methods (get_read_buf, ...) */
 
 /*
  * One open file description (OFD) as the kernel defines it: created by open(),
@@ -229,6 +229,19 @@ struct chell_handler {
 	int (*fcntl)(chell_ctx *c, int cmd, unsigned long arg);
 	/* The application maps the file itself; returns the address or (void*)-errno. */
 	void *(*mmap)(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
+	/* Zero-copy (chell/chell.h), c->op CHELL_OP_READ / CHELL_OP_WRITE.
+	 * get_read_buf: *buf = the file's bytes at the current offset, the
+	 * offset advanced by the count returned (0 at end of file), or -errno
+	 * as read() would answer. get_write_buf: *buf = room for up to `count`
+	 * bytes landing at the offset (at the end for O_APPEND), the file
+	 * grown to hold them; commit_write_buf then publishes `len` of them as
+	 * write() would (the hub checks the pair matches; a handler implements
+	 * both or neither). CHELL_FAST_MISS, having changed nothing: no
+	 * zero-copy here, the library copies through read()/write() instead
+	 * (the posix layer always answers that). */
+	ssize_t (*get_read_buf)(chell_ctx *c, const void **buf, size_t count);
+	ssize_t (*get_write_buf)(chell_ctx *c, void **buf, size_t count);
+	ssize_t (*commit_write_buf)(chell_ctx *c, const void *buf, size_t len);
 
 	/* Path operations on a routed path (c->f == NULL, c->fd == -1; c->path is
 	 * the absolute form; path/dirfd are what the application passed). */
@@ -288,6 +301,9 @@ int chell_down_fallocate(chell_ctx *c, int mode, off_t off, off_t len);
 int chell_down_fstat(chell_ctx *c, struct stat *st);
 int chell_down_fcntl(chell_ctx *c, int cmd, unsigned long arg);
 void *chell_down_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
+ssize_t chell_down_get_read_buf(chell_ctx *c, const void **buf, size_t count);
+ssize_t chell_down_get_write_buf(chell_ctx *c, void **buf, size_t count);
+ssize_t chell_down_commit_write_buf(chell_ctx *c, const void *buf, size_t len);
 int chell_down_truncate(chell_ctx *c, const char *path, off_t len);
 int chell_down_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags);
 

@@ -126,7 +126,9 @@
 
 #include <stdint.h>
 
-#define CACHE_CHUNK_SHIFT 21
+#include "chell/chunk.h"
+
+#define CACHE_CHUNK_SHIFT CHELL_CHUNK_SHIFT
 #define CACHE_CHUNK_BYTES (1ull << CACHE_CHUNK_SHIFT) /* 2 MB */
 #define CACHE_BLOCK_BYTES 4096u
 #define CACHE_BLOCKS 512u                             /* per chunk */

@@ -21,6 +21,8 @@
 
 #include <stdint.h>
 
+#include "chell/chunk.h"
+
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 /* The structures below are sent as they are in memory. A big-endian port
  * would byte-swap in chelld_send/chelld_recv (proto.c), nowhere else. */
@@ -32,7 +34,7 @@
 #define CHELLD_PATH_MAX 4096u
 #define CHELLD_DETAIL_MAX 96u
 /* The paper's mapping granularity: chunks of 2 MiB of a backing file. */
-#define CHELLD_CHUNK_SIZE (2u << 20)
+#define CHELLD_CHUNK_SIZE ((uint32_t)CHELL_CHUNK_SIZE)
 /* Largest message of either direction; receivers use a buffer one byte
  * larger so an oversized datagram is detected rather than silently cut. */
 #define CHELLD_MSG_MAX 4352u

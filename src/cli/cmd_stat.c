@@ -4,7 +4,7 @@
  * exit (setting stats.file), one table row per process plus the total.
  *
  * The files hold one flat JSON object of numbers and strings, as written by
- * src/handlers/direct/stats.c; this reader accepts exactly that shape and
+ * src/handlers/mapped/stats.c; this reader accepts exactly that shape and
  * names the file and the problem otherwise. Exit: 0, 1 if a file cannot be
  * read or parsed, 2 on usage errors.
  */

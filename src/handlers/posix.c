@@ -82,6 +82,22 @@ static void *px_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, 
 	return p == MAP_FAILED ? (void *)(intptr_t)-errno : p;
 }
 
+/* The kernel has no zero-copy buffers: the library copies (chell/chell.h). */
+static ssize_t px_get_read_buf(chell_ctx *c, const void **buf, size_t count)
+{
+	return CHELL_FAST_MISS;
+}
+
+static ssize_t px_get_write_buf(chell_ctx *c, void **buf, size_t count)
+{
+	return CHELL_FAST_MISS;
+}
+
+static ssize_t px_commit_write_buf(chell_ctx *c, const void *buf, size_t len)
+{
+	return -EINVAL; /* no get_write_buf reservation can be the kernel's */
+}
+
 static int px_truncate(chell_ctx *c, const char *path, off_t len)
 {
 	return (int)RET(REAL(truncate64)(path, len));
@@ -107,6 +123,9 @@ CHELL_EXPORT const struct chell_handler chell_posix_handler = {
 	.fstat = px_fstat,
 	.fcntl = px_fcntl,
 	.mmap = px_mmap,
+	.get_read_buf = px_get_read_buf,
+	.get_write_buf = px_get_write_buf,
+	.commit_write_buf = px_commit_write_buf,
 	.truncate = px_truncate,
 	.stat = px_stat,
 };

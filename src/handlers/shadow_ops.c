@@ -17,7 +17,7 @@
 #include <sys/mman.h>
 
 #include "chell/handler.h"
-#include "mapped.h"
+#include "mapped/mapped.h"
 #include "chell/sys.h"
 #include "shadow.h"
 #include "../nib/nib.h" /* chell_info */

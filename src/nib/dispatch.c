@@ -58,6 +58,9 @@ DEFINE_DISPATCH(int, fcntl, (chell_ctx *c, int cmd, unsigned long arg), (&d, cmd
 DEFINE_DISPATCH(void *, mmap,
 		(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off),
 		(&d, addr, len, prot, flags, off))
+DEFINE_DISPATCH(ssize_t, get_read_buf, (chell_ctx *c, const void **buf, size_t count), (&d, buf, count))
+DEFINE_DISPATCH(ssize_t, get_write_buf, (chell_ctx *c, void **buf, size_t count), (&d, buf, count))
+DEFINE_DISPATCH(ssize_t, commit_write_buf, (chell_ctx *c, const void *buf, size_t len), (&d, buf, len))
 DEFINE_DISPATCH(int, truncate, (chell_ctx *c, const char *path, off_t len), (&d, path, len))
 DEFINE_DISPATCH(int, stat,
 		(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags),

@@ -16,6 +16,9 @@ int hub_call_fallocate(chell_ctx *c, int mode, off_t off, off_t len);
 int hub_call_fstat(chell_ctx *c, struct stat *st);
 int hub_call_fcntl(chell_ctx *c, int cmd, unsigned long arg);
 void *hub_call_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off);
+ssize_t hub_call_get_read_buf(chell_ctx *c, const void **buf, size_t count);
+ssize_t hub_call_get_write_buf(chell_ctx *c, void **buf, size_t count);
+ssize_t hub_call_commit_write_buf(chell_ctx *c, const void *buf, size_t len);
 int hub_call_truncate(chell_ctx *c, const char *path, off_t len);
 int hub_call_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags);
 #endif

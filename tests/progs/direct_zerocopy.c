@@ -14,6 +14,15 @@
  *       boundaries; checks bytes, lengths, offsets (lseek) and EOF.
  *       `direct`: the buffer must point into a mapping and stop at each
  *       chunk boundary; `copy`: a plain read() was done (full counts).
+ *       `odirect`: as `copy`, opened O_DIRECT (a descriptor Chell leaves
+ *       on the kernel path).
+ *       `warm`: read() it all first (cache mode: then every chunk is a
+ *       hit), then as `direct`.
+ *   direct_zerocopy lend FILE
+ *       (cache mode) two zero-copy reads on a warm file must be consecutive
+ *       memory of the chunk; then a child process maps the file MAP_SHARED,
+ *       which makes the manager revoke its chunks: the buffers must still
+ *       hold the file's bytes (no SIGBUS)
  *   direct_zerocopy readfd N
  *       the same on descriptor 0 (a pipe), which carries pat(0..N-1)
  *   direct_zerocopy fill FILE SIZE
@@ -31,7 +40,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define CHUNK (2u << 20) /* direct.chunk_size default */
@@ -158,16 +169,26 @@ static int read_all(int fd, uint64_t size, int direct, int is_file)
 	return failures ? 1 : 0;
 }
 
+/* read() all of fd, then back to the start */
+static int warm(int fd)
+{
+	static unsigned char b[1 << 16];
+	ssize_t n;
+	while ((n = read(fd, b, sizeof(b))) > 0)
+		;
+	return n < 0 || lseek(fd, 0, SEEK_SET) != 0 ? -1 : 0;
+}
+
 static int do_read(const char *path, const char *how)
 {
-	int direct = !strcmp(how, "direct");
-	int fd = open(path, O_RDONLY);
+	int direct = !strcmp(how, "direct") || !strcmp(how, "warm");
+	int fd = open(path, O_RDONLY | (!strcmp(how, "odirect") ? O_DIRECT : 0));
 	if (fd < 0) {
 		perror("open");
 		return 2;
 	}
 	struct stat st;
-	if (fstat(fd, &st))
+	if (fstat(fd, &st) || (!strcmp(how, "warm") && warm(fd) < 0))
 		return 2;
 	int r = read_all(fd, (uint64_t)st.st_size, direct, 1);
 	close(fd);
@@ -308,6 +329,36 @@ static int do_append(const char *path, const char *id, int records)
 	return failures ? 1 : 0;
 }
 
+static int do_lend(const char *path)
+{
+	int fd = open(path, O_RDONLY);
+	if (fd < 0 || warm(fd) < 0)
+		return 2;
+	const void *p = NULL, *q = NULL;
+	ssize_t r1 = chell_get_read_buf(fd, &p, 4096);
+	ssize_t r2 = chell_get_read_buf(fd, &q, 4096);
+	CHECK(r1 == 4096 && r2 == 4096, "get_read_buf: %zd %zd", r1, r2);
+	CHECK(q == (const unsigned char *)p + 4096, "the two buffers are not consecutive memory");
+	if (failures)
+		return 1;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int cfd = open(path, O_RDWR);
+		void *m = cfd < 0 ? MAP_FAILED : mmap(NULL, 4096, PROT_READ, MAP_SHARED, cfd, 0);
+		_exit(m == MAP_FAILED ? 3 : 0);
+	}
+	int status = 0;
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+		      WEXITSTATUS(status) == 0,
+	      "the child's mmap: status %d", status);
+	CHECK(mismatch(p, 8192, 0) == 8192, "the buffers lost the file's bytes");
+	unsigned char b[100];
+	CHECK(read(fd, b, sizeof(b)) == (ssize_t)sizeof(b) && mismatch(b, sizeof(b), 8192) == sizeof(b),
+	      "read() after the revocation");
+	printf("lend: %s\n", failures ? "FAILED" : "ok");
+	return failures ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IONBF, 0); /* no line lost to a crash */
@@ -315,6 +366,8 @@ int main(int argc, char **argv)
 		return fill(argv[2], strtoull(argv[3], NULL, 0));
 	if (argc == 4 && !strcmp(argv[1], "read"))
 		return do_read(argv[2], argv[3]);
+	if (argc == 3 && !strcmp(argv[1], "lend"))
+		return do_lend(argv[2]);
 	if (argc == 3 && !strcmp(argv[1], "readfd")) {
 		int r = read_all(0, strtoull(argv[2], NULL, 0), 0, 0);
 		return r ? r : failures ? 1 : 0;
@@ -323,7 +376,9 @@ int main(int argc, char **argv)
 		return do_write(argv[2], argv[3]);
 	if (argc == 5 && !strcmp(argv[1], "append"))
 		return do_append(argv[2], argv[3], atoi(argv[4]));
-	fprintf(stderr, "usage: direct_zerocopy fill FILE SIZE | read FILE direct|copy | readfd N |"
+	fprintf(stderr, "usage: direct_zerocopy fill FILE SIZE | read FILE direct|copy|odirect|warm |"
+			" lend FILE |"
+			" readfd N |"
 			" write FILE inside|grow | append FILE ID RECORDS\n");
 	return 2;
 }

@@ -492,3 +492,50 @@ def test_fsync_asks_the_manager_only_after_growth(mgr, dirs, tmp_path):
     assert total(st, "fsyncs") == 101, (st, describe(res))
     assert total(st, "syncs") == 1, st
     assert total(st, "write_hits") >= 100, st
+
+
+# ------------------------------------------------------------------------
+# Zero-copy reads (chell/chell.h, tests/progs/direct_zerocopy.c)
+# ------------------------------------------------------------------------
+
+ZEROCOPY = PROGS / "direct_zerocopy"
+ZC_SIZE = (5 << 20) + 12345  # two whole chunks and a partial one
+
+
+def zc_fill(path):
+    res = run([ZEROCOPY, "fill", path, ZC_SIZE], env=PLAIN_ENV)
+    assert res.returncode == 0, describe(res)
+
+
+def test_zerocopy_read_on_hits(mgr, dirs):
+    """On a hit, chell_get_read_buf hands out the pool's chunk itself: the
+    file's bytes, consecutive memory within a chunk, never across a chunk
+    boundary, the offset advanced like read()."""
+    f = dirs["cached"] / "f"
+    zc_fill(f)
+    res = run(mgr.cmd([ZEROCOPY, "read", f, "warm"],
+                      ["--set", f"stats.file={dirs['stats']}/stats.%p.json"]), env=PLAIN_ENV)
+    assert res.returncode == 0, describe(res)
+    assert b"boundary stops, ok" in res.stdout and b" 0 boundary" not in res.stdout, describe(res)
+    assert total(load_stats(dirs["stats"]), "zero_copy") > 0
+
+
+def test_zerocopy_buffer_survives_revocation(mgr, dirs):
+    """The manager revokes a chunk lent for zero-copy (another process maps
+    the file MAP_SHARED): the buffer still reads the file's bytes, no SIGBUS."""
+    f = dirs["cached"] / "f"
+    zc_fill(f)
+    res = run(mgr.cmd([ZEROCOPY, "lend", f]), env=PLAIN_ENV)
+    assert res.returncode == 0, describe(res)
+    assert b"lend: ok" in res.stdout, describe(res)
+
+
+def test_zerocopy_write_copies(mgr, dirs):
+    """Cache mode has no zero-copy writes: get_write_buf/commit go through a
+    staging buffer and write(), with write()'s results."""
+    f = dirs["cached"] / "f"
+    zc_fill(f)
+    res = run(mgr.cmd([ZEROCOPY, "write", f, "inside"],
+                      ["--set", f"stats.file={dirs['stats']}/stats.%p.json"]), env=PLAIN_ENV)
+    assert res.returncode == 0, describe(res)
+    assert total(load_stats(dirs["stats"]), "zero_copy") == 0

@@ -453,6 +453,18 @@ def test_zerocopy_read_outside_prefix(dirs):
     assert total(load_stats(dirs["stats"]), "zero_copy") == 0
 
 
+def test_zerocopy_read_kernel_path(dirs):
+    """Under direct, a descriptor opened O_DIRECT is left on the kernel path:
+    the zero-copy call goes down the stack to the posix layer, which has no
+    buffers, and the library copies through read() (full counts)."""
+    f = dirs["data"] / "f"
+    zc_fill(f)
+    res = run(direct([dirs["data"]], zc("read", f, "odirect"), dirs["stats"]), env=PLAIN_ENV)
+    assert res.returncode == 0, describe(res)
+    assert b"0 boundary stops, ok" in res.stdout, describe(res)
+    assert total(load_stats(dirs["stats"]), "zero_copy") == 0
+
+
 def test_zerocopy_read_pipe(dirs):
     """A pipe (no file at all) under direct: chell_get_read_buf copies through
     read() and returns exactly the bytes that were sent."""

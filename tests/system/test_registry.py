@@ -153,7 +153,7 @@ def test_example_handler_serves_a_program(prefix, upper, workdir):
 BAD = {
     # name: (C source of the handler's definition, what the refusal says)
     "badabi": (".name = \"badabi\", .abi = CHELL_HANDLER_ABI + 98, .priv_size = 0",
-               f"it was built for handler ABI 99, this libchell.so has ABI 1"),
+               f"it was built for handler ABI 100, this libchell.so has ABI 2"),
     "bigpriv": (".name = \"bigpriv\", .abi = CHELL_HANDLER_ABI, .priv_size = 4096",
                 "its per-OFD state is 4096 bytes, more than CHELL_PRIV_BYTES (96)"),
     "wrongname": (".name = \"other\", CHELL_HANDLER_NO_PRIV", "it calls itself 'other', not 'wrongname'"),

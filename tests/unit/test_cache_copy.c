@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "handlers/cache/cache.h"
+#include "pmem/sim/sim.h"
 
 static int fd = -1;
 static unsigned char *base;
@@ -163,6 +164,30 @@ static void test_bad_buffers(void **state)
 	munmap(two, 8192);
 }
 
+/* On DAX a store's lines and its dirty mark are flushed through the
+ * persistence core's operations (the pool's, taken once: cache_persist),
+ * so the power-failure simulator in their place sees them reach media. */
+static void test_dax_store_flushes_through_the_core(void **state)
+{
+	struct chell_pmsim *sim = chell_pmsim_new(base, CACHE_CHUNK_FILE_BYTES);
+	assert_non_null(sim);
+	assert_ptr_equal(cache_persist, chell_persist_default());
+	const struct chell_persist_ops *saved = cache_persist;
+	cache_persist = chell_pmsim_ops(sim);
+	cache_dax = 1;
+	uint32_t slot = 0;
+	assert_int_equal(cache_copy_in(base, 3 * 4096 + 100, "durable", 7, &slot, 0), COPY_HIT);
+	struct chell_pmsim_stats st;
+	chell_pmsim_stats(sim, &st);
+	assert_int_equal(st.flushes, 2); /* the data, then the dirty table */
+	assert_int_equal(st.pending, 0);
+	assert_int_equal(st.foreign_flushes, 0);
+	assert_memory_equal((const char *)chell_pmsim_media(sim) + 3 * 4096 + 100, "durable", 7);
+	cache_dax = 0;
+	cache_persist = saved;
+	chell_pmsim_free(sim);
+}
+
 static void test_truncated_chunk_is_a_miss(void **state)
 {
 	char buf[64];
@@ -188,6 +213,7 @@ int main(void)
 		cmocka_unit_test(test_store_marks_dirty_after_data),
 		cmocka_unit_test(test_overwrite_only_invalid_blocks),
 		cmocka_unit_test(test_bad_buffers),
+		cmocka_unit_test(test_dax_store_flushes_through_the_core),
 		cmocka_unit_test(test_truncated_chunk_is_a_miss),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -28,11 +28,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chell/chunk.h"
 #include "chell/pmem.h"
 
 #define META_MAGIC 0x3154454d48434143ULL /* "CACHMET1" */
 #define META_VERSION 1
-#define META_CHUNK_SHIFT 21              /* 2 MB chunks */
+#define META_CHUNK_SHIFT CHELL_CHUNK_SHIFT             /* 2 MB chunks */
 #define META_CHUNK_SIZE (1ull << META_CHUNK_SHIFT)
 #define META_BLOCK_SIZE 4096u
 #define META_BLOCKS 512u                 /* 4 KB blocks per chunk */

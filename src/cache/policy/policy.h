@@ -18,8 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "chell/chunk.h"
+
 #define CP_BLOCK_SIZE 4096u
-#define CP_CHUNK_SIZE (2u << 20)
+#define CP_CHUNK_SIZE ((uint32_t)CHELL_CHUNK_SIZE)
 #define CP_CHUNK_BLOCKS (CP_CHUNK_SIZE / CP_BLOCK_SIZE) /* 512 */
 #define CP_BITMAP_WORDS (CP_CHUNK_BLOCKS / 64)          /* 8 */
 

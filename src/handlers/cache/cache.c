@@ -5,12 +5,12 @@
  * The kernel opens the backing file: that descriptor is the proof of access
  * (the manager checks a reopen of it, map.c) and the kernel path whenever
  * the cache cannot serve. Offsets live in the shared OFD as in direct mode
- * (direct.c explains why); the kernel's offset is brought up to date before
+ * (mapped/base.h explains why); the kernel's offset is brought up to date before
  * the descriptor may be used outside Chell. Sizes: the backing file's size
  * is always the true one, because a write that extends the file first grows
  * the backing file (fallocate, on the client's own descriptor) and only
  * then stores into the cache; so fstat and stat are simply the kernel's,
- * and reads clamp to a size shared by the process tree (direct/inode.c)
+ * and reads clamp to a size shared by the process tree (mapped/inode.c)
  * that is refreshed from the kernel at the cached end of file.
  *
  * Whenever the cache cannot serve a descriptor - the manager does not run,
@@ -26,47 +26,11 @@
 #include <sys/uio.h>
 
 #include "cache.h"
+#include "../mapped/short.h"
 
-
-static int inode_ready;
 static bool route_check;          /* routing let every file through: check the backings */
 static __thread int tls_open_trunc; /* open() -> opened(): the open had O_TRUNC */
-
-static inline struct cache_ofd *D(const chell_ctx *c)
-{
-	return (struct cache_ofd *)c->f->ofd->priv[c->layer];
-}
-
-static inline struct cache_local *L(const chell_ctx *c)
-{
-	return (struct cache_local *)c->f->local[c->layer];
-}
-
-static inline _Atomic uint64_t *OFFSET(const chell_ctx *c)
-{
-	return (_Atomic uint64_t *)&c->f->ofd->offset;
-}
-
-static inline int status(const chell_ctx *c)
-{
-	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
-}
-
-static inline bool active(const chell_ctx *c)
-{
-	return atomic_load_explicit((_Atomic uint32_t *)&D(c)->active, memory_order_acquire) &&
-	       L(c) != NULL;
-}
-
-static inline uint64_t isize(struct direct_inode *in)
-{
-	return atomic_load_explicit((_Atomic uint64_t *)&in->size, memory_order_acquire);
-}
-
-static inline void isize_set(struct direct_inode *in, uint64_t v)
-{
-	atomic_store_explicit((_Atomic uint64_t *)&in->size, v, memory_order_release);
-}
+static const struct mapped_ops cache_mapped;
 
 static int cache_proc_init(void)
 {
@@ -112,6 +76,18 @@ static void flush_before_exec(const char *path)
 	chell_internal_close(fd);
 }
 
+#define KEY(k, f) {k, offsetof(struct mapped_stats, f)}
+static const struct mapped_stat_key cache_stat_keys[] = {
+	KEY("reads", reads), KEY("writes", writes), KEY("read_bytes", read_bytes),
+	KEY("write_bytes", write_bytes), KEY("read_hits", read_hits), KEY("write_hits", write_hits),
+	KEY("read_misses", read_misses), KEY("write_misses", write_misses),
+	KEY("kernel_fallbacks", kernel_fallbacks), KEY("mmaps", mmaps), KEY("remaps", remaps),
+	KEY("syncs", syncs), KEY("fsyncs", fsyncs), KEY("extends", extends), KEY("bypassed", bypassed),
+	KEY("overwrites", overwrites), KEY("zero_copy", zero_copy),
+};
+static const struct mapped_stats_spec cache_stats_spec = {
+	MAPPED_STATS_CACHE, "cache", cache_stat_keys, sizeof(cache_stat_keys) / sizeof(cache_stat_keys[0])};
+
 static void cache_proc_event(enum chell_op ev, long arg)
 {
 	if (ev == CHELL_OP_EXEC) {
@@ -120,7 +96,7 @@ static void cache_proc_event(enum chell_op ev, long arg)
 		cache_conn_after_fork();
 		cache_map_after_fork();
 	} else if (ev == CHELL_OP_EXIT) {
-		cache_stats_dump();
+		mapped_stats_dump(&cache_stats_spec);
 		cache_conn_bye();
 	}
 }
@@ -153,60 +129,29 @@ static bool under_backing(const char *abs)
 	return yes;
 }
 
-/* Set up process-local state; 0 if the file can be served from the cache. */
-static int attach(chell_ctx *c, int count_open)
+static void *cf_get(chell_ctx *c, const struct stat *st)
 {
-	struct cache_ofd *d = D(c);
-	if (!inode_ready) {
-		if (direct_inode_init() < 0)
-			return -1;
-		inode_ready = 1;
-	}
-	struct stat st;
-	if (sys_fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return -1;
-	struct cache_file *cf = cache_file_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
-	if (!cf)
-		return -1;
-	struct direct_inode *in = direct_inode_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
-	if (!in) {
-		cache_file_put(cf);
-		return -1;
-	}
-	if (!count_open)
-		direct_inode_put(in); /* adoption: the OFD is already counted */
-	else
-		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
-	struct cache_local *l = calloc(1, sizeof(*l));
-	if (!l) {
-		if (count_open)
-			direct_inode_put(in);
-		cache_file_put(cf);
-		return -1;
-	}
-	l->cf = cf;
-	l->inode = in;
-	c->f->local[c->layer] = l;
-	d->dev = st.st_dev;
-	d->ino = st.st_ino;
-	return 0;
+	return cache_file_get(st->st_dev, st->st_ino, (uint64_t)st->st_size);
 }
 
-static void size_changed_by_kernel(int fd)
+static void cf_put(void *cf)
 {
-	struct stat st;
-	if (inode_ready && sys_fstat(fd, &st) == 0)
-		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	cache_file_put(cf);
+}
+
+static int attach(chell_ctx *c, int count_open)
+{
+	return mapped_attach(c, count_open, &cache_mapped);
 }
 
 static void cache_opened(chell_ctx *c)
 {
-	struct cache_ofd *d = D(c);
+	struct mapped_ofd *d = D(c);
 	int trunc = tls_open_trunc;
 	tls_open_trunc = 0;
 	d->active = 0;
 	if (!under_backing(c->path ? c->path : c->f->path)) {
-		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
+		mapped_size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the kernel's I/O path */
 	}
 	if (status(c) & O_DIRECT) {
@@ -216,7 +161,7 @@ static void cache_opened(chell_ctx *c)
 		 * held by the local state, keeps the manager's bypass on). */
 		if (attach(c, 1) == 0)
 			cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
-		size_changed_by_kernel(c->fd);
+		mapped_size_changed_by_kernel(c->fd);
 		return;
 	}
 	if (attach(c, 1) < 0) {
@@ -238,14 +183,7 @@ static void cache_opened(chell_ctx *c)
 
 static int cache_adopt(chell_ctx *c)
 {
-	struct cache_ofd *d = D(c);
-	if (d->active && attach(c, 0) < 0) {
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
-		d->active = 0;
-	}
-	if (d->active && c->layer == 0)
-		c->f->fast = &cache_fast_ops;
-	return 0;
+	return mapped_adopt(c, &cache_mapped);
 }
 
 /*
@@ -255,7 +193,7 @@ static int cache_adopt(chell_ctx *c)
  * the manager's write-back. (On its own, cache mode keeps dirty data in the
  * pool across closes: that is the point of a write-back cache.)
  */
-static void flush_for_checker(chell_ctx *c, struct cache_local *l)
+static void flush_for_checker(chell_ctx *c, struct mapped_local *l)
 {
 	if (c->layer == 0 || !c->f->release_pending || !c->f->path)
 		return;
@@ -272,79 +210,19 @@ static void flush_for_checker(chell_ctx *c, struct cache_local *l)
 
 static void cache_detach(chell_ctx *c)
 {
-	struct cache_local *l = L(c);
-	if (l) {
+	struct mapped_local *l = L(c);
+	if (l)
 		flush_for_checker(c, l);
-		cache_file_put(l->cf);
-		free(l);
-		c->f->local[c->layer] = NULL;
-	}
-}
-
-static void cache_release(chell_ctx *c)
-{
-	struct cache_ofd *d = D(c);
-	if (d->dev | d->ino) { /* attached once: the inode entry counts this OFD */
-		struct direct_inode *in = inode_ready ? direct_inode_get(d->dev, d->ino, 0) : NULL;
-		if (in) {
-			direct_inode_put(in); /* the lookup's own count */
-			direct_inode_put(in); /* this OFD's */
-		}
-	}
-	d->active = 0;
-	d->dev = d->ino = 0;
-}
-
-/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
- * locks), the kernel's offset must be ours (direct.c: direct_sync_out). */
-static int cache_sync_out(chell_ctx *c)
-{
-	if (!D(c)->active)
-		return 0;
-	if (L(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_offset_to_kernel(c->f->ofd, c->fd);
-}
-
-/* The kernel moved its offset (a call Chell let it do): it is ours now. */
-static int cache_sync_in(chell_ctx *c)
-{
-	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
-}
-
-/* File times owed to the kernel (mapped.h) are settled before they can be
- * looked at through this descriptor, and before it goes away. */
-static int cache_fstat(chell_ctx *c, struct stat *st)
-{
-	if (active(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_down_fstat(c, st);
-}
-
-static int cache_close(chell_ctx *c)
-{
-	if (active(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_down_close(c);
+	mapped_detach(c, &cache_mapped);
 }
 
 /* From now on this descriptor uses the kernel path (in every process). */
 static void go_kernel(chell_ctx *c)
 {
-	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
-		return;
-	if (c->layer == 0)
-		c->f->fast = NULL;
-	CSTAT(kernel_fallbacks, 1);
+	mapped_go_kernel(c, &cache_mapped);
 }
 
 /* --------------------------------------------------------------- helpers */
-
-static bool positional(enum chell_op op)
-{
-	return op == CHELL_OP_PREAD || op == CHELL_OP_PREADV || op == CHELL_OP_PWRITE ||
-	       op == CHELL_OP_PWRITEV;
-}
 
 /* The kernel moves bytes [skip, n) of the iovecs at pos + skip. */
 static ssize_t kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
@@ -421,7 +299,7 @@ struct extension {
 	bool reserved;
 };
 
-static int reserve(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end,
+static int reserve(chell_ctx *c, struct mapped_inode *in, uint64_t pos, uint64_t end,
 		   struct extension *x)
 {
 	uint64_t from = isize(in);
@@ -439,15 +317,11 @@ static int reserve(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t
 	return 0;
 }
 
-static int publish(chell_ctx *c, struct direct_inode *in, uint64_t new_end, struct extension *x)
+static int publish(chell_ctx *c, struct mapped_inode *in, uint64_t new_end, struct extension *x)
 {
 	int r = 0;
 	if (new_end > isize(in) && new_end > 0) {
-		r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, new_end - 1, 1, 0, 0);
-		if (r == -EOPNOTSUPP || r == -ENOSYS) {
-			uint64_t now = direct_inode_refresh(in, c->fd);
-			r = new_end > now ? sys_ftruncate(c->fd, (off_t)new_end) : 0;
-		}
+		r = mapped_grow(c->fd, in, new_end - 1, 1, new_end);
 		if (r == 0) {
 			CSTAT(extends, 1);
 			atomic_store_explicit(&L(c)->cf->need_sync, 1, memory_order_release);
@@ -483,110 +357,23 @@ static uint64_t end_after(uint64_t pos, ssize_t r)
 	return r > 0 ? pos + (uint64_t)r : r == -EFAULT ? pos : 0;
 }
 
-/* ------------------------------------------------------------------ read */
-
-static ssize_t cache_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
-{
-	if (!active(c))
-		return chell_down_read(c, iov, cnt, off, flags);
-	bool pos_call = positional(c->op);
-	if ((pos_call && off < 0) || (!pos_call && off < -1))
-		return -EINVAL;
-	if ((status(c) & O_ACCMODE) == O_WRONLY)
-		return -EBADF;
-	ssize_t total = mapped_iov_total(iov, cnt);
-	struct direct_inode *in = L(c)->inode;
-	if (total <= 0) {
-		/* read()/pread() of 0 bytes reach the file system, which may
-		 * touch atime (tmpfs does, ext4 does not); the vector forms
-		 * stop before it. The kernel's own 0-byte read answers. */
-		if (total == 0 && (c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD))
-			sys_pread(c->fd, iov[0].iov_base, 0, 0);
-		return total;
-	}
-	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
-			       mapped_rw_count(c, iov, total)) < 0)
-		return -EINVAL; /* rw_verify_area, before the flags */
-	if (flags) {
-		/* the kernel's verdict on the flags (mapped.h), checked last as
-		 * the kernel does */
-		int e = mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, false);
-		if (e < 0)
-			return e;
-	}
-	CSTAT(reads, 1);
-	ssize_t r;
-	uint64_t size = isize(in);
-	if (off >= 0) {
-		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
-			size = direct_inode_refresh(in, c->fd);
-		r = 0;
-		if ((uint64_t)off < size) {
-			size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total
-									: (size_t)(size - (uint64_t)off);
-			r = move(c, iov, cnt, (uint64_t)off, n, 0);
-		}
-	} else {
-		/* reserve [pos, pos+n) of the shared offset, as direct.c does */
-		_Atomic uint64_t *offp = OFFSET(c);
-		uint64_t pos = atomic_load(offp);
-		size_t n;
-		bool refreshed = false;
-		for (;;) {
-			if (pos + (uint64_t)total > size && !refreshed) {
-				size = direct_inode_refresh(in, c->fd);
-				refreshed = true;
-			}
-			n = pos >= size ? 0 : ((size_t)total < size - pos ? (size_t)total : (size_t)(size - pos));
-			if (atomic_compare_exchange_weak(offp, &pos, pos + n))
-				break;
-		}
-		r = n ? move(c, iov, cnt, pos, n, 0) : 0;
-		if (r != (ssize_t)n) { /* short: give back what was not read */
-			uint64_t expect = pos + n;
-			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
-		}
-		if (!active(c)) /* moved to the kernel meanwhile: its offset is the truth now */
-			sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
-	}
-	if (r > 0)
-		CSTAT(read_bytes, (uint64_t)r);
-	if (r >= 0 && active(c))
-		mapped_read_done(&in->times, c->fd, status(c), size);
-	return r;
-}
-
 /* ----------------------------------------------------------------- write */
 
-/*
- * O_APPEND must be atomic across processes, including other process trees
- * using the cache: an OFD lock on one byte at 2^62 (far beyond any data, as
- * direct/api.c does for zero-copy appends) orders appenders of different
- * open file descriptions, and the tree-wide inode lock those sharing one.
- */
-static int append_lock(int fd, short type)
-{
-	struct flock fl = {.l_type = type, .l_whence = SEEK_SET, .l_start = 1ll << 62, .l_len = 1};
-	int r;
-	do
-		r = sys_fcntl(fd, F_OFD_SETLKW, (long)&fl);
-	while (r == -EINTR);
-	return r;
-}
-
+/* O_APPEND, atomic across processes and process trees: the base's append
+ * lock (mapped_append_lock) and the tree-wide inode lock. */
 static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t total, uint64_t *endp)
 {
-	struct direct_inode *in = L(c)->inode;
+	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
-	int e = append_lock(c->fd, F_WRLCK);
+	int e = mapped_append_lock(c->fd, F_WRLCK);
 	if (e < 0) {
 		chell_lock_release(&in->lock);
 		return e;
 	}
-	uint64_t pos = direct_inode_refresh(in, c->fd);
+	uint64_t pos = mapped_inode_refresh(in, c->fd);
 	ssize_t room = mapped_write_room(pos, total); /* at the end, where it lands */
 	if (room < 0) {
-		append_lock(c->fd, F_UNLCK);
+		mapped_append_lock(c->fd, F_UNLCK);
 		chell_lock_release(&in->lock);
 		return mapped_write_refused(room); /* no lock held while a handler runs */
 	}
@@ -606,122 +393,82 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 			go_kernel(c);
 			ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1);
 			r = k < 0 ? (r ? r : k) : r + k;
-			direct_inode_refresh(in, c->fd);
+			mapped_inode_refresh(in, c->fd);
 		}
 	}
-	append_lock(c->fd, F_UNLCK);
+	mapped_append_lock(c->fd, F_UNLCK);
 	chell_lock_release(&in->lock);
 	*endp = pos + (uint64_t)(r > 0 ? r : 0);
 	return r;
 }
 
-static ssize_t cache_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+/* The base's append method: the offset follows for write(), not pwrite(). */
+static ssize_t append_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, size_t total,
+			 int flags)
 {
-	if (!active(c))
-		return chell_down_write(c, iov, cnt, off, flags);
-	bool pos_call = positional(c->op);
-	if ((pos_call && off < 0) || (!pos_call && off < -1))
-		return -EINVAL;
-	int st = status(c);
-	if ((st & O_ACCMODE) == O_RDONLY)
-		return -EBADF;
-	ssize_t total = mapped_iov_total(iov, cnt);
-	if (total <= 0)
-		return total;
-	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
-			       mapped_rw_count(c, iov, total)) < 0)
-		return -EINVAL; /* rw_verify_area, before the flags */
-	if (flags) {
-		int e = mapped_rwf_check(&L(c)->rwf, c->fd, st, flags, true);
-		if (e < 0)
-			return e;
-	}
-	struct direct_inode *in = L(c)->inode;
-	_Atomic uint64_t *offp = OFFSET(c);
-	CSTAT(writes, 1);
-	ssize_t r;
-	if (((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND)) {
-		uint64_t end;
-		r = append(c, iov, cnt, (size_t)total, &end);
-		if (r > 0 && off == -1)
-			atomic_store(offp, end); /* write(): the offset follows; pwrite(): unchanged */
-	} else {
-		uint64_t pos = 0;
-		total = mapped_write_claim((uint64_t *)offp, off, (size_t)total, &pos);
-		if (total < 0)
-			return total;
-		uint64_t end = pos + (uint64_t)total;
-		if (end > isize(in)) {
-			/* extending: reserve, store, then publish the size */
-			chell_lock_acquire(&in->lock);
-			struct extension x;
-			r = reserve(c, in, pos, end, &x);
-			if (r == 0) {
-				r = move(c, iov, cnt, pos, (size_t)total, CACHE_XFER_EXTEND);
-				int p = publish(c, in, end_after(pos, r), &x);
-				if (p < 0 && r >= 0)
-					r = p;
-			}
-			chell_lock_release(&in->lock);
-		} else {
-			r = move(c, iov, cnt, pos, (size_t)total, 1);
-		}
-		if (off < 0 && r != total) {
-			uint64_t expect = end;
-			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
-		}
-	}
-	if (off < 0 && !active(c))
-		sys_lseek(c->fd, (off_t)atomic_load(offp), SEEK_SET);
-	if (r > 0) {
-		if (active(c))
-			mapped_write_done(&in->times, c->fd);
-		CSTAT(write_bytes, (uint64_t)r);
-		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
-			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
-			if (s < 0)
-				return s;
-		}
-	}
+	uint64_t end;
+	ssize_t r = append(c, iov, cnt, total, &end);
+	if (r > 0 && off == -1)
+		atomic_store(OFFSET(c), end);
+	if (r > 0 && mapped_active(c))
+		mapped_write_done(&L(c)->inode->times, c->fd);
 	return r;
 }
 
-/* ------------------------------------------------------- offset and size */
-
-static off_t cache_lseek(chell_ctx *c, off_t off, int whence)
+/* A write of `total` bytes at pos, the range claimed on the offset. */
+static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t total)
 {
-	if (!active(c))
-		return chell_down_lseek(c, off, whence);
-	_Atomic uint64_t *offp = OFFSET(c);
-	switch (whence) {
-	case SEEK_SET:
-	case SEEK_CUR:
-	case SEEK_END:
-		return mapped_lseek((uint64_t *)offp, c->fd, off, whence,
-				    whence == SEEK_END ? direct_inode_refresh(L(c)->inode, c->fd) : 0);
-	case SEEK_DATA:
-	case SEEK_HOLE: {
-		/* Only the backing file knows holes, and only once the cache's
-		 * dirty blocks are written back to it. Rare: worth a flush. */
-		cache_flush_file(L(c)->cf, c->fd, 0);
-		off_t r = sys_lseek(c->fd, off, whence);
-		if (r >= 0)
-			atomic_store(offp, (uint64_t)r);
-		return r;
+	struct mapped_inode *in = L(c)->inode;
+	uint64_t end = pos + (uint64_t)total;
+	ssize_t r;
+	if (end > isize(in)) {
+		/* extending: reserve, store, then publish the size */
+		chell_lock_acquire(&in->lock);
+		struct extension x;
+		r = reserve(c, in, pos, end, &x);
+		if (r == 0) {
+			r = move(c, iov, cnt, pos, total, CACHE_XFER_EXTEND);
+			int p = publish(c, in, end_after(pos, r), &x);
+			if (p < 0 && r >= 0)
+				r = p;
+		}
+		chell_lock_release(&in->lock);
+	} else {
+		r = move(c, iov, cnt, pos, total, 1);
 	}
-	default:
-		return -EINVAL;
-	}
+	if (r > 0 && mapped_active(c))
+		mapped_write_done(&in->times, c->fd);
+	return r;
 }
+
+static void settle(chell_ctx *c)
+{
+	/* Only the backing file knows holes, and only once the cache's dirty
+	 * blocks are written back to it. Rare: worth a flush. */
+	cache_flush_file(L(c)->cf, c->fd, 0);
+}
+
+static const struct mapped_ops cache_mapped = {
+	.stats = MAPPED_STATS_CACHE,
+	.fast = &cache_fast_ops,
+	.file_get = cf_get,
+	.file_put = cf_put,
+	.transfer = move,
+	.append = append_op,
+	.write_at = write_at,
+	.settle = settle,
+};
+
+/* ------------------------------------------------------- offset and size */
 
 static int cache_ftruncate(chell_ctx *c, off_t len)
 {
 	/* Past RLIMIT_FSIZE the kernel refuses (EFBIG and SIGXFSZ, after its
 	 * other checks) where the manager, with its own limit, would not. */
-	if (!active(c) || len < 0 || (status(c) & O_ACCMODE) == O_RDONLY ||
+	if (!mapped_active(c) || len < 0 || (status(c) & O_ACCMODE) == O_RDONLY ||
 	    (uint64_t)len > mapped_fsize())
 		return chell_down_ftruncate(c, len); /* the kernel's answer, errors included */
-	struct direct_inode *in = L(c)->inode;
+	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
 	int r = cache_truncate_file(L(c)->cf, c->fd, (uint64_t)len);
 	if (r == CACHE_MISS_KERNEL)
@@ -734,9 +481,9 @@ static int cache_ftruncate(chell_ctx *c, off_t len)
 
 static int cache_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 {
-	if (!active(c))
+	if (!mapped_active(c))
 		return chell_down_fallocate(c, mode, off, len);
-	struct direct_inode *in = L(c)->inode;
+	struct mapped_inode *in = L(c)->inode;
 	/* Modes that change data: the cached blocks must be written back and
 	 * dropped first, so the kernel's change is what everyone reads next. */
 	if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE | FALLOC_FL_COLLAPSE_RANGE |
@@ -745,7 +492,7 @@ static int cache_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	chell_lock_acquire(&in->lock);
 	uint64_t before = isize(in);
 	int r = chell_down_fallocate(c, mode, off, len);
-	if (r == 0 && direct_inode_refresh(in, c->fd) != before)
+	if (r == 0 && mapped_inode_refresh(in, c->fd) != before)
 		atomic_store(&L(c)->cf->need_sync, 1); /* the manager records it at fsync */
 	chell_lock_release(&in->lock);
 	return r;
@@ -757,10 +504,10 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 	/* Also in a process that has not opened a cached file yet (a new
 	 * image after exec, a shell): the cache may hold chunks of this file,
 	 * dirty ones past the new end too, and only TRUNCATE drops them. */
-	if (!inode_ready && len >= 0 && direct_inode_init() == 0)
-		inode_ready = 1;
+	if (len >= 0)
+		mapped_inode_init();
 	/* past RLIMIT_FSIZE: the kernel's refusal (see cache_ftruncate) */
-	int fd = len >= 0 && inode_ready && (uint64_t)len <= mapped_fsize()
+	int fd = len >= 0 && mapped_inode_ready() && (uint64_t)len <= mapped_fsize()
 			 ? sys_open(path, O_WRONLY | O_CLOEXEC | O_NONBLOCK, 0)
 			 : -1;
 	int r = CACHE_MISS_KERNEL;
@@ -779,8 +526,8 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 		sys_close(fd);
 	if (r == CACHE_MISS_KERNEL)
 		r = chell_down_truncate(c, path, len);
-	if (r == 0 && inode_ready && sys_fstatat(AT_FDCWD, path, &st, 0) == 0)
-		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	if (r == 0)
+		mapped_size_changed_by_path(path);
 	return r;
 }
 
@@ -792,11 +539,11 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
  */
 static int cache_fsync(chell_ctx *c, int datasync)
 {
-	if (!active(c))
+	if (!mapped_active(c))
 		return chell_down_fsync(c, datasync);
 	CSTAT(fsyncs, 1);
 	if (cache_dax)
-		direct_fence();
+		mapped_fence(cache_persist);
 	int r = cache_sync_file(L(c)->cf, c->fd, isize(L(c)->inode));
 	/* No manager to record a new size: the kernel's fsync of the backing
 	 * file makes the size (set there by fallocate) durable instead; the
@@ -808,7 +555,7 @@ static int cache_fsync(chell_ctx *c, int datasync)
 
 static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int flags)
 {
-	if (!active(c))
+	if (!mapped_active(c))
 		return chell_down_sync_file_range(c, off, n, flags);
 	long long end;
 	if ((flags & ~(SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
@@ -816,7 +563,7 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
 	    off < 0 || n < 0 || __builtin_add_overflow((long long)off, (long long)n, &end))
 		return -EINVAL;
 	if (cache_dax)
-		direct_fence(); /* the lines were flushed as they were written */
+		mapped_fence(cache_persist); /* the lines were flushed as they were written */
 	return 0;
 }
 
@@ -830,9 +577,10 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
  */
 static void leave_for_lease(chell_ctx *c)
 {
-	if (!active(c))
+	if (!mapped_active(c))
 		return;
 	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
+	cache_lent_settle(L(c)->cf); /* no descriptor of Chell's may stay open */
 	go_kernel(c);
 }
 
@@ -841,7 +589,7 @@ static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	if (mapped_takes_lease(cmd, arg))
 		leave_for_lease(c);
 	int r = chell_down_fcntl(c, cmd, arg);
-	if (cmd == F_SETFL && r >= 0 && active(c) && (arg & O_DIRECT)) {
+	if (cmd == F_SETFL && r >= 0 && mapped_active(c) && (arg & O_DIRECT)) {
 		/* the application asks for the kernel's I/O path from now on */
 		cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
 		go_kernel(c);
@@ -858,7 +606,7 @@ static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
  */
 static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off)
 {
-	if (active(c)) {
+	if (mapped_active(c)) {
 		/* no manager (-EIO): the backing file may be older than the cache,
 		 * so the mapping is refused rather than showing stale bytes */
 		int r;
@@ -880,7 +628,7 @@ static void *cache_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flag
  * there first and this description uses the kernel path from now on. */
 static void cache_escape(chell_ctx *c)
 {
-	if (!active(c))
+	if (!mapped_active(c))
 		return;
 	cache_flush_file(L(c)->cf, c->fd, CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS);
 	go_kernel(c);
@@ -888,27 +636,21 @@ static void cache_escape(chell_ctx *c)
 
 const struct chell_handler chell_cache_handler = {
 	.name = "cache",
-	CHELL_HANDLER_PRIV(struct cache_ofd), /* summary: src/common/registry.def */
+	CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */
 	.proc_init = cache_proc_init,
 	.proc_event = cache_proc_event,
 	.open = cache_open,
 	.opened = cache_opened,
 	.adopt = cache_adopt,
 	.detach = cache_detach,
-	.release = cache_release,
-	.sync_out = cache_sync_out,
-	.sync_in = cache_sync_in,
 	.escape = cache_escape,
-	.close = cache_close,
-	.fstat = cache_fstat,
-	.read = cache_read,
-	.write = cache_write,
-	.lseek = cache_lseek,
+	MAPPED_METHODS,
 	.fsync = cache_fsync,
 	.sync_file_range = cache_sync_file_range,
 	.ftruncate = cache_ftruncate,
 	.fallocate = cache_fallocate,
 	.fcntl = cache_fcntl,
 	.mmap = cache_mmap,
+	.get_read_buf = cache_get_read_buf,
 	.truncate = cache_truncate,
 };

@@ -15,16 +15,18 @@
  *   fast.c    the shortcut for read/pread/write/pwrite of one buffer
  *   stats.c   per-thread counters
  *
- * Sizes are shared with the process tree through direct mode's inode table
- * (direct/inode.c): the same job (a size every process sees, refreshed from
- * the kernel at the cached end of file, and the tree-wide lock for
- * extensions and O_APPEND), so one implementation serves both modes.
+ * It sits on the mapped-file base (../mapped/base.h): offsets, sizes (a
+ * size every process of the tree sees, refreshed from the kernel at the
+ * cached end of file, and the tree-wide lock for extensions and O_APPEND),
+ * argument checks, the chunk table, the fault guard and the counters are
+ * the base's; this folder is the cache's policy (chunks of the pool, the
+ * manager on a miss).
  */
 #ifndef CHELL_CACHE_HANDLER_H
 #define CHELL_CACHE_HANDLER_H
 
 #include "../../nib/nib.h"
-#include "../direct/direct.h"
+#include "../mapped/base.h"
 #include "cache/layout.h"
 #include "cache/policy/policy.h"
 #include "chelld/protocol.h"
@@ -64,20 +66,17 @@ char **cache_conn_backings(void);
 extern char cache_sock_path[108]; /* sizeof(sockaddr_un.sun_path) */
 
 /* ---- map.c: per-process files and their chunk mappings ---- */
-#define CACHE_L2_BITS 10
-#define CACHE_L1_SIZE 1024
-#define CACHE_MAX_CHUNK ((uint64_t)CACHE_L1_SIZE << CACHE_L2_BITS)
-/* An entry: the chunk's mapping (chunk data, then its control page), with
- * bit 0 set when it is mapped writable. The address of (file, chunk) never
- * changes once mapped: a new chunk file for the same (file, chunk) replaces
- * the old one in place (MAP_FIXED), so a racing copy can only ever see
- * chunk files of this very (file, chunk) and detects the switch by the
- * control page's identity. */
+#define CACHE_MAX_CHUNK MAPPED_MAX_CHUNKS
+/* A chunk's record (mapped_chunk): its mapping (chunk data, then its
+ * control page), flagged CACHE_E_WRITABLE when mapped writable, and in
+ * `state` the inode of the chunk file mapped there (slow path). The address
+ * of (file, chunk) never changes once mapped: a new chunk file for the same
+ * (file, chunk) replaces the old one in place (MAP_FIXED), so a racing copy
+ * can only ever see chunk files of this very (file, chunk) and detects the
+ * switch by the control page's identity. */
 #define CACHE_E_WRITABLE ((uintptr_t)1)
-struct cache_entry {
-	_Atomic uintptr_t v;
-	uint64_t chunk_ino; /* inode of the chunk file mapped there (slow path) */
-};
+/* Lent to the application for zero-copy (zerocopy.c): never mapped over. */
+#define CACHE_E_LENT 2u
 struct cache_counts {
 	_Atomic uint64_t v[6]; /* struct chelld_client_counts order */
 };
@@ -92,21 +91,24 @@ struct cache_file {
 	_Atomic uint64_t synced_size; /* the size at this process's last SYNC (or first open) */
 	struct cache_counts counts;
 	struct cache_file *next;
-	struct cache_entry *_Atomic l1[CACHE_L1_SIZE];
+	int zc_fd;              /* the backing file, read-only, once a chunk was lent (zerocopy.c) */
+	struct mapped_table chunks;
 };
 /* size: the file's size now (a new entry starts from it as "synced"). */
 struct cache_file *cache_file_get(uint64_t dev, uint64_t ino, uint64_t size);
 void cache_file_put(struct cache_file *cf);
 
+/* Chunk k's mapping, with CACHE_E_WRITABLE or'ed in when it is writable;
+ * 0 if not mapped. (The flag is set only after a writable mapping is in
+ * place; a stale one makes a store fault, which the hit protocol's guard
+ * turns into a miss.) */
 static inline uintptr_t cache_entry_of(struct cache_file *cf, uint64_t k)
 {
-	if (unlikely(k >= CACHE_MAX_CHUNK))
+	struct mapped_chunk *e = mapped_chunk_of(&cf->chunks, k);
+	if (unlikely(!e))
 		return 0;
-	struct cache_entry *l2 =
-		atomic_load_explicit(&cf->l1[k >> CACHE_L2_BITS], memory_order_acquire);
-	if (unlikely(!l2))
-		return 0;
-	return atomic_load_explicit(&l2[k & ((1u << CACHE_L2_BITS) - 1)].v, memory_order_acquire);
+	uintptr_t base = (uintptr_t)atomic_load_explicit(&e->base, memory_order_acquire);
+	return base ? base | (atomic_load_explicit(&e->flags, memory_order_acquire) & CACHE_E_WRITABLE) : 0;
 }
 
 /* Results of the miss path. */
@@ -139,8 +141,10 @@ int cache_sync_file(struct cache_file *cf, int fd, uint64_t size);
 void cache_map_after_fork(void);
 /* Counts of the files still open (for BYE). Caller holds cache_lock. */
 void cache_map_unreported(struct chelld_client_counts *out);
-/* Mapped on DAX with MAP_SYNC: stores are flushed as written. */
+/* Mapped on DAX with MAP_SYNC: stores are flushed as written, through
+ * the persistence core's operations (taken once, copy.c). */
 extern int cache_dax;
+extern const struct chell_persist_ops *cache_persist;
 
 /* ---- copy.c: the hit protocol on one chunk (layout.h) ---- */
 enum { COPY_HIT = 1, COPY_MISS = 0, COPY_EFAULT = -1 };
@@ -174,22 +178,23 @@ int cache_ctl_live(const unsigned char *base);
 size_t cache_user_readable(const void *p, size_t n);
 int cache_copy_init(void);
 
-/* ---- stats.c ---- */
-struct cache_stats {
-	uint64_t reads, writes, read_bytes, write_bytes;
-	uint64_t read_hits, write_hits, read_misses, write_misses;
-	uint64_t kernel_fallbacks, maps, remaps, syncs, fsyncs, extends, bypassed, overwrites;
-};
-extern __thread struct cache_stats *cache_tls_stats;
-struct cache_stats *cache_stats_slow(void);
-static inline struct cache_stats *cache_stats_tls(void)
+/* ---- zerocopy.c: zero-copy reads on a hit ---- */
+ssize_t cache_get_read_buf(chell_ctx *c, const void **buf, size_t count);
+/* The fault hook's part: a SIGBUS at addr in a lent chunk the manager
+ * revoked is repaired (the backing file mapped there): true. */
+bool cache_lent_fault(int sig, const void *addr);
+/* The file leaves the cache for a lease: every lent chunk gets the
+ * backing file's bytes now, and the descriptor kept for that goes. */
+void cache_lent_settle(struct cache_file *cf);
+/* At the file's last close in the process (caller holds no lock). */
+void cache_lent_forget(struct cache_file *cf);
+
+/* ---- counters (mapped/stats.c) ---- */
+#define CSTAT(field, n) MSTAT(MAPPED_STATS_CACHE, field, n)
+static inline struct mapped_stats *cache_stats_tls(void)
 {
-	struct cache_stats *s = cache_tls_stats;
-	return likely(s != NULL) ? s : cache_stats_slow();
+	return mapped_stats_tls(MAPPED_STATS_CACHE);
 }
-#define CSTAT(field, n) (cache_stats_tls()->field += (n))
-void cache_stats_sum(struct cache_stats *out);
-void cache_stats_dump(void);
 /* Per-file counts for CLOSE (relaxed: statistics may drop a racing add). */
 static inline void cache_count(struct cache_file *cf, int i, uint64_t n)
 {
@@ -199,18 +204,7 @@ static inline void cache_count(struct cache_file *cf, int i, uint64_t n)
 }
 enum { CNT_RHIT, CNT_WHIT, CNT_RMISS, CNT_WMISS, CNT_RBYTES, CNT_WBYTES };
 
-/* ---- cache.c: per-OFD state in ofd->priv[layer] ---- */
-struct cache_ofd {
-	uint32_t active; /* 1: served from the cache; 0: the kernel path (atomic) */
-	uint32_t pad_;
-	uint64_t dev, ino;
-};
-/* Per-process state of a handled file, in f->local[layer]. */
-struct cache_local {
-	struct cache_file *cf;
-	struct direct_inode *inode;
-	struct mapped_rwf rwf; /* the kernel's answers on preadv2/pwritev2 flags */
-};
+/* ---- cache.c (per-OFD and per-process state: mapped/base.h) ---- */
 extern const struct chell_handler chell_cache_handler;
 extern const struct chell_fast_ops cache_fast_ops;
 
@@ -223,6 +217,6 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 		       int to_file, int *kernel);
 /* to_file value for a write that extends the file: the pieces past its
  * published size raise their chunk's ext_end (copy.c). */
-#define CACHE_XFER_EXTEND 2
+#define CACHE_XFER_EXTEND MAPPED_XFER_EXTEND
 
 #endif

@@ -4,7 +4,7 @@
  *
  * A chunk file can be truncated by the manager at any moment (eviction):
  * then every access to its mapping, control page included, raises SIGBUS.
- * As in direct/copy.c, a thread-local flag and a jump buffer turn such a
+ * As in the base's copies (mapped/copy.c), a thread-local flag and a jump buffer turn such a
  * fault into a return: the whole attempt (state check, valid
  * bits, memcpy, re-check) runs inside one guard, so a fault anywhere in it
  * is simply a miss, and the miss path asks the manager again. A fault on
@@ -25,6 +25,7 @@
 
 #include "cache.h"
 
+const struct chell_persist_ops *cache_persist;
 static __thread volatile int tls_in;
 static __thread sigjmp_buf tls_jmp;
 static __thread uintptr_t tls_addr;
@@ -42,8 +43,9 @@ static __thread uint64_t tls_ext_prev, tls_ext_new; /* ext_end before/after cach
 static bool fault_fixup(int sig, siginfo_t *si, void *uc_)
 {
 	ucontext_t *uc = uc_;
-	if (!tls_in) /* not a cache copy: direct_copy's guard (mapped.c), or the application's */
-		return direct_fault_fixup(sig, si, uc_);
+	if (!tls_in) /* not a cache copy: a zero-copy buffer's chunk revoked
+		      * (zerocopy.c), or not ours (the base's guard has its own hook) */
+		return cache_lent_fault(sig, si->si_addr);
 	tls_in = 0;
 	tls_addr = (uintptr_t)si->si_addr;
 	/* leaving the handler by a jump: restore the mask it would have restored */
@@ -101,7 +103,8 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			direct_guarded_memcpy(dst, base + off, n);
+			if (dst) /* NULL: only the verdict (zero-copy lends the chunk) */
+				mapped_guarded_memcpy(dst, base + off, n);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (state(ctl) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&
@@ -213,14 +216,14 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 		if (valid(ctl, off, n)) {
 			if (ext_end)
 				ext_raise(ctl, ext_end);
-			direct_guarded_memcpy(base + off, src, n);
+			mapped_guarded_memcpy(base + off, src, n);
 			if (cache_dax)
-				direct_flush(base + off, n);
+				mapped_flush(cache_persist, base + off, n);
 			/* after the data (policy.h: a mark that precedes a
 			 * check-out guarantees the cleaner sees the data) */
 			dirty_mark(dirty_of(ctl), 0, first, nb);
 			if (cache_dax)
-				direct_flush(ctl->dirty, dirty_table_bytes(1));
+				mapped_flush(cache_persist, ctl->dirty, dirty_table_bytes(1));
 			/* The layout's "seq_cst fence, then still LIVE": dirty_mark's
 			 * RMWs are seq_cst (a locked instruction, a full barrier on
 			 * x86-64), and so is this load, so no separate fence. */
@@ -263,9 +266,9 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 		*incarnation = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (ext_end) /* a fault gives it back (verdict_overwrite) */
 			ext_raise(ctl, ext_end);
-		direct_guarded_memcpy(base + off, src, n);
+		mapped_guarded_memcpy(base + off, src, n);
 		if (cache_dax)
-			direct_flush(base + off, n);
+			mapped_flush(cache_persist, base + off, n);
 		r = COPY_HIT;
 	}
 	__asm__ volatile("" ::: "memory");
@@ -329,11 +332,11 @@ __attribute__((noinline)) size_t cache_user_readable(const void *p, size_t n)
 
 int cache_copy_init(void)
 {
-	/* direct_copy_init picks the cache-line flush instruction (DAX pools)
-	 * and installs direct's fault hook; cache mode replaces the hook with
-	 * its own, which passes what is not a cache copy's fault on to
-	 * direct's (the guarded reads of mapped.c). */
-	direct_copy_init();
+	/* mapped_copy_init settles the persistence core's operations (DAX
+	 * pools flush through them) and adds the base's fault hook to the
+	 * chain; the cache's own comes after it. */
+	mapped_copy_init();
+	cache_persist = mapped_persist();
 	chell_fault_hook_add(fault_fixup);
 	return 0;
 }

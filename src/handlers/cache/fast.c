@@ -7,15 +7,15 @@
  */
 #include "cache.h"
 
-static inline struct cache_local *local0(struct chell_file *f)
+static inline struct mapped_local *local0(struct chell_file *f)
 {
-	const struct cache_ofd *d = (const struct cache_ofd *)f->ofd->priv[0];
+	const struct mapped_ofd *d = (const struct mapped_ofd *)f->ofd->priv[0];
 	return atomic_load_explicit((_Atomic uint32_t *)&d->active, memory_order_relaxed)
-		       ? (struct cache_local *)f->local[0]
+		       ? (struct mapped_local *)f->local[0]
 		       : NULL;
 }
 
-static inline uint64_t cached_size(struct cache_local *l)
+static inline uint64_t cached_size(struct mapped_local *l)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)&l->inode->size, memory_order_acquire);
 }
@@ -29,7 +29,7 @@ static inline void hit(struct cache_file *cf, uint32_t slot, int w, size_t n)
 {
 	if (slot < cache_access.nchunks)
 		access_mark(&cache_access, slot);
-	struct cache_stats *s = cache_stats_tls();
+	struct mapped_stats *s = cache_stats_tls();
 	if (w) {
 		s->writes++;
 		s->write_hits++;
@@ -44,7 +44,7 @@ static inline void hit(struct cache_file *cf, uint32_t slot, int w, size_t n)
 }
 
 /* Read [off, off+n) from the cache into buf: true on a hit. */
-static inline bool try_read(struct cache_local *l, void *buf, size_t n, uint64_t off)
+static inline bool try_read(struct mapped_local *l, void *buf, size_t n, uint64_t off)
 {
 	uintptr_t e = cache_entry_of(l->cf, off >> CACHE_CHUNK_SHIFT);
 	uint32_t slot;
@@ -57,7 +57,7 @@ static inline bool try_read(struct cache_local *l, void *buf, size_t n, uint64_t
 
 static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off_t off)
 {
-	struct cache_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || off < 0 || n == 0 || (st & O_ACCMODE) == O_WRONLY || !one_chunk((uint64_t)off, n) ||
 	    (uint64_t)off + n > cached_size(l) || !try_read(l, buf, n, (uint64_t)off))
@@ -68,7 +68,7 @@ static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off
 
 static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 {
-	struct cache_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY)
 		return CHELL_FAST_MISS;
@@ -84,7 +84,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 }
 
 /* Writes inside the current size need no extension. */
-static inline unsigned char *writable(struct cache_local *l, int st, uint64_t off, size_t n)
+static inline unsigned char *writable(struct mapped_local *l, int st, uint64_t off, size_t n)
 {
 	if ((st & (O_APPEND | O_SYNC | O_DSYNC)) || (st & O_ACCMODE) == O_RDONLY ||
 	    !one_chunk(off, n) || off + n > cached_size(l) ||
@@ -96,7 +96,7 @@ static inline unsigned char *writable(struct cache_local *l, int st, uint64_t of
 
 static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t n, off_t off)
 {
-	struct cache_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	uint32_t slot;
 	unsigned char *base;
@@ -111,7 +111,7 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 
 static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t n)
 {
-	struct cache_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || n == 0)
 		return CHELL_FAST_MISS;

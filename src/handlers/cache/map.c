@@ -28,12 +28,6 @@
 
 #include "cache.h"
 
-#ifndef MAP_SYNC
-#define MAP_SYNC 0x80000
-#endif
-#ifndef MAP_SHARED_VALIDATE
-#define MAP_SHARED_VALIDATE 0x03
-#endif
 
 int cache_dax;
 static int dax_known;
@@ -53,6 +47,7 @@ struct cache_file *cache_file_get(uint64_t dev, uint64_t ino, uint64_t size)
 			cf->dev = dev;
 			cf->ino = ino;
 			cf->synced_size = size;
+			cf->zc_fd = -1;
 			cf->next = files;
 			files = cf;
 		}
@@ -88,6 +83,11 @@ static void unregister(struct cache_file *cf)
 	cf->access = 0;
 }
 
+static void unmap_chunk(struct mapped_chunk *e, void *arg)
+{
+	munmap(e->base, CACHE_CHUNK_FILE_BYTES);
+}
+
 void cache_file_put(struct cache_file *cf)
 {
 	cache_lock();
@@ -102,15 +102,9 @@ void cache_file_put(struct cache_file *cf)
 		}
 	unregister(cf);
 	cache_unlock();
-	for (int i = 0; i < CACHE_L1_SIZE; i++) {
-		struct cache_entry *l2 = cf->l1[i];
-		if (!l2)
-			continue;
-		for (int j = 0; j < (1 << CACHE_L2_BITS); j++)
-			if (l2[j].v)
-				munmap((void *)(l2[j].v & ~CACHE_E_WRITABLE), CACHE_CHUNK_FILE_BYTES);
-		free(l2);
-	}
+	cache_lent_forget(cf); /* before the table's own mappings go */
+	mapped_table_each(&cf->chunks, unmap_chunk, NULL);
+	mapped_table_free(&cf->chunks);
 	free(cf);
 }
 
@@ -225,23 +219,23 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 	struct stat st;
 	if (sys_fstat(mfd, &st) < 0)
 		return -EPROTO;
-	struct cache_entry *l2 = cf->l1[k >> CACHE_L2_BITS];
-	if (!l2) {
-		l2 = calloc((size_t)1 << CACHE_L2_BITS, sizeof(*l2));
-		if (!l2)
-			return -ENOMEM;
-		atomic_store_explicit(&cf->l1[k >> CACHE_L2_BITS], l2, memory_order_release);
-	}
-	struct cache_entry *e = &l2[k & ((1u << CACHE_L2_BITS) - 1)];
-	uintptr_t cur = atomic_load(&e->v);
+	struct mapped_chunk *e = mapped_chunk_make(&cf->chunks, k);
+	if (!e)
+		return -ENOMEM;
+	uintptr_t cur = cache_entry_of(cf, k);
+	/* A chunk lent for zero-copy keeps its address for the application's
+	 * buffer (zerocopy.c): the new mapping goes elsewhere. */
+	bool lent = cur && (atomic_load(&e->flags) & CACHE_E_LENT);
 	/* The chunk file we have, with enough access? (The inode number alone
 	 * is not proof: tmpfs reuses the numbers of unlinked files.) */
-	if (cur && e->chunk_ino == (uint64_t)st.st_ino && (!writable || (cur & CACHE_E_WRITABLE)) &&
+	if (cur && e->state == (uint64_t)st.st_ino && (!writable || (cur & CACHE_E_WRITABLE)) &&
 	    cache_ctl_live((const unsigned char *)(cur & ~CACHE_E_WRITABLE)))
 		return 0;
 	void *addr = cur ? (void *)(cur & ~CACHE_E_WRITABLE) : NULL;
 	int prot = PROT_READ | (writable ? PROT_WRITE : 0);
-	int fixed = cur ? MAP_FIXED : 0;
+	int fixed = cur && !lent ? MAP_FIXED : 0;
+	if (lent)
+		addr = NULL;
 	void *p = MAP_FAILED;
 	if (writable && (!dax_known || cache_dax)) {
 		p = REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, prot,
@@ -254,31 +248,36 @@ static int install(struct cache_file *cf, uint64_t k, int mfd, int writable)
 	if (p == MAP_FAILED)
 		p = REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, prot, MAP_SHARED | fixed, mfd, 0);
 	if (p == MAP_FAILED) {
-		if (cur) {
+		if (cur && !lent) {
 			/* The old mapping may be gone: keep the range reserved and
 			 * inaccessible, so copies fault (a miss) and no other mapping
 			 * can appear at this address. */
 			REAL(mmap64)(addr, CACHE_CHUNK_FILE_BYTES, PROT_NONE,
 				     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-			e->chunk_ino = 0;
-			atomic_store(&e->v, cur & ~CACHE_E_WRITABLE);
+			e->state = 0;
+			atomic_fetch_and(&e->flags, ~(uint32_t)CACHE_E_WRITABLE);
 		}
 		return -ENOMEM;
 	}
-	CSTAT(maps, 1);
+	CSTAT(mmaps, 1);
 	if (cur)
 		CSTAT(remaps, 1);
-	e->chunk_ino = (uint64_t)st.st_ino;
+	e->state = (uint64_t)st.st_ino;
 	if (writable) /* its directory entry is the manager's to make durable: SYNC */
 		atomic_store_explicit(&cf->need_sync, 1, memory_order_release);
-	atomic_store_explicit(&e->v, (uintptr_t)p | (writable ? CACHE_E_WRITABLE : 0),
-			      memory_order_release);
+	/* The address is the old one (MAP_FIXED) or a new one; the writable
+	 * flag is published after the mapping it describes. */
+	if (!writable || lent) /* (a new address: not lent, not writable yet) */
+		atomic_fetch_and(&e->flags, ~(uint32_t)(CACHE_E_WRITABLE | (lent ? CACHE_E_LENT : 0)));
+	atomic_store_explicit(&e->base, (unsigned char *)p, memory_order_release);
+	if (writable)
+		atomic_fetch_or_explicit(&e->flags, (uint32_t)CACHE_E_WRITABLE, memory_order_release);
 	int c = cache_ctl_check(p, cf->dev, cf->ino, k);
 	if (c == -EPROTO) {
 		chell_log("cache: the manager handed out a chunk file with a bad control page "
 			  "(file %llu:%llu chunk %llu)", (unsigned long long)cf->dev,
 			  (unsigned long long)cf->ino, (unsigned long long)k);
-		e->chunk_ino = 0; /* never trusted: the copies check it again anyway */
+		e->state = 0; /* never trusted: the copies check it again anyway */
 		return -EPROTO;
 	}
 	return 0; /* -EFAULT: already revoked; the next copy misses again */

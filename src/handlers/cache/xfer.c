@@ -33,7 +33,7 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 {
 	/* an extending write: the bytes of this piece end here */
 	uint64_t ext = to_file == CACHE_XFER_EXTEND ? (k << CACHE_CHUNK_SHIFT) + in + len : 0;
-	struct cache_stats *s = cache_stats_tls();
+	struct mapped_stats *s = cache_stats_tls();
 	for (int misses = 0;; misses++) {
 		uintptr_t e = cache_entry_of(cf, k);
 		unsigned char *base = (unsigned char *)(e & ~CACHE_E_WRITABLE);
@@ -100,7 +100,7 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 			if (cache_overwrite(cf, k, slot, inc, first, n) != 0)
 				return false;
 			hit_mark(slot);
-			struct cache_stats *s = cache_stats_tls();
+			struct mapped_stats *s = cache_stats_tls();
 			s->overwrites++;
 			s->write_misses++; /* it took the manager, if not a fill */
 			cache_count(cf, CNT_WMISS, 1);
@@ -143,7 +143,7 @@ static ssize_t read_to_fault(chell_ctx *c, struct cache_file *cf, uint64_t k, si
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
 		       int to_file, int *kernel)
 {
-	struct cache_local *l = (struct cache_local *)c->f->local[c->layer];
+	struct mapped_local *l = mapped_local(c);
 	struct cache_file *cf = l->cf;
 	size_t done = 0;
 	*kernel = 0;

@@ -1,14 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The direct handler's operations.
- *
- * Offsets live in the shared OFD (ofd->offset), so dup'ed descriptors,
- * forked children and exec'ed images share them as the kernel shares its
- * own; the kernel's offset of the descriptor is left behind and brought up
- * to date only when the descriptor may be used outside Chell (before exec).
- * Sizes come from the shared inode entry (inode.c). Every size change goes
- * to the kernel first (fallocate/ftruncate), so fstat() and other programs
- * always see the true size.
+ * The direct handler's operations: its policy on the mapped-file base
+ * (mapped/base.h has offsets, sizes and the checks every call makes).
+ * A chunk's memory is a shared mapping of the file itself; every size
+ * change goes to the kernel first (fallocate/ftruncate), so fstat() and
+ * other programs always see the true size.
  *
  * Whenever the mapping cannot serve a request (a page truncated away by
  * another process, a file we may not map writable) the kernel does the
@@ -21,39 +17,9 @@
 #include <sys/uio.h>
 
 #include "direct.h"
+#include "../mapped/short.h"
 
-
-static int inode_ready;
-
-static inline struct direct_ofd *D(const chell_ctx *c)
-{
-	return (struct direct_ofd *)c->f->ofd->priv[c->layer];
-}
-
-static inline struct direct_local *L(const chell_ctx *c)
-{
-	return (struct direct_local *)c->f->local[c->layer];
-}
-
-static inline _Atomic uint64_t *OFFSET(const chell_ctx *c)
-{
-	return (_Atomic uint64_t *)&c->f->ofd->offset;
-}
-
-static inline int status(const chell_ctx *c)
-{
-	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
-}
-
-static inline uint64_t isize(struct direct_inode *in)
-{
-	return atomic_load_explicit((_Atomic uint64_t *)&in->size, memory_order_acquire);
-}
-
-static inline void isize_set(struct direct_inode *in, uint64_t v)
-{
-	atomic_store_explicit((_Atomic uint64_t *)&in->size, v, memory_order_release);
-}
+static const struct mapped_ops direct_mapped;
 
 static int direct_proc_init(void)
 {
@@ -67,15 +33,25 @@ static int direct_proc_init(void)
 	const char *ms = chell_setting("direct.map_sync");
 	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;
 	direct_nt_threshold = chell_setting_size("direct.nt_threshold");
-	return direct_copy_init();
+	return mapped_copy_init();
 }
+
+#define KEY(k, f) {k, offsetof(struct mapped_stats, f)}
+static const struct mapped_stat_key direct_stat_keys[] = {
+	KEY("reads", reads), KEY("writes", writes), KEY("read_bytes", read_bytes),
+	KEY("write_bytes", write_bytes), KEY("kernel_fallbacks", kernel_fallbacks),
+	KEY("mmaps", mmaps), KEY("faults_caught", faults), KEY("extends", extends),
+	KEY("fsyncs", fsyncs), KEY("zero_copy", zero_copy),
+};
+static const struct mapped_stats_spec direct_stats_spec = {
+	MAPPED_STATS_DIRECT, NULL, direct_stat_keys, sizeof(direct_stat_keys) / sizeof(direct_stat_keys[0])};
 
 static void direct_proc_event(enum chell_op ev, long arg)
 {
 	if (ev == CHELL_OP_FORK)
 		direct_map_after_fork();
 	else if (ev == CHELL_OP_EXIT)
-		direct_stats_dump();
+		mapped_stats_dump(&direct_stats_spec);
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -85,69 +61,34 @@ static int direct_open(chell_ctx *c, int dirfd, const char *path, int flags, mod
 	return chell_down_open(c, dirfd, path, flags, mode);
 }
 
-/* Set up process-local state; 0 if the file can be served from a mapping. */
-static int attach(chell_ctx *c, int count_open)
+/* This process's mapping of the file: NULL if the descriptor allows
+ * writing and the file cannot be mapped writable (the kernel serves it). */
+static void *map_get(chell_ctx *c, const struct stat *st)
 {
-	struct direct_ofd *d = D(c);
-	if (!inode_ready) {
-		if (direct_inode_init() < 0)
-			return -1;
-		inode_ready = 1;
-	}
-	struct stat st;
-	if (sys_fstat(c->fd, &st) < 0)
-		return -1;
-	int acc = status(c) & O_ACCMODE;
 	int err = 0;
-	struct direct_map *m = direct_map_get(c->fd, st.st_dev, st.st_ino, acc != O_RDONLY, &err);
-	if (!m)
-		return -1;
-	if (err) { /* writable descriptor, but we cannot map the file writable */
+	int acc = status(c) & O_ACCMODE;
+	struct direct_map *m = direct_map_get(c->fd, st->st_dev, st->st_ino, acc != O_RDONLY, &err);
+	if (m && err) {
 		direct_map_put(m);
-		return -1;
+		return NULL;
 	}
-	struct direct_inode *in = direct_inode_get(st.st_dev, st.st_ino, (uint64_t)st.st_size);
-	if (!in) {
-		direct_map_put(m);
-		return -1;
-	}
-	if (!count_open)
-		direct_inode_put(in); /* adoption: the OFD is already counted */
-	if (count_open)
-		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
-	struct direct_local *l = calloc(1, sizeof(*l));
-	if (!l) {
-		if (count_open)
-			direct_inode_put(in);
-		direct_map_put(m);
-		return -1;
-	}
-	l->map = m;
-	l->inode = in;
-	c->f->local[c->layer] = l;
-	d->dev = st.st_dev;
-	d->ino = st.st_ino;
-	return 0;
+	return m;
 }
 
-/* The kernel changed the size behind the cached one (O_TRUNC on a
- * descriptor we don't serve, truncate by path): tell the shared entry. */
-static void size_changed_by_kernel(int fd)
+static void map_put(void *m)
 {
-	struct stat st;
-	if (inode_ready && sys_fstat(fd, &st) == 0)
-		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	direct_map_put(m);
 }
 
 static void direct_opened(chell_ctx *c)
 {
-	struct direct_ofd *d = D(c);
+	struct mapped_ofd *d = D(c);
 	d->active = 0;
 	if (status(c) & O_DIRECT) {
-		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
+		mapped_size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the application wants the kernel's I/O path */
 	}
-	if (attach(c, 1) == 0) {
+	if (mapped_attach(c, 1, &direct_mapped) == 0) {
 		d->active = 1;
 		if (c->layer == 0) /* nothing above us to bypass */
 			c->f->fast = &direct_fast_ops;
@@ -158,72 +99,17 @@ static void direct_opened(chell_ctx *c)
 
 static int direct_adopt(chell_ctx *c)
 {
-	struct direct_ofd *d = D(c);
-	if (d->active && attach(c, 0) < 0) {
-		/* cannot map it in this image: give the offset back to the kernel */
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
-		d->active = 0;
-	}
-	if (d->active && c->layer == 0)
-		c->f->fast = &direct_fast_ops;
-	return 0;
+	return mapped_adopt(c, &direct_mapped);
 }
 
 static void direct_detach(chell_ctx *c)
 {
-	struct direct_local *l = L(c);
-	if (l) {
-		direct_map_put(l->map);
-		free(l);
-		c->f->local[c->layer] = NULL;
-	}
+	mapped_detach(c, &direct_mapped);
 }
 
-static void direct_release(chell_ctx *c)
-{
-	struct direct_ofd *d = D(c);
-	/* Attached once (dev/ino set), the inode entry counts this OFD, even
-	 * if it moved to the kernel path since (O_DIRECT, escape). */
-	if ((d->dev | d->ino) && inode_ready) {
-		/* The inode entry is found again by identity: the local state of
-		 * the releasing process may already be gone. */
-		struct direct_inode *in = direct_inode_get(d->dev, d->ino, 0);
-		if (in) {
-			direct_inode_put(in); /* the lookup's own count */
-			direct_inode_put(in); /* this OFD's */
-		}
-	}
-	d->active = 0;
-}
-
-/* Before the kernel evaluates the descriptor's offset (exec, SEEK_CUR
- * locks), the kernel's offset must be ours. */
-static int direct_sync_out(chell_ctx *c)
-{
-	if (!D(c)->active)
-		return 0;
-	if (L(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_offset_to_kernel(c->f->ofd, c->fd);
-}
-
-/* The kernel moved its offset (a call Chell let it do): it is ours now. */
-static int direct_sync_in(chell_ctx *c)
-{
-	return D(c)->active ? chell_offset_from_kernel(c->f->ofd, c->fd) : 0;
-}
-
-/* From now on this descriptor uses the kernel path, in every process
- * (they see active == 0 and miss): the application asked for O_DIRECT, or
- * the descriptor escaped to a process Chell does not serve, which moves the
- * kernel's offset behind our back. */
 static void go_kernel(chell_ctx *c)
 {
-	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
-		return;
-	if (c->layer == 0)
-		c->f->fast = NULL;
-	DSTAT(kernel_fallbacks, 1);
+	mapped_go_kernel(c, &direct_mapped);
 }
 
 static void direct_escape(chell_ctx *c)
@@ -231,56 +117,7 @@ static void direct_escape(chell_ctx *c)
 	go_kernel(c);
 }
 
-/* Times owed to the kernel are settled before anyone may look at them
- * through this descriptor, and before it goes away. */
-static int direct_fstat(chell_ctx *c, struct stat *st)
-{
-	if (D(c)->active && L(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_down_fstat(c, st);
-}
-
-static int direct_close(chell_ctx *c)
-{
-	if (D(c)->active && L(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_down_close(c);
-}
-
 /* --------------------------------------------------------------- helpers */
-
-/*
- * preadv2/pwritev2 flags (mapped.h: the kernel is asked once per file and
- * combination). Kernel order: the flags are looked at after the access
- * mode, the iovecs and a zero length, so callers check them last.
- */
-static int check_flags(chell_ctx *c, int flags, bool write)
-{
-	return mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, write);
-}
-
-/* Flags the mapped copy cannot honour itself: RWF_NOWAIT (a copy may fault
- * a page in, mapping a chunk may wait) and RWF_ATOMIC (no torn writes).
- * Where the kernel accepts them, the kernel moves the bytes at `pos`: the
- * page cache (or DAX memory) it uses is the mapping, so every reader sees
- * them, and its answer (EAGAIN, EINVAL for a bad atomic size) is exact. */
-static inline bool kernel_flags(int flags)
-{
-	return flags & (RWF_NOWAIT | RWF_ATOMIC);
-}
-
-/* O_APPEND on the descriptor makes the kernel's pwrite append: a write that
- * must land at `pos` (RWF_NOAPPEND, or a piece of a mapped write) says so. */
-static inline int at_pos_flags(chell_ctx *c)
-{
-	return (status(c) & O_APPEND) ? RWF_NOAPPEND : 0;
-}
-
-static bool positional(enum chell_op op)
-{
-	return op == CHELL_OP_PREAD || op == CHELL_OP_PREADV || op == CHELL_OP_PWRITE ||
-	       op == CHELL_OP_PWRITEV;
-}
 
 /* Address of `pos` in the mapping, mapping its chunk first if needed. */
 static inline unsigned char *addr_of(struct direct_map *m, int fd, uint64_t pos)
@@ -294,7 +131,7 @@ static inline unsigned char *addr_of(struct direct_map *m, int fd, uint64_t pos)
 
 /* Holes made through Chell (in any process) invalidate this process's
  * "dense" marks. */
-static inline void check_hole_gen(struct direct_local *l)
+static inline void check_hole_gen(struct mapped_local *l)
 {
 	uint32_t g = atomic_load_explicit((_Atomic uint32_t *)&l->inode->hole_gen, memory_order_acquire);
 	if (unlikely(g != l->map->hole_gen)) {
@@ -303,7 +140,7 @@ static inline void check_hole_gen(struct direct_local *l)
 	}
 }
 
-static void made_holes(struct direct_local *l)
+static void made_holes(struct mapped_local *l)
 {
 	atomic_fetch_add((_Atomic uint32_t *)&l->inode->hole_gen, 1);
 	check_hole_gen(l);
@@ -335,6 +172,8 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			int to_file)
 {
 	struct direct_map *m = L(c)->map;
+	if (!to_file)
+		check_hole_gen(L(c)); /* before any chunk's sparse flag is looked at */
 	size_t done = 0, chunk = (size_t)1 << direct_chunk_shift;
 	bool nt = to_file && m->map_sync == 2 && n >= direct_nt_threshold;
 	for (int i = 0; i < cnt && done < n; i++) {
@@ -348,15 +187,15 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			unsigned char *u = (unsigned char *)iov[i].iov_base + vdone;
 			int fault = 0;
 			size_t got = 0;
-			if (a && !to_file && ((uintptr_t)direct_entry(m, p) & DIRECT_SPARSE) &&
+			if (a && !to_file && (atomic_load(&direct_entry(m, p)->flags) & DIRECT_SPARSE) &&
 			    !range_is_data(c, p, piece))
 				a = NULL; /* holes in range: the kernel reads them without filling */
 			if (a && (!to_file || m->writable))
-				got = to_file ? (nt ? direct_copy_nt(a, u, piece, &fault)
-						    : direct_copy(a, u, piece, &fault))
-					      : direct_copy(u, a, piece, &fault);
+				got = to_file ? (nt ? mapped_copy_nt(m->persist, a, u, piece, &fault)
+						    : mapped_copy(a, u, piece, &fault))
+					      : mapped_copy(u, a, piece, &fault);
 			if (got && to_file && m->map_sync == 2 && !nt)
-				direct_flush(a, got); /* persistent on the next fence (fsync) */
+				mapped_flush(m->persist, a, got); /* persistent on the next fence (fsync) */
 			done += got;
 			vdone += got;
 			if (got == piece)
@@ -370,7 +209,7 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			if (to_file) /* the kernel may write past a shrunken end: a hole */
 				atomic_fetch_add((_Atomic uint32_t *)&L(c)->inode->hole_gen, 1);
 			struct iovec rest = {u + got, piece - got};
-			ssize_t k = to_file ? sys_pwritev2(c->fd, &rest, 1, (off_t)(p + got), at_pos_flags(c))
+			ssize_t k = to_file ? sys_pwritev2(c->fd, &rest, 1, (off_t)(p + got), mapped_at_pos_flags(c))
 					    : sys_pread(c->fd, u + got, piece - got, (off_t)(p + got));
 			if (k < 0)
 				return done ? (ssize_t)done : k;
@@ -386,17 +225,13 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 /* Make the file at least `end` bytes long, through the kernel. Caller holds
  * the inode lock. fallocate never shrinks (another process may have grown
  * the file meanwhile) and keeps holes before `pos` as a write would. */
-static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t end)
+static int extend(chell_ctx *c, struct mapped_inode *in, uint64_t pos, uint64_t end)
 {
 	if (end <= isize(in))
 		return 0;
 	if (pos > isize(in)) /* writing past the end leaves a hole before pos */
 		atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-	int r = (int)CHELL_SC(SYS_fallocate, c->fd, 0, pos, end - pos, 0, 0);
-	if (r == -EOPNOTSUPP || r == -ENOSYS) {
-		uint64_t now = direct_inode_refresh(in, c->fd);
-		r = end > now ? sys_ftruncate(c->fd, (off_t)end) : 0;
-	}
+	int r = mapped_grow(c->fd, in, pos, end - pos, end);
 	if (r < 0)
 		return r;
 	DSTAT(extends, 1);
@@ -405,8 +240,12 @@ static int extend(chell_ctx *c, struct direct_inode *in, uint64_t pos, uint64_t 
 	return 0;
 }
 
-/* The kernel moves the bytes (kernel_flags): at `off`, or at the shared
- * offset, which then advances by what it moved. */
+/* Flags the mapped copy cannot honour itself: RWF_NOWAIT (a copy may fault
+ * a page in, mapping a chunk may wait) and RWF_ATOMIC (no torn writes).
+ * Where the kernel accepts them, the kernel moves the bytes at `pos`: the
+ * page cache (or DAX memory) it uses is the mapping, so every reader sees
+ * them, and its answer (EAGAIN, EINVAL for a bad atomic size) is exact:
+ * at `off`, or at the shared offset, which then advances by what it moved. */
 static ssize_t kernel_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	DSTAT(kernel_fallbacks, 1);
@@ -423,7 +262,7 @@ static ssize_t kernel_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 static ssize_t kernel_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, ssize_t total,
 			    int flags)
 {
-	struct direct_inode *in = L(c)->inode;
+	struct mapped_inode *in = L(c)->inode;
 	_Atomic uint64_t *offp = OFFSET(c);
 	uint64_t pos = off >= 0 ? (uint64_t)off : atomic_load(offp);
 	DSTAT(kernel_fallbacks, 1);
@@ -432,7 +271,7 @@ static ssize_t kernel_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 			;
 	if (pos + (uint64_t)total > isize(in)) /* it may leave a hole before pos */
 		atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-	ssize_t r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, flags | at_pos_flags(c));
+	ssize_t r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, flags | mapped_at_pos_flags(c));
 	if (off < 0 && r != total) {
 		uint64_t expect = pos + (uint64_t)total;
 		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
@@ -444,214 +283,94 @@ static ssize_t kernel_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 	return r;
 }
 
-/* ------------------------------------------------------------------ read */
-
-static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+static ssize_t kernel_io(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, ssize_t total,
+			 int flags, bool write)
 {
-	if (!D(c)->active)
-		return chell_down_read(c, iov, cnt, off, flags);
-	bool pos_call = positional(c->op);
-	if ((pos_call && off < 0) || (!pos_call && off < -1))
-		return -EINVAL;
-	if ((status(c) & O_ACCMODE) == O_WRONLY)
-		return -EBADF;
-	ssize_t total = mapped_iov_total(iov, cnt);
-	struct direct_inode *in = L(c)->inode;
-	if (total <= 0) {
-		/* read()/pread() of 0 bytes reach the file system, which may
-		 * touch atime (tmpfs does, ext4 does not); the vector forms
-		 * stop before it. The kernel's own 0-byte read answers. */
-		if (total == 0 && (c->op == CHELL_OP_READ || c->op == CHELL_OP_PREAD))
-			sys_pread(c->fd, iov[0].iov_base, 0, 0);
-		return total;
-	}
-	if (unlikely(mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
-					mapped_rw_count(c, iov, total)) < 0))
-		return -EINVAL; /* rw_verify_area, before the flags */
-	if (flags) {
-		int e = check_flags(c, flags, false);
-		if (e < 0)
-			return e;
-		if (kernel_flags(flags))
-			return kernel_read(c, iov, cnt, off, flags);
-	}
-	check_hole_gen(L(c));
-	DSTAT(reads, 1);
-	if (off >= 0) {
-		uint64_t size = isize(in);
-		if ((uint64_t)off + (uint64_t)total > size) /* at the cached end: ask the kernel */
-			size = direct_inode_refresh(in, c->fd);
-		ssize_t r = 0;
-		if ((uint64_t)off < size) {
-			size_t n = (size_t)total < size - (uint64_t)off ? (size_t)total
-									: (size_t)(size - (uint64_t)off);
-			r = transfer(c, iov, cnt, (uint64_t)off, n, 0);
-		}
-		if (r > 0)
-			DSTAT(read_bytes, (uint64_t)r);
-		if (r >= 0)
-			mapped_read_done(&in->times, c->fd, status(c), size);
-		return r;
-	}
-	/* At the shared offset: reserve [pos, pos+n) atomically, so concurrent
-	 * readers of one description get disjoint ranges, as with the kernel. */
-	_Atomic uint64_t *offp = OFFSET(c);
-	uint64_t pos = atomic_load(offp), size = isize(in);
-	size_t n;
-	bool refreshed = false;
-	for (;;) {
-		if (pos + (uint64_t)total > size && !refreshed) {
-			size = direct_inode_refresh(in, c->fd);
-			refreshed = true;
-		}
-		n = pos >= size ? 0 : ((size_t)total < size - pos ? (size_t)total : (size_t)(size - pos));
-		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
-			break;
-	}
-	ssize_t r = n ? transfer(c, iov, cnt, pos, n, 0) : 0;
-	if (r != (ssize_t)n) { /* short: give back what was not read */
-		uint64_t expect = pos + n;
-		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
-	}
-	if (r > 0)
-		DSTAT(read_bytes, (uint64_t)r);
-	if (r >= 0)
-		mapped_read_done(&in->times, c->fd, status(c), size);
-	return r;
+	return write ? kernel_write(c, iov, cnt, off, total, flags) : kernel_read(c, iov, cnt, off, flags);
 }
 
 /* ----------------------------------------------------------------- write */
 
-static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+/* Appends go to the kernel: only it can make them atomic with every other
+ * appender, including programs that don't run Chell. The page cache it
+ * writes is the memory we map, so mapped readers see the bytes at once.
+ * (Appends already cost system calls to extend the file.) */
+static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, size_t total, int flags)
 {
-	if (!D(c)->active)
-		return chell_down_write(c, iov, cnt, off, flags);
-	bool pos_call = positional(c->op);
-	if ((pos_call && off < 0) || (!pos_call && off < -1))
-		return -EINVAL;
-	int st = status(c);
-	if ((st & O_ACCMODE) == O_RDONLY)
-		return -EBADF;
-	ssize_t total = mapped_iov_total(iov, cnt);
-	if (total <= 0)
-		return total;
-	if (mapped_verify_area(off >= 0 ? (uint64_t)off : atomic_load(OFFSET(c)),
-			       mapped_rw_count(c, iov, total)) < 0)
-		return -EINVAL; /* rw_verify_area, before the flags */
-	if (flags) {
-		int e = check_flags(c, flags, true);
-		if (e < 0)
-			return e;
-	}
-	struct direct_local *l = L(c);
-	struct direct_inode *in = l->inode;
-	if (!l->map->writable)
-		return chell_down_write(c, iov, cnt, off, flags); /* cannot happen: opened() checks */
-	DSTAT(writes, 1);
+	struct mapped_inode *in = L(c)->inode;
 	_Atomic uint64_t *offp = OFFSET(c);
-	bool append = ((st & O_APPEND) && !(flags & RWF_NOAPPEND)) || (flags & RWF_APPEND);
-	ssize_t r;
-	if (!append && kernel_flags(flags)) {
-		r = kernel_write(c, iov, cnt, off, total, flags);
-	} else if (append) {
-		/* Appends go to the kernel: only it can make them atomic with every
-		 * other appender, including programs that don't run Chell. The
-		 * page cache it writes is the memory we map, so mapped readers see
-		 * the bytes at once. (Appends already cost system calls to extend
-		 * the file; this is what the paper measures too.) */
-		DSTAT(kernel_fallbacks, 1);
-		r = chell_down_write(c, iov, cnt, off, flags);
-		if (r > 0) {
-			if (off == -1) { /* the kernel moved its offset to the end of our bytes */
-				off_t end = sys_lseek(c->fd, 0, SEEK_CUR);
-				if (end >= 0) {
-					atomic_store(offp, (uint64_t)end);
-					chell_lock_acquire(&in->lock);
-					if ((uint64_t)end > isize(in))
-						isize_set(in, (uint64_t)end);
-					chell_lock_release(&in->lock);
-				}
-			} else {
-				direct_inode_refresh(in, c->fd);
-			}
-		}
-	} else {
-		uint64_t pos = 0;
-		total = mapped_write_claim((uint64_t *)offp, off, (size_t)total, &pos);
-		if (total < 0)
-			return total;
-		uint64_t end = pos + (uint64_t)total;
-		if (end > isize(in) && l->map->map_sync != 2) {
-			/* Growing the file needs a system call anyway: let it be the
-			 * write itself (one call, as without Chell) rather than an
-			 * extension plus a copy. The page cache it fills is what we
-			 * map. (On DAX the extension path keeps our flush policy.) */
-			chell_lock_acquire(&in->lock);
-			if (pos > isize(in)) /* a hole before pos, for every process */
-				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-			r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c)); /* cuts at the limit itself */
-			if (r > 0 && pos + (uint64_t)r > isize(in))
-				isize_set(in, pos + (uint64_t)r);
-			chell_lock_release(&in->lock);
-			DSTAT(extends, 1);
-		} else {
-			int e = 0;
-			if (end > isize(in)) {
+	DSTAT(kernel_fallbacks, 1);
+	ssize_t r = chell_down_write(c, iov, cnt, off, flags);
+	if (r > 0) {
+		if (off == -1) { /* the kernel moved its offset to the end of our bytes */
+			off_t end = sys_lseek(c->fd, 0, SEEK_CUR);
+			if (end >= 0) {
+				atomic_store(offp, (uint64_t)end);
 				chell_lock_acquire(&in->lock);
-				e = extend(c, in, pos, end);
+				if ((uint64_t)end > isize(in))
+					isize_set(in, (uint64_t)end);
 				chell_lock_release(&in->lock);
 			}
-			r = e < 0 ? e : transfer(c, iov, cnt, pos, (size_t)total, 1);
-			if (r > 0)
-				mapped_write_done(&in->times, c->fd);
-		}
-		if (off < 0 && r != total) {
-			uint64_t expect = end;
-			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
-		}
-	}
-	if (r > 0) {
-		DSTAT(write_bytes, (uint64_t)r);
-		if ((st & (O_SYNC | O_DSYNC)) || (flags & (RWF_SYNC | RWF_DSYNC))) {
-			int s = chell_layer(c)->fsync(c, !(st & O_SYNC) && !(flags & RWF_SYNC));
-			if (s < 0)
-				return s;
+		} else {
+			mapped_inode_refresh(in, c->fd);
 		}
 	}
 	return r;
 }
 
-/* ------------------------------------------------------- offset and size */
-
-static off_t direct_lseek(chell_ctx *c, off_t off, int whence)
+/* A write at pos of `total` bytes, the range claimed on the offset. */
+static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t total)
 {
-	if (!D(c)->active)
-		return chell_down_lseek(c, off, whence);
-	_Atomic uint64_t *offp = OFFSET(c);
-	switch (whence) {
-	case SEEK_SET:
-	case SEEK_CUR:
-	case SEEK_END:
-		return mapped_lseek((uint64_t *)offp, c->fd, off, whence,
-				    whence == SEEK_END ? direct_inode_refresh(L(c)->inode, c->fd) : 0);
-	case SEEK_DATA:
-	case SEEK_HOLE: {
-		/* the kernel knows the holes; its answer becomes our offset */
-		off_t r = sys_lseek(c->fd, off, whence);
-		if (r >= 0)
-			atomic_store(offp, (uint64_t)r);
-		return r;
+	struct mapped_local *l = L(c);
+	struct mapped_inode *in = l->inode;
+	ssize_t r;
+	uint64_t end = pos + (uint64_t)total;
+	if (end > isize(in) && l->map->map_sync != 2) {
+		/* Growing the file needs a system call anyway: let it be the
+		 * write itself (one call, as without Chell) rather than an
+		 * extension plus a copy. The page cache it fills is what we
+		 * map. (On DAX the extension path keeps our flush policy.) */
+		chell_lock_acquire(&in->lock);
+		if (pos > isize(in)) /* a hole before pos, for every process */
+			atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
+		r = sys_pwritev2(c->fd, iov, cnt, (off_t)pos, mapped_at_pos_flags(c)); /* cuts at the limit itself */
+		if (r > 0 && pos + (uint64_t)r > isize(in))
+			isize_set(in, pos + (uint64_t)r);
+		chell_lock_release(&in->lock);
+		DSTAT(extends, 1);
+	} else {
+		int e = 0;
+		if (end > isize(in)) {
+			chell_lock_acquire(&in->lock);
+			e = extend(c, in, pos, end);
+			chell_lock_release(&in->lock);
+		}
+		r = e < 0 ? e : transfer(c, iov, cnt, pos, total, 1);
+		if (r > 0)
+			mapped_write_done(&in->times, c->fd);
 	}
-	default:
-		return -EINVAL;
-	}
+	return r;
 }
+
+static const struct mapped_ops direct_mapped = {
+	.stats = MAPPED_STATS_DIRECT,
+	.fast = &direct_fast_ops,
+	.file_get = map_get,
+	.file_put = map_put,
+	.transfer = transfer,
+	.kernel_flags = RWF_NOWAIT | RWF_ATOMIC,
+	.kernel_io = kernel_io,
+	.append = append,
+	.write_at = write_at,
+};
+
+/* ------------------------------------------------------- offset and size */
 
 static int direct_ftruncate(chell_ctx *c, off_t len)
 {
 	if (!D(c)->active)
 		return chell_down_ftruncate(c, len);
-	struct direct_inode *in = L(c)->inode;
+	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
 	uint64_t before = isize(in);
 	int r = chell_down_ftruncate(c, len);
@@ -668,11 +387,11 @@ static int direct_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 {
 	if (!D(c)->active)
 		return chell_down_fallocate(c, mode, off, len);
-	struct direct_inode *in = L(c)->inode;
+	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
 	int r = chell_down_fallocate(c, mode, off, len);
 	if (r == 0) {
-		direct_inode_refresh(in, c->fd);
+		mapped_inode_refresh(in, c->fd);
 		/* Every mode leaves pages the kernel reports as holes: punched ones,
 		 * and on tmpfs also allocated-but-unwritten ones, which a mapped
 		 * fault (even a read) would turn into data. */
@@ -686,9 +405,8 @@ static int direct_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 static int direct_truncate(chell_ctx *c, const char *path, off_t len)
 {
 	int r = chell_down_truncate(c, path, len);
-	struct stat st;
-	if (r == 0 && inode_ready && sys_fstatat(AT_FDCWD, path, &st, 0) == 0)
-		direct_inode_set_size(st.st_dev, st.st_ino, (uint64_t)st.st_size);
+	if (r == 0)
+		mapped_size_changed_by_path(path);
 	return r;
 }
 
@@ -699,7 +417,7 @@ static int direct_fsync(chell_ctx *c, int datasync)
 		/* MAP_SYNC on DAX: every write already wrote back its cache lines
 		 * (clwb or non-temporal stores); the fence makes them durable, and
 		 * the file system keeps metadata of mapped pages in sync. */
-		direct_fence();
+		mapped_fence(L(c)->map->persist);
 		return 0;
 	}
 	return chell_down_fsync(c, datasync);
@@ -715,95 +433,59 @@ static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 	return r;
 }
 
-const struct chell_handler chell_direct_handler = {
-	.name = "direct",
-	CHELL_HANDLER_PRIV(struct direct_ofd), /* summary: src/common/registry.def */
-	.proc_init = direct_proc_init,
-	.proc_event = direct_proc_event,
-	.open = direct_open,
-	.opened = direct_opened,
-	.adopt = direct_adopt,
-	.detach = direct_detach,
-	.release = direct_release,
-	.sync_out = direct_sync_out,
-	.sync_in = direct_sync_in,
-	.escape = direct_escape,
-	.close = direct_close,
-	.fstat = direct_fstat,
-	.read = direct_read,
-	.write = direct_write,
-	.lseek = direct_lseek,
-	.fsync = direct_fsync,
-	.ftruncate = direct_ftruncate,
-	.fallocate = direct_fallocate,
-	.fcntl = direct_fcntl,
-	.truncate = direct_truncate,
-};
 
-/* --------------------------------------------------------- for api.c */
-
-struct chell_file *direct_file_get(int fd, int *layer)
-{
-	struct chell_file *f = file_get_fd(fd);
-	if (!f)
-		return NULL;
-	for (int i = 0; i < f->stack->depth; i++) {
-		if (f->stack->handlers[i] == &chell_direct_handler) {
-			struct direct_ofd *d = (struct direct_ofd *)f->ofd->priv[i];
-			if (d->active && f->local[i]) {
-				*layer = i;
-				return f;
-			}
-			break;
-		}
-	}
-	file_put(f);
-	return NULL;
-}
+/* ------------------------------------------------------------ zero-copy */
 
 /* get_read_buf on a direct file: a pointer into the mapping, up to the end
  * of the chunk, offset advanced like read(). */
-ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count)
+static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 {
-	chell_ctx cc = {f, fd, layer, CHELL_OP_READ, NULL};
-	chell_ctx *c = &cc;
+	if (!mapped_active(c))
+		return chell_down_get_read_buf(c, buf, count);
+	int fd = c->fd;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
 	if (count > (size_t)MAPPED_MAX_RW_COUNT)
 		count = MAPPED_MAX_RW_COUNT;
-	struct direct_local *l = L(c);
-	_Atomic uint64_t *offp = OFFSET(c);
-	size_t chunk = (size_t)1 << direct_chunk_shift;
-	uint64_t pos = atomic_load(offp), size = isize(l->inode);
-	size_t n;
-	bool refreshed = false;
-	for (;;) {
-		if (pos + count > size && !refreshed) {
-			size = direct_inode_refresh(l->inode, fd);
-			refreshed = true;
-		}
-		n = pos >= size ? 0 : (count < size - pos ? count : (size_t)(size - pos));
-		size_t to_chunk_end = chunk - (size_t)(pos & (chunk - 1));
-		if (n > to_chunk_end)
-			n = to_chunk_end;
-		if (atomic_compare_exchange_weak(offp, &pos, pos + n))
-			break;
-	}
+	struct mapped_local *l = L(c);
+	uint64_t pos;
+	size_t n = mapped_read_claim(c, count, (size_t)1 << direct_chunk_shift, &pos);
 	if (n == 0) {
 		*buf = NULL;
 		return 0;
 	}
 	check_hole_gen(l);
 	unsigned char *a = addr_of(l->map, fd, pos);
-	if (a && ((uintptr_t)direct_entry(l->map, pos) & DIRECT_SPARSE) && !range_is_data(c, pos, n))
+	if (a && (atomic_load(&direct_entry(l->map, pos)->flags) & DIRECT_SPARSE) &&
+	    !range_is_data(c, pos, n))
 		a = NULL; /* a hole: touching it through the mapping would fill it */
 	if (!a) {
-		uint64_t expect = pos + n;
-		atomic_compare_exchange_strong(offp, &expect, pos);
-		return -ENODATA; /* the caller copies through read() instead */
+		mapped_read_unclaim(c, pos, n);
+		return CHELL_FAST_MISS; /* the library copies through read() instead */
 	}
 	DSTAT(zero_copy, 1);
 	DSTAT(read_bytes, n);
 	*buf = a;
 	return (ssize_t)n;
 }
+
+const struct chell_handler chell_direct_handler = {
+	.name = "direct",
+	CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */
+	.proc_init = direct_proc_init,
+	.proc_event = direct_proc_event,
+	.open = direct_open,
+	.opened = direct_opened,
+	.adopt = direct_adopt,
+	.detach = direct_detach,
+	.escape = direct_escape,
+	MAPPED_METHODS,
+	.fsync = direct_fsync,
+	.ftruncate = direct_ftruncate,
+	.fallocate = direct_fallocate,
+	.fcntl = direct_fcntl,
+	.get_read_buf = direct_get_read_buf,
+	.get_write_buf = direct_get_write_buf,
+	.commit_write_buf = direct_commit_write_buf,
+	.truncate = direct_truncate,
+};

@@ -4,12 +4,15 @@
  * DAX) are mapped into the process in chunks, and read/write become memcpy
  * on the mapping with no system call in the common case.
  *
- *   direct.c   the handler operations (offsets, sizes, O_APPEND, fallbacks)
- *   inode.c    per-file state shared by the process tree (size, append lock)
- *   map.c      per-process chunk mappings of each file
- *   copy.c     fault-tolerant copies and cache-line flushing
- *   api.c      chell_get_read_buf / chell_get_write_buf
- *   stats.c    per-process counters
+ * It sits on the mapped-file base (../mapped/base.h), which has the
+ * offsets, sizes, argument checks, the chunk table, the fault guard and the
+ * counters; this folder is direct's policy:
+ *
+ *   direct.c   the handler operations: where writes and appends go, holes,
+ *              the kernel fallbacks, fsync on persistent memory
+ *   map.c      per-process chunk mappings of each file (a chunk's memory)
+ *   zerocopy.c chell_get_write_buf / chell_commit_write_buf (the reads:
+ *              direct.c)
  */
 #ifndef CHELL_DIRECT_H
 #define CHELL_DIRECT_H
@@ -17,34 +20,15 @@
 #include <string.h>
 
 #include "../../nib/nib.h"
-#include "../mapped.h"
-
-/* ---- inode.c: one entry per file open in direct mode anywhere in the tree */
-struct direct_inode {
-	uint64_t dev, ino;
-	uint64_t size;          /* the file size as Chell last set or saw it (atomic) */
-	uint32_t opens;         /* OFDs in direct mode on this file (tree-wide) */
-	uint32_t used;          /* 0 never used, 1 in use, 2 removed */
-	struct chell_lock lock; /* size changes and O_APPEND writes */
-	uint32_t hole_gen;      /* bumped when Chell may have made holes (atomic) */
-	struct mapped_times times; /* atime/mtime updates owed to the kernel (mapped.h) */
-};
-int direct_inode_init(void);
-struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
-void direct_inode_put(struct direct_inode *in);
-/* Re-read the size from the kernel (another process may have changed it). */
-uint64_t direct_inode_refresh(struct direct_inode *in, int fd);
-void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size);
+#include "../mapped/base.h"
 
 /* ---- map.c: the chunks of one file mapped in this process */
-#define DIRECT_L2_BITS 10
-#define DIRECT_L1_SIZE 1024
-typedef unsigned char *_Atomic direct_chunk_ptr;
 struct direct_map {
 	uint64_t dev, ino;
 	int refs;                     /* chell_files of this process using it */
 	int writable;                 /* mapped PROT_WRITE */
 	int map_sync;                 /* MAP_SYNC: stores persist once flushed */
+	const struct chell_persist_ops *persist; /* the persistence core's (copy.c) */
 	uint32_t hole_gen;            /* inode->hole_gen the chunk flags were checked against */
 	uint32_t extent_gen;          /* hole_gen when [data_lo, data_hi) was seen all data */
 	uint64_t data_lo, data_hi;
@@ -52,8 +36,7 @@ struct direct_map {
 	void **reserved;              /* retired chunks' address ranges (PROT_NONE) */
 	size_t nreserved;
 	struct direct_map *next;
-	/* chunk k lives at l1[k >> L2_BITS][k & (L2-1)]: O(1) lookup, no realloc */
-	direct_chunk_ptr *_Atomic l1[DIRECT_L1_SIZE];
+	struct mapped_table chunks;   /* chunk k: its mapping (base.h) */
 };
 extern unsigned int direct_chunk_shift;  /* log2(chunk size) */
 extern int direct_populate;
@@ -71,105 +54,44 @@ void direct_map_after_fork(void);
  * Holes. On tmpfs any fault on a mapped hole allocates a page, even a read,
  * and MAP_POPULATE on a writable mapping faults in every page: mapped reads
  * would silently fill sparse files (memory, SEEK_HOLE, st_blocks). So a
- * chunk that may contain holes is tagged (bit 0 of its address): reads there
- * ask the kernel where the data is, and are served from the mapping only if
+ * chunk that may contain holes is flagged DIRECT_SPARSE: reads there ask
+ * the kernel where the data is, and are served from the mapping only if
  * the whole range is data, else by the kernel, which reads holes as zeros
  * without allocating. Writes allocate exactly the pages they touch, as
  * write() does.
  */
-#define DIRECT_SPARSE ((uintptr_t)1)
+#define DIRECT_SPARSE 1u
 
-/* The chunk entry for `off`, possibly tagged DIRECT_SPARSE; NULL if unmapped. */
-static inline unsigned char *direct_entry(struct direct_map *m, uint64_t off)
+/* The chunk record for `off`; NULL if no chunk near it was ever mapped. */
+static inline struct mapped_chunk *direct_entry(struct direct_map *m, uint64_t off)
 {
-	uint64_t k = off >> direct_chunk_shift;
-	if (unlikely(k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS)))
-		return NULL;
-	direct_chunk_ptr *l2 = atomic_load_explicit(&m->l1[k >> DIRECT_L2_BITS], memory_order_acquire);
-	if (unlikely(!l2))
-		return NULL;
-	return atomic_load_explicit(&l2[k & ((1u << DIRECT_L2_BITS) - 1)], memory_order_acquire);
+	return mapped_chunk_of(&m->chunks, off >> direct_chunk_shift);
 }
-/* Re-tag every mapped chunk as possibly sparse (holes were made). */
+/* Flag every mapped chunk as possibly sparse (holes were made). */
 void direct_map_mark_all_sparse(struct direct_map *m);
-/* The range [off, off+n) of chunk-mapped data is known hole-free: untag. */
+/* The chunk holding `off` is known hole-free: unflag. */
 void direct_map_set_dense(struct direct_map *m, uint64_t off);
 
 static inline unsigned char *direct_addr(struct direct_map *m, uint64_t off)
 {
-	uint64_t k = off >> direct_chunk_shift;
-	if (unlikely(k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS)))
-		return NULL;
-	direct_chunk_ptr *l2 = atomic_load_explicit(&m->l1[k >> DIRECT_L2_BITS], memory_order_acquire);
-	if (unlikely(!l2))
-		return NULL;
-	unsigned char *base =
-		atomic_load_explicit(&l2[k & ((1u << DIRECT_L2_BITS) - 1)], memory_order_acquire);
-	base = (unsigned char *)((uintptr_t)base & ~DIRECT_SPARSE);
+	struct mapped_chunk *e = direct_entry(m, off);
+	unsigned char *base = e ? atomic_load_explicit(&e->base, memory_order_acquire) : NULL;
 	return base ? base + (off & ((1ull << direct_chunk_shift) - 1)) : NULL;
 }
 
-/* ---- copy.c */
-/*
- * The copy inside a fault guard. Under AddressSanitizer, memcpy is ASan's
- * interceptor, which checks both ranges first and aborts on exactly what the
- * guard is for (a bad user pointer, such as (void *)-1): there the copy is a
- * plain `rep movsb`, which faults like the real one.
- */
-static inline void direct_guarded_memcpy(void *dst, const void *src, size_t n)
-{
-#ifdef __SANITIZE_ADDRESS__
-	__asm__ volatile("rep movsb" : "+D"(dst), "+S"(src), "+c"(n) : : "memory");
-#else
-	memcpy(dst, src, n);
-#endif
-}
-/* Copy n bytes; a fault on either side (a page truncated away by another
- * process, a bad user buffer) stops the copy: returns n, or 0 with *fault
- * set to the signal number (the caller has the kernel redo the piece). */
-size_t direct_copy(void *dst, const void *src, size_t n, int *fault);
-/* Same, with non-temporal stores (large writes to persistent memory). */
-size_t direct_copy_nt(void *dst, const void *src, size_t n, int *fault);
-/* Write back the cache lines of [addr, addr+len) and fence. */
-void direct_flush(const void *addr, size_t len);
-void direct_fence(void);
-int direct_copy_init(void);
-/* The fault hook behind direct_copy: true if the fault was its own. */
-bool direct_fault_fixup(int sig, siginfo_t *si, void *uc);
 extern size_t direct_nt_threshold;
 
-/* ---- stats.c: per-thread counters, summed on demand */
-struct direct_stats {
-	uint64_t reads, writes, read_bytes, write_bytes;
-	uint64_t kernel_fallbacks, mmaps, faults, extends, fsyncs, zero_copy;
-};
-extern __thread struct direct_stats *direct_tls_stats;
-struct direct_stats *direct_stats_slow(void);
-static inline struct direct_stats *direct_stats_tls(void)
+#define DSTAT(field, n) MSTAT(MAPPED_STATS_DIRECT, field, n)
+static inline struct mapped_stats *direct_stats_tls(void)
 {
-	struct direct_stats *s = direct_tls_stats;
-	return likely(s != NULL) ? s : direct_stats_slow();
+	return mapped_stats_tls(MAPPED_STATS_DIRECT);
 }
-#define DSTAT(field, n) (direct_stats_tls()->field += (n))
-void direct_stats_sum(struct direct_stats *out);
-void direct_stats_dump(void);
 
-/* ---- direct.c: per-OFD state kept in ofd->priv[layer] */
-struct direct_ofd {
-	uint32_t active;        /* 1: served from the mapping; 0: passed to the kernel */
-	uint32_t pad_;
-	uint64_t dev, ino;
-};
-/* Per-process state of a handled file, in f->local[layer]. */
-struct direct_local {
-	struct direct_map *map;
-	struct direct_inode *inode;
-	struct mapped_rwf rwf;  /* the kernel's answers on preadv2/pwritev2 flags */
-};
+/* ---- direct.c */
 extern const struct chell_handler chell_direct_handler;
 extern const struct chell_fast_ops direct_fast_ops; /* fast.c */
-/* For api.c: the direct state of fd, or NULL when fd is not direct. */
-struct chell_file *direct_file_get(int fd, int *layer);
-ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count);
+/* zerocopy.c: the get_write_buf / commit_write_buf methods */
+ssize_t direct_get_write_buf(chell_ctx *c, void **buf, size_t count);
+ssize_t direct_commit_write_buf(chell_ctx *c, const void *buf, size_t len);
 
 #endif

@@ -14,45 +14,46 @@
 
 #define CHUNK_MASK(s) ((1ull << (s)) - 1)
 
-static inline struct direct_local *local0(struct chell_file *f)
+static inline struct mapped_local *local0(struct chell_file *f)
 {
-	const struct direct_ofd *d = (const struct direct_ofd *)f->ofd->priv[0];
-	return d->active ? (struct direct_local *)f->local[0] : NULL;
+	const struct mapped_ofd *d = (const struct mapped_ofd *)f->ofd->priv[0];
+	return d->active ? (struct mapped_local *)f->local[0] : NULL;
 }
 
 /* Address of [off, off+n) if it lies in one mapped chunk and may be read
  * through the mapping (no possible hole). */
-static inline unsigned char *readable(struct direct_local *l, uint64_t off, size_t n)
+static inline unsigned char *readable(struct mapped_local *l, uint64_t off, size_t n)
 {
 	if (unlikely(l->map->hole_gen !=
 		     atomic_load_explicit((_Atomic uint32_t *)&l->inode->hole_gen, memory_order_relaxed)))
 		return NULL;
 	if (unlikely((off & CHUNK_MASK(direct_chunk_shift)) + n > (1ull << direct_chunk_shift)))
 		return NULL;
-	unsigned char *e = direct_entry(l->map, off);
-	if (unlikely(!e || ((uintptr_t)e & DIRECT_SPARSE)))
+	struct mapped_chunk *e = direct_entry(l->map, off);
+	unsigned char *base = e ? atomic_load_explicit(&e->base, memory_order_acquire) : NULL;
+	if (unlikely(!base || (atomic_load_explicit(&e->flags, memory_order_relaxed) & DIRECT_SPARSE)))
 		return NULL;
-	return e + (off & CHUNK_MASK(direct_chunk_shift));
+	return base + (off & CHUNK_MASK(direct_chunk_shift));
 }
 
-static inline uint64_t cached_size(struct direct_local *l)
+static inline uint64_t cached_size(struct mapped_local *l)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)&l->inode->size, memory_order_acquire);
 }
 
 static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off_t off)
 {
-	struct direct_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || off < 0 || n == 0 || (st & O_ACCMODE) == O_WRONLY ||
 	    (uint64_t)off + n > cached_size(l))
 		return CHELL_FAST_MISS;
 	unsigned char *a = readable(l, (uint64_t)off, n);
 	int fault;
-	if (!a || !direct_copy(buf, a, n, &fault))
+	if (!a || !mapped_copy(buf, a, n, &fault))
 		return CHELL_FAST_MISS; /* nothing was changed: the general path redoes it */
 	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
-	struct direct_stats *s = direct_stats_tls();
+	struct mapped_stats *s = direct_stats_tls();
 	s->reads++;
 	s->read_bytes += n;
 	return (ssize_t)n;
@@ -60,7 +61,7 @@ static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off
 
 static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 {
-	struct direct_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY)
 		return CHELL_FAST_MISS;
@@ -72,7 +73,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 	if (!a || !atomic_compare_exchange_strong(offp, &pos, pos + n))
 		return CHELL_FAST_MISS; /* moved meanwhile: the general path sorts it out */
 	int fault;
-	if (unlikely(!direct_copy(buf, a, n, &fault))) {
+	if (unlikely(!mapped_copy(buf, a, n, &fault))) {
 		/* the page went away after we claimed the range: the kernel answers */
 		ssize_t k = sys_pread(fd, buf, n, (off_t)pos);
 		uint64_t expect = pos + n;
@@ -82,7 +83,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 		return k;
 	}
 	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
-	struct direct_stats *s = direct_stats_tls();
+	struct mapped_stats *s = direct_stats_tls();
 	s->reads++;
 	s->read_bytes += n;
 	return (ssize_t)n;
@@ -90,7 +91,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 
 /* Writes inside the current size need no extension; holes don't matter
  * (a store allocates exactly the page write() would). */
-static inline unsigned char *writable(struct direct_local *l, int st, uint64_t off, size_t n)
+static inline unsigned char *writable(struct mapped_local *l, int st, uint64_t off, size_t n)
 {
 	if (!l->map->writable || (st & (O_APPEND | O_SYNC | O_DSYNC)) || (st & O_ACCMODE) == O_RDONLY ||
 	    l->map->map_sync == 2 /* DAX: flushing and NT policy live in the general path */)
@@ -98,23 +99,23 @@ static inline unsigned char *writable(struct direct_local *l, int st, uint64_t o
 	if ((off & CHUNK_MASK(direct_chunk_shift)) + n > (1ull << direct_chunk_shift) ||
 	    off + n > cached_size(l) || off + n > mapped_fsize() /* RLIMIT_FSIZE: general path */)
 		return NULL;
-	unsigned char *e = direct_entry(l->map, off);
-	return e ? (unsigned char *)((uintptr_t)e & ~DIRECT_SPARSE) + (off & CHUNK_MASK(direct_chunk_shift))
-		 : NULL;
+	struct mapped_chunk *e = direct_entry(l->map, off);
+	unsigned char *base = e ? atomic_load_explicit(&e->base, memory_order_acquire) : NULL;
+	return base ? base + (off & CHUNK_MASK(direct_chunk_shift)) : NULL;
 }
 
 static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t n, off_t off)
 {
-	struct direct_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || off < 0 || n == 0)
 		return CHELL_FAST_MISS;
 	unsigned char *a = writable(l, st, (uint64_t)off, n);
 	int fault;
-	if (!a || !direct_copy(a, buf, n, &fault))
+	if (!a || !mapped_copy(a, buf, n, &fault))
 		return CHELL_FAST_MISS; /* the general path rewrites the same bytes */
 	mapped_write_done(&l->inode->times, fd);
-	struct direct_stats *s = direct_stats_tls();
+	struct mapped_stats *s = direct_stats_tls();
 	s->writes++;
 	s->write_bytes += n;
 	return (ssize_t)n;
@@ -122,7 +123,7 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 
 static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t n)
 {
-	struct direct_local *l = local0(f);
+	struct mapped_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || n == 0)
 		return CHELL_FAST_MISS;
@@ -132,7 +133,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	if (!a || !atomic_compare_exchange_strong(offp, &pos, pos + n))
 		return CHELL_FAST_MISS;
 	int fault;
-	if (unlikely(!direct_copy(a, buf, n, &fault))) {
+	if (unlikely(!mapped_copy(a, buf, n, &fault))) {
 		ssize_t k = sys_pwrite(fd, buf, n, (off_t)pos);
 		uint64_t expect = pos + n;
 		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(k > 0 ? k : 0));
@@ -142,7 +143,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 		return k;
 	}
 	mapped_write_done(&l->inode->times, fd);
-	struct direct_stats *s = direct_stats_tls();
+	struct mapped_stats *s = direct_stats_tls();
 	s->writes++;
 	s->write_bytes += n;
 	return (ssize_t)n;

@@ -6,9 +6,8 @@
  * touched, each with one mmap(MAP_SHARED [| MAP_POPULATE] [| MAP_SYNC]).
  * Chunks make mapping cost proportional to what is used, let a growing file
  * gain one mapping per chunk instead of a remap per append, and keep the
- * number of VMAs low. A two-level table finds the chunk of any offset with
- * two loads (no tree walk, no lock), and is never reallocated, so readers
- * need no lock. Mappings of a file are shared by every descriptor of the
+ * number of VMAs low. The base's chunk table (mapped/table.c) finds the
+ * chunk of any offset with two loads and no lock. Mappings of a file are shared by every descriptor of the
  * process and unmapped when its last descriptor goes (on tmpfs a mapped
  * deleted file would otherwise keep its memory).
  */
@@ -20,16 +19,11 @@
 
 #include "direct.h"
 
-#ifndef MAP_SYNC
-#define MAP_SYNC 0x80000
-#endif
-#ifndef MAP_SHARED_VALIDATE
-#define MAP_SHARED_VALIDATE 0x03
-#endif
 
-unsigned int direct_chunk_shift = 21;
+unsigned int direct_chunk_shift = CHELL_CHUNK_SHIFT;
 int direct_populate = 1;
 int direct_map_sync_mode = 1;
+size_t direct_nt_threshold = 256 * 1024;
 
 static struct direct_map *maps;
 static struct direct_map *direct_map_get_locked(int fd, uint64_t dev, uint64_t ino, int want_write,
@@ -113,12 +107,18 @@ static struct direct_map *direct_map_get_locked(int fd, uint64_t dev, uint64_t i
 	m->refs = 1;
 	m->writable = writable;
 	m->map_sync = direct_map_sync_mode; /* 1 = not known yet: try it on the first chunk */
+	m->persist = mapped_persist();
 	m->next = maps;
 	maps = m;
 	pthread_mutex_unlock(&maps_lock);
 	if (want_write && !writable)
 		*err = -EACCES;
 	return m;
+}
+
+static void unmap_chunk(struct mapped_chunk *e, void *arg)
+{
+	munmap(e->base, (size_t)1 << direct_chunk_shift);
 }
 
 void direct_map_put(struct direct_map *m)
@@ -135,15 +135,8 @@ void direct_map_put(struct direct_map *m)
 		}
 	pthread_mutex_unlock(&maps_lock);
 	size_t chunk = (size_t)1 << direct_chunk_shift;
-	for (int i = 0; i < DIRECT_L1_SIZE; i++) {
-		direct_chunk_ptr *l2 = m->l1[i];
-		if (!l2)
-			continue;
-		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++)
-			if (l2[j])
-				munmap((void *)((uintptr_t)l2[j] & ~DIRECT_SPARSE), chunk);
-		free((void *)l2);
-	}
+	mapped_table_each(&m->chunks, unmap_chunk, NULL);
+	mapped_table_free(&m->chunks);
 	for (size_t i = 0; i < m->nreserved; i++)
 		munmap(m->reserved[i], chunk);
 	free(m->reserved);
@@ -163,6 +156,28 @@ void direct_map_put(struct direct_map *m)
  * descriptor of it finds this map (no reopen that could break the lease)
  * until the last one is closed.
  */
+static void retire_chunk(struct mapped_chunk *e, void *arg)
+{
+	struct direct_map *m = arg;
+	size_t chunk = (size_t)1 << direct_chunk_shift;
+	void *a = atomic_load(&e->base);
+	atomic_store(&e->base, NULL);
+	void **r = realloc(m->reserved, (m->nreserved + 1) * sizeof(*r));
+	void *p = REAL(mmap64)(a, chunk, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+			       -1, 0);
+	if (!r || p == MAP_FAILED) {
+		/* cannot keep the address: let it go (a racing copy may then
+		 * fault, guarded, or see reused memory only if it was still in
+		 * flight) */
+		if (r)
+			m->reserved = r;
+		munmap(a, chunk);
+		return;
+	}
+	m->reserved = r;
+	m->reserved[m->nreserved++] = p;
+}
+
 void direct_map_retire(uint64_t dev, uint64_t ino)
 {
 	pthread_mutex_lock(&maps_lock);
@@ -175,32 +190,7 @@ void direct_map_retire(uint64_t dev, uint64_t ino)
 		return;
 	}
 	m->retired = 1;
-	size_t chunk = (size_t)1 << direct_chunk_shift;
-	for (int i = 0; i < DIRECT_L1_SIZE; i++) {
-		direct_chunk_ptr *l2 = m->l1[i];
-		if (!l2)
-			continue;
-		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++) {
-			void *a = (void *)((uintptr_t)atomic_load(&l2[j]) & ~DIRECT_SPARSE);
-			if (!a)
-				continue;
-			atomic_store(&l2[j], NULL);
-			void **r = realloc(m->reserved, (m->nreserved + 1) * sizeof(*r));
-			void *p = REAL(mmap64)(a, chunk, PROT_NONE,
-					       MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-			if (!r || p == MAP_FAILED) {
-				/* cannot keep the address: let it go (a racing copy
-				 * may then fault, guarded, or see reused memory only
-				 * if it was still in flight) */
-				if (r)
-					m->reserved = r;
-				munmap(a, chunk);
-				continue;
-			}
-			m->reserved = r;
-			m->reserved[m->nreserved++] = p;
-		}
-	}
+	mapped_table_each(&m->chunks, retire_chunk, m);
 	pthread_mutex_unlock(&maps_lock);
 }
 
@@ -208,7 +198,7 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 
 unsigned char *direct_map_chunk_slow(struct direct_map *m, int fd, uint64_t k)
 {
-	if (k >= ((uint64_t)DIRECT_L1_SIZE << DIRECT_L2_BITS))
+	if (k >= MAPPED_MAX_CHUNKS)
 		return NULL;
 	fdt_lock(); /* see direct_map_get */
 	unsigned char *r = chunk_slow_locked(m, fd, k);
@@ -222,15 +212,10 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 	pthread_mutex_lock(&maps_lock);
 	if (m->retired)
 		goto fail; /* a lease: the kernel serves the file (direct_map_retire) */
-	direct_chunk_ptr *l2 = m->l1[k >> DIRECT_L2_BITS];
-	if (!l2) {
-		l2 = calloc((size_t)1 << DIRECT_L2_BITS, sizeof(*l2));
-		if (!l2)
-			goto fail;
-		atomic_store_explicit(&m->l1[k >> DIRECT_L2_BITS], l2, memory_order_release);
-	}
-	direct_chunk_ptr *slot = &l2[k & ((1u << DIRECT_L2_BITS) - 1)];
-	if (!*slot) {
+	struct mapped_chunk *slot = mapped_chunk_make(&m->chunks, k);
+	if (!slot)
+		goto fail;
+	if (!atomic_load(&slot->base)) {
 		int opened;
 		int mfd = mapping_fd(fd, m->writable, &opened);
 		if (mfd < 0)
@@ -282,38 +267,31 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 		if (p == MAP_FAILED)
 			goto fail;
 		DSTAT(mmaps, 1);
-		atomic_store_explicit(slot, (unsigned char *)((uintptr_t)p | (dense ? 0 : DIRECT_SPARSE)),
-				      memory_order_release);
+		/* the flag before the address: a reader that sees the address
+		 * sees the flag it was mapped with */
+		atomic_store_explicit(&slot->flags, dense ? 0 : DIRECT_SPARSE, memory_order_relaxed);
+		atomic_store_explicit(&slot->base, (unsigned char *)p, memory_order_release);
 	}
 	pthread_mutex_unlock(&maps_lock);
-	return (unsigned char *)((uintptr_t)*slot & ~DIRECT_SPARSE);
+	return atomic_load(&slot->base);
 fail:
 	pthread_mutex_unlock(&maps_lock);
 	return NULL;
 }
 
+static void mark_sparse(struct mapped_chunk *e, void *arg)
+{
+	atomic_fetch_or(&e->flags, DIRECT_SPARSE);
+}
+
 void direct_map_mark_all_sparse(struct direct_map *m)
 {
-	for (int i = 0; i < DIRECT_L1_SIZE; i++) {
-		direct_chunk_ptr *l2 = atomic_load(&m->l1[i]);
-		if (!l2)
-			continue;
-		for (int j = 0; j < (1 << DIRECT_L2_BITS); j++) {
-			unsigned char *e = atomic_load(&l2[j]);
-			if (e)
-				atomic_store(&l2[j], (unsigned char *)((uintptr_t)e | DIRECT_SPARSE));
-		}
-	}
+	mapped_table_each(&m->chunks, mark_sparse, NULL);
 }
 
 void direct_map_set_dense(struct direct_map *m, uint64_t off)
 {
-	uint64_t k = off >> direct_chunk_shift;
-	direct_chunk_ptr *l2 = atomic_load(&m->l1[k >> DIRECT_L2_BITS]);
-	if (!l2)
-		return;
-	direct_chunk_ptr *slot = &l2[k & ((1u << DIRECT_L2_BITS) - 1)];
-	unsigned char *e = atomic_load(slot);
-	if (e)
-		atomic_store(slot, (unsigned char *)((uintptr_t)e & ~DIRECT_SPARSE));
+	struct mapped_chunk *e = direct_entry(m, off);
+	if (e && atomic_load(&e->base))
+		atomic_fetch_and(&e->flags, ~DIRECT_SPARSE);
 }

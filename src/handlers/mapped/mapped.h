@@ -3,7 +3,7 @@
  * What every handler that serves a file from a memory mapping (direct,
  * cache) owes the kernel besides the bytes: the preadv2/pwritev2 flags the
  * file system accepts, and the file times a read or write would change.
- * One copy, used by both (a later mapped-file base will own it).
+ * Part of the mapped-file base (base.h), the one copy both use.
  *
  * Both are decided by the kernel itself, never by a table in Chell:
  *
@@ -78,7 +78,7 @@ int mapped_rwf_check(struct mapped_rwf *m, int fd, int status, int flags, bool w
  * rejects more than IOV_MAX entries and negative lengths (EINVAL, for every
  * entry), then a segment outside the user address range (EFAULT, access_ok)
  * and clamps the sum to MAX_RW_COUNT. The same here, reading the
- * array only inside a fault guard (direct/copy.c), so a bad pointer is
+ * array only inside a fault guard (copy.c), so a bad pointer is
  * EFAULT and never a signal. The sum, or -errno. */
 ssize_t mapped_iov_total(const struct iovec *iov, int cnt);
 

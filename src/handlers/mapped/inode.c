@@ -11,25 +11,33 @@
  */
 #include <string.h>
 
-#include "direct.h"
+#include "base.h"
 
 #define INODE_SLOTS 4096
 
 struct inode_table {
 	struct chell_lock lock; /* guards lookups, inserts and removals */
-	struct direct_inode slot[INODE_SLOTS];
+	struct mapped_inode slot[INODE_SLOTS];
 };
 
 static struct inode_table *table;
 
-int direct_inode_init(void)
+int mapped_inode_init(void)
 {
-	table = chell_shared_area("direct.inodes", sizeof(*table));
+	if (__atomic_load_n(&table, __ATOMIC_ACQUIRE))
+		return 0;
+	struct inode_table *t = chell_shared_area("mapped.inodes", sizeof(*table));
+	__atomic_store_n(&table, t, __ATOMIC_RELEASE);
 	if (!table) {
-		chell_log("direct: no room for the shared file table");
+		chell_log("mapped files: no room for the shared file table");
 		return -1;
 	}
 	return 0;
+}
+
+bool mapped_inode_ready(void)
+{
+	return __atomic_load_n(&table, __ATOMIC_ACQUIRE) != NULL;
 }
 
 static uint64_t hash(uint64_t dev, uint64_t ino)
@@ -38,13 +46,13 @@ static uint64_t hash(uint64_t dev, uint64_t ino)
 	return h ^ (h >> 29);
 }
 
-struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size)
+struct mapped_inode *mapped_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size)
 {
-	struct direct_inode *res = NULL, *free_slot = NULL;
+	struct mapped_inode *res = NULL, *free_slot = NULL;
 	chell_lock_acquire(&table->lock);
 	uint64_t h = hash(dev, ino);
 	for (int i = 0; i < INODE_SLOTS; i++) {
-		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		struct mapped_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
 		if (in->used != 1) { /* 0: never used (end of the probe), 2: removed */
 			if (!free_slot)
 				free_slot = in;
@@ -72,7 +80,7 @@ struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kerne
 	return res;
 }
 
-void direct_inode_put(struct direct_inode *in)
+void mapped_inode_put(struct mapped_inode *in)
 {
 	chell_lock_acquire(&table->lock);
 	if (--in->opens == 0)
@@ -80,7 +88,7 @@ void direct_inode_put(struct direct_inode *in)
 	chell_lock_release(&table->lock);
 }
 
-uint64_t direct_inode_refresh(struct direct_inode *in, int fd)
+uint64_t mapped_inode_refresh(struct mapped_inode *in, int fd)
 {
 	struct stat st;
 	if (sys_fstat(fd, &st) == 0)
@@ -90,14 +98,14 @@ uint64_t direct_inode_refresh(struct direct_inode *in, int fd)
 
 /* A size change made by path (truncate(2)) or by a descriptor Chell does
  * not serve: bring the entry of (dev, ino), if any, up to date. */
-void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
+void mapped_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
 {
 	if (!table)
 		return;
 	chell_lock_acquire(&table->lock);
 	uint64_t h = hash(dev, ino);
 	for (int i = 0; i < INODE_SLOTS; i++) {
-		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		struct mapped_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
 		if (in->used == 0)
 			break;
 		if (in->used == 1 && in->dev == dev && in->ino == ino) {

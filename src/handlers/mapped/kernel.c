@@ -13,9 +13,7 @@
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
-#include "../nib/nib.h"
-#include "direct/direct.h"
-#include "mapped.h"
+#include "base.h"
 
 
 /* The kernel's verdict on `flags` for a read of `fd`: preadv2 of one byte
@@ -128,7 +126,7 @@ ssize_t mapped_iov_total(const struct iovec *iov, int cnt)
 	 * before a byte moves); the sum is clamped. */
 	for (int i = 0; i < cnt; i += 32) {
 		int k = cnt - i < 32 ? cnt - i : 32, fault;
-		if (direct_copy(v, iov + i, (size_t)k * sizeof(*v), &fault) == 0)
+		if (mapped_copy(v, iov + i, (size_t)k * sizeof(*v), &fault) == 0)
 			return -EFAULT;
 		for (int j = 0; j < k; j++) {
 			if ((ssize_t)v[j].iov_len < 0)
