@@ -140,9 +140,25 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	return r;
 }
 
+static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
+{
+	struct cache_local *l = local0(f);
+	if (!l)
+		return CHELL_FAST_MISS;
+	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
+	if (r >= 0 && whence == SEEK_SET) {
+		uintptr_t e = cache_entry_of(l->cf, (uint64_t)off >> CACHE_CHUNK_SHIFT);
+		if (e)
+			mapped_prefetch((const unsigned char *)(e & ~CACHE_E_WRITABLE) +
+					((uint64_t)off & (CACHE_CHUNK_BYTES - 1)));
+	}
+	return r;
+}
+
 const struct chell_fast_ops cache_fast_ops = {
 	.read = fast_read,
 	.pread = fast_pread,
 	.write = fast_write,
 	.pwrite = fast_pwrite,
+	.lseek = fast_lseek,
 };

@@ -148,9 +148,25 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	return (ssize_t)n;
 }
 
+static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
+{
+	struct direct_local *l = local0(f);
+	if (!l)
+		return CHELL_FAST_MISS;
+	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
+	if (r >= 0 && whence == SEEK_SET) {
+		unsigned char *e = direct_entry(l->map, (uint64_t)off);
+		if (e)
+			mapped_prefetch((unsigned char *)((uintptr_t)e & ~DIRECT_SPARSE) +
+					((uint64_t)off & CHUNK_MASK(direct_chunk_shift)));
+	}
+	return r;
+}
+
 const struct chell_fast_ops direct_fast_ops = {
 	.read = fast_read,
 	.pread = fast_pread,
 	.write = fast_write,
 	.pwrite = fast_pwrite,
+	.lseek = fast_lseek,
 };
