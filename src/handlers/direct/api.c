@@ -186,6 +186,7 @@ CHELL_EXPORT ssize_t chell_commit_write_buf(int fd, const void *buf, size_t len)
 		return -1;
 	}
 	struct chell_file *f = tls_w.f;
+	bool appended = tls_w.append_locked;
 	tls_w.fd = -1;
 	if (!f)
 		return write(fd, buf, len);
@@ -213,7 +214,10 @@ CHELL_EXPORT ssize_t chell_commit_write_buf(int fd, const void *buf, size_t len)
 	if (r > 0) {
 		if (l->map->map_sync == 2)
 			direct_flush(buf, len);
-		atomic_store((_Atomic uint64_t *)&f->ofd->offset, end);
+		if (appended) /* the offset of an O_APPEND description is the kernel's */
+			sys_lseek(fd, (off_t)end, SEEK_SET);
+		else
+			atomic_store((_Atomic uint64_t *)&f->ofd->offset, end);
 		DSTAT(writes, 1);
 		DSTAT(zero_copy, 1);
 		DSTAT(write_bytes, len);

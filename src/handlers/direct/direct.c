@@ -6,6 +6,11 @@
  * forked children and exec'ed images share them as the kernel shares its
  * own; the kernel's offset of the descriptor is left behind and brought up
  * to date only when the descriptor may be used outside Chell (before exec).
+ * Except on O_APPEND descriptions: their writes are the kernel's (only it
+ * makes an append atomic with every appender), which moves its offset, so
+ * there the kernel's offset is the one (kernel_offset()), and read(),
+ * lseek() and write() at the position go to the kernel. Positional reads
+ * and writes use the mapping either way.
  * Sizes come from the shared inode entry (inode.c). Every size change goes
  * to the kernel first (fallocate/ftruncate), so fstat() and other programs
  * always see the true size.
@@ -43,6 +48,12 @@ static inline _Atomic uint64_t *OFFSET(const chell_ctx *c)
 static inline int status(const chell_ctx *c)
 {
 	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
+}
+
+/* The kernel keeps the offset of an O_APPEND description (see the top). */
+static inline bool kernel_offset(int st)
+{
+	return st & O_APPEND;
 }
 
 static inline uint64_t isize(struct direct_inode *in)
@@ -177,7 +188,8 @@ static int direct_adopt(chell_ctx *c)
 	struct direct_ofd *d = D(c);
 	if (d->active && attach(c, 0) < 0) {
 		/* cannot map it in this image: give the offset back to the kernel */
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+		if (!kernel_offset(status(c)))
+			sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 		d->active = 0;
 	}
 	if (d->active && c->layer == 0)
@@ -220,7 +232,7 @@ static int direct_sync_out(chell_ctx *c)
 		return 0;
 	if (L(c))
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_offset_to_kernel(c->f->ofd, c->fd);
+	return kernel_offset(status(c)) ? 0 : chell_offset_to_kernel(c->f->ofd, c->fd);
 }
 
 /* The kernel moved its offset (a call Chell let it do): it is ours now. */
@@ -235,7 +247,8 @@ static int direct_sync_in(chell_ctx *c)
  * kernel's offset behind our back. */
 static void go_kernel(chell_ctx *c)
 {
-	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
+	if (kernel_offset(status(c)) ? !atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0)
+				     : !chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
 		return;
 	if (c->layer == 0)
 		c->f->fast = NULL;
@@ -329,6 +342,8 @@ static void made_holes(struct direct_local *l)
  * Only if the kernel sees data all the way (so no fault allocates a page). */
 static bool range_is_data(chell_ctx *c, uint64_t p, size_t len)
 {
+	if (kernel_offset(status(c)))
+		return false; /* the probe would move the description's offset: pread */
 	off_t hole = sys_lseek(c->fd, (off_t)p, SEEK_HOLE);
 	if (hole < 0 || (uint64_t)hole < p + len)
 		return false;
@@ -464,7 +479,7 @@ static ssize_t kernel_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 
 static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	if (!D(c)->active)
+	if (!D(c)->active || (off == -1 && kernel_offset(status(c))))
 		return chell_down_read(c, iov, cnt, off, flags);
 	bool pos_call = positional(c->op);
 	if ((pos_call && off < 0) || (!pos_call && off < -1))
@@ -540,7 +555,12 @@ static ssize_t direct_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t
 
 static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	if (!D(c)->active)
+	/* At the position of an O_APPEND description: an append (or, with
+	 * RWF_NOAPPEND, a write at the kernel's offset), all the kernel's. One
+	 * system call, as without Chell: the page cache it writes is the
+	 * memory we map, so mapped readers see the bytes at once, and they ask
+	 * the kernel for the new size when they reach the cached one. */
+	if (!D(c)->active || (off == -1 && kernel_offset(status(c))))
 		return chell_down_write(c, iov, cnt, off, flags);
 	bool pos_call = positional(c->op);
 	if ((pos_call && off < 0) || (!pos_call && off < -1))
@@ -578,18 +598,9 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 		DSTAT(kernel_fallbacks, 1);
 		r = chell_down_write(c, iov, cnt, off, flags);
 		if (r > 0) {
-			if (off == -1) { /* the kernel moved its offset to the end of our bytes */
-				off_t end = sys_lseek(c->fd, 0, SEEK_CUR);
-				if (end >= 0) {
-					atomic_store(offp, (uint64_t)end);
-					chell_lock_acquire(&in->lock);
-					if ((uint64_t)end > isize(in))
-						isize_set(in, (uint64_t)end);
-					chell_lock_release(&in->lock);
-				}
-			} else {
-				direct_inode_refresh(in, c->fd);
-			}
+			if (off == -1) /* RWF_APPEND: the kernel moved the offset, ours follows */
+				chell_offset_from_kernel(c->f->ofd, c->fd);
+			direct_inode_refresh(in, c->fd);
 		}
 	} else {
 		uint64_t pos = 0;
@@ -641,7 +652,7 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 
 static off_t direct_lseek(chell_ctx *c, off_t off, int whence)
 {
-	if (!D(c)->active)
+	if (!D(c)->active || kernel_offset(status(c)))
 		return chell_down_lseek(c, off, whence);
 	_Atomic uint64_t *offp = OFFSET(c);
 	switch (whence) {
@@ -725,7 +736,16 @@ static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
 	if (mapped_takes_lease(cmd, arg) && L(c))
 		direct_map_retire(D(c)->dev, D(c)->ino);
+	/* O_APPEND on or off moves the offset between us and the kernel
+	 * (kernel_offset): on, the kernel gets ours first; off, we take the
+	 * kernel's after. */
+	bool app_was = kernel_offset(status(c)), app_now = (arg & O_APPEND) != 0;
+	bool flip = cmd == F_SETFL && D(c)->active && app_was != app_now;
+	if (flip && app_now)
+		chell_offset_to_kernel(c->f->ofd, c->fd);
 	int r = chell_down_fcntl(c, cmd, arg);
+	if (flip && r >= 0 && !app_now)
+		chell_offset_from_kernel(c->f->ofd, c->fd);
 	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT))
 		go_kernel(c); /* the application asks for the kernel's I/O path */
 	return r;
@@ -785,6 +805,8 @@ ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **bu
 	chell_ctx *c = &cc;
 	if ((status(c) & O_ACCMODE) == O_WRONLY)
 		return -EBADF;
+	if (kernel_offset(status(c)))
+		return -ENODATA; /* the offset is the kernel's: the caller reads */
 	if (count > (size_t)MAPPED_MAX_RW_COUNT)
 		count = MAPPED_MAX_RW_COUNT;
 	struct direct_local *l = L(c);

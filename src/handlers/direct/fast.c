@@ -62,7 +62,8 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 {
 	struct direct_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
-	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY)
+	/* O_APPEND: the offset is the kernel's (direct.c) */
+	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY || (st & O_APPEND))
 		return CHELL_FAST_MISS;
 	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
 	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
@@ -151,7 +152,8 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
 {
 	struct direct_local *l = local0(f);
-	if (!l)
+	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	if (!l || (st & O_APPEND)) /* O_APPEND: the kernel's offset (direct.c) */
 		return CHELL_FAST_MISS;
 	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
 	if (r >= 0 && whence == SEEK_SET) {
