@@ -74,6 +74,11 @@ const struct chell_setting_def chell_setting_defs[] = {
 	 "use MAP_SYNC (DAX): auto tries it and falls back; on also reports a refusal"},
 	{"direct.nt_threshold", "CHELL_DIRECT_NT_THRESHOLD", CHELL_T_SIZE, "256K", NULL,
 	 "on MAP_SYNC mappings, writes of at least this size use non-temporal stores"},
+	{"direct.lazy_size", "CHELL_DIRECT_LAZY_SIZE", CHELL_T_BOOL, "0", NULL,
+	 "direct mode: grow files in large steps and publish the exact size only at "
+	 "fsync, close, exit, exec and when a descriptor leaves Chell, so writes past "
+	 "the end are copies; until then processes outside the tree see a longer file "
+	 "(docs/DIRECT.md)"},
 	{"cache.pool", "CHELL_CACHE_POOL", CHELL_T_PATH, "/dev/shm/chell-cache", NULL,
 	 "cache mode: the pool directory on the fast tier (tmpfs or DAX) where chelld keeps "
 	 "the cache and listens (chelld.sock)"},

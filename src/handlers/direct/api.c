@@ -214,7 +214,7 @@ CHELL_EXPORT ssize_t chell_commit_write_buf(int fd, const void *buf, size_t len)
 	if (r > 0) {
 		if (l->map->map_sync == 2)
 			direct_flush(buf, len);
-		if (appended) /* the offset of an O_APPEND description is the kernel's */
+		if (appended && !direct_lazy_size) /* the kernel keeps an O_APPEND offset */
 			sys_lseek(fd, (off_t)end, SEEK_SET);
 		else
 			atomic_store((_Atomic uint64_t *)&f->ofd->offset, end);

@@ -50,10 +50,13 @@ static inline int status(const chell_ctx *c)
 	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
 }
 
-/* The kernel keeps the offset of an O_APPEND description (see the top). */
+int direct_lazy_size;
+
+/* The kernel keeps the offset of an O_APPEND description (see the top),
+ * except with direct.lazy_size, where appends are copies too. */
 static inline bool kernel_offset(int st)
 {
-	return st & O_APPEND;
+	return (st & O_APPEND) && !direct_lazy_size;
 }
 
 static inline uint64_t isize(struct direct_inode *in)
@@ -65,6 +68,148 @@ static inline void isize_set(struct direct_inode *in, uint64_t v)
 {
 	atomic_store_explicit((_Atomic uint64_t *)&in->size, v, memory_order_release);
 }
+
+/*
+ * direct.lazy_size. A write past the end must find the kernel's size past
+ * its bytes (a store beyond it faults), and publishing each new size is a
+ * system call as costly as the kernel's own write. So the file is grown in
+ * steps (ftruncate: holes, no memory) of a chunk or an eighth of its size,
+ * the shared entry keeps the exact size (`size`) and the step (`ksize`),
+ * and the exact size goes to the kernel only when someone outside Chell's
+ * bookkeeping could look (lazy_publish callers: fsync, close, exit, exec,
+ * a descriptor leaving Chell, a lock or copy the kernel evaluates, and the
+ * calls that ask it about holes or allocate). Caller holds in->lock.
+ */
+static int lazy_publish_locked(struct direct_local *l, int fd, const char *path);
+
+static int lazy_reserve(struct direct_local *l, int fd, uint64_t end)
+{
+	struct direct_inode *in = l->inode;
+	uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+	if (atomic_load((_Atomic uint32_t *)&in->nolazy)) {
+		lazy_publish_locked(l, fd, NULL);
+		return -EOPNOTSUPP;
+	}
+	if (end <= k)
+		return 0;
+	uint64_t step = 1ull << direct_chunk_shift;
+	while (step < end / 8 && step < (1ull << 30))
+		step <<= 1;
+	uint64_t target = (end + step - 1) & ~(step - 1);
+	uint64_t lim = mapped_fsize(); /* a step past RLIMIT_FSIZE would be SIGXFSZ */
+	if (target > lim)
+		target = lim > end ? lim : end;
+	if (end > ((uint64_t)1 << 40) || target < end)
+		return -EOPNOTSUPP; /* the exact path instead (the kernel's limits apply) */
+	if (!k) {
+		/* Nothing outstanding: the kernel's size should be ours. If a
+		 * process outside grew the file, start from its size. */
+		struct stat st;
+		if (sys_fstat(fd, &st) == 0 && (uint64_t)st.st_size > isize(in))
+			isize_set(in, (uint64_t)st.st_size);
+		if (isize(in) >= target)
+			return 0;
+	}
+	/* Set first: a refresh meanwhile keeps to the size as we have it. */
+	atomic_store((_Atomic uint64_t *)&in->ksize, target);
+	int r = sys_ftruncate(fd, (off_t)target); /* fd: a writer's */
+	if (r < 0) {
+		atomic_store((_Atomic uint64_t *)&in->ksize, k);
+		return r;
+	}
+	DSTAT(extends, 1);
+	return 0;
+}
+
+/* fd itself if it is open for writing, else a short-lived writable reopen
+ * of its file (*opened: the caller closes it), or -1. */
+static int writable_fd(int fd, int *opened)
+{
+	*opened = 0;
+	int fl = sys_fcntl(fd, F_GETFL, 0);
+	if (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY)
+		return fd;
+	char p[CHELL_FD_PATH_MAX];
+	chell_fd_path(p, fd);
+	int w = chell_internal_openat(AT_FDCWD, p, O_WRONLY | O_CLOEXEC, 0);
+	*opened = w >= 0;
+	return w;
+}
+
+/* direct_inode_kernel_user through a descriptor that can publish. */
+static void kernel_user(uint64_t dev, uint64_t ino, int fd)
+{
+	int opened, w = writable_fd(fd, &opened);
+	direct_inode_kernel_user(dev, ino, w >= 0 ? w : fd);
+	if (opened)
+		sys_close(w);
+}
+
+/* A writable descriptor on the file for ftruncate: the application's fd
+ * if it is writable (ftruncate changes neither its offset nor its locks),
+ * else a short-lived reopen (through fd, or by the path it was opened with
+ * when fd is already gone; checked to be the same file), which the caller
+ * closes (*opened). -1 if there is none. */
+static int pub_fd(struct direct_local *l, int fd, const char *path, int *opened)
+{
+	*opened = 0;
+	if (fd >= 0) {
+		int fl = sys_fcntl(fd, F_GETFL, 0);
+		if (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY)
+			return fd;
+	}
+	char p[CHELL_FD_PATH_MAX];
+	if (fd >= 0) {
+		chell_fd_path(p, fd);
+		path = p;
+	}
+	if (!path)
+		return -1;
+	int w = chell_internal_openat(AT_FDCWD, path, O_WRONLY | O_CLOEXEC, 0);
+	struct stat st;
+	if (w >= 0 && (sys_fstat(w, &st) < 0 || (uint64_t)st.st_dev != l->map->dev ||
+		       (uint64_t)st.st_ino != l->map->ino)) {
+		sys_close(w); /* renamed meanwhile and the name reused: not our file */
+		w = -1;
+	}
+	*opened = w >= 0;
+	return w;
+}
+
+/* The exact size to the kernel, if a step is outstanding. Caller holds
+ * in->lock. A size someone else gave the file meanwhile (not our step) is
+ * left alone. fd: the application's descriptor, or -1 (closing, exit). */
+static int lazy_publish_locked(struct direct_local *l, int fd, const char *path)
+{
+	struct direct_inode *in = l->inode;
+	uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+	if (!k)
+		return 0;
+	int opened;
+	int pfd = pub_fd(l, fd, path, &opened);
+	if (pfd < 0)
+		return 0; /* not writable by us: the step's owner publishes at its close or exit */
+	struct stat st;
+	int r = 0;
+	if (sys_fstat(pfd, &st) == 0 && (uint64_t)st.st_size == k)
+		r = sys_ftruncate(pfd, (off_t)isize(in));
+	if (r == 0)
+		atomic_store((_Atomic uint64_t *)&in->ksize, 0);
+	if (opened)
+		sys_close(pfd);
+	return r;
+}
+
+static int lazy_publish(struct direct_local *l, int fd, const char *path)
+{
+	if (!atomic_load_explicit((_Atomic uint64_t *)&l->inode->ksize, memory_order_relaxed))
+		return 0;
+	chell_lock_acquire(&l->inode->lock);
+	int r = lazy_publish_locked(l, fd, path);
+	chell_lock_release(&l->inode->lock);
+	return r;
+}
+
 
 static uint64_t parse_size(const char *s, uint64_t def)
 {
@@ -94,15 +239,41 @@ static int direct_proc_init(void)
 	const char *ms = chell_setting("direct.map_sync");
 	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;
 	direct_nt_threshold = parse_size(chell_setting("direct.nt_threshold"), 256 * 1024);
+	const char *lazy = chell_setting("direct.lazy_size");
+	direct_lazy_size = lazy[0] == '1' || lazy[0] == 'y' || lazy[0] == 't' || !strcmp(lazy, "on");
 	return direct_copy_init();
+}
+
+/* At exit the kernel closes the descriptors without us: publish the lazy
+ * sizes through them first. */
+static void publish_all(void)
+{
+	for (int fd = 0; fd < fdt_max(); fd++) {
+		struct chell_file *f = fdt_peek(fd);
+		if (!f || f == FILE_CLOSING)
+			continue;
+		for (int i = 0; i < f->stack->depth; i++) {
+			if (f->stack->handlers[i] != &chell_direct_handler)
+				continue;
+			struct direct_local *l = (struct direct_local *)f->local[i];
+			if (l && ((struct direct_ofd *)f->ofd->priv[i])->active)
+				lazy_publish(l, fd, NULL);
+			break;
+		}
+	}
 }
 
 static void direct_proc_event(enum chell_op ev, long arg)
 {
-	if (ev == CHELL_OP_FORK)
+	if (ev == CHELL_OP_FORK) {
 		direct_map_after_fork();
-	else if (ev == CHELL_OP_EXIT)
+	} else if (ev == CHELL_OP_EXIT) {
+		if (direct_lazy_size)
+			publish_all();
 		direct_stats_dump();
+	} else if (ev == CHELL_OP_EXEC && direct_lazy_size) {
+		publish_all(); /* the new image may not run Chell */
+	}
 }
 
 /* ------------------------------------------------------------- lifecycle */
@@ -140,8 +311,21 @@ static int attach(chell_ctx *c, int count_open)
 	}
 	if (!count_open)
 		direct_inode_put(in); /* adoption: the OFD is already counted */
-	if (count_open)
-		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
+	if (count_open) {
+		/* The kernel's size is exact (O_TRUNC too), unless it is a lazy
+		 * step of the tree's (then ours is). */
+		chell_lock_acquire(&in->lock);
+		uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+		/* asked again under the lock: lazy size changes are made under it,
+		 * and one made since the first fstat would be undone */
+		if (direct_lazy_size)
+			sys_fstat(c->fd, &st);
+		if (!k || (uint64_t)st.st_size != k) {
+			atomic_store((_Atomic uint64_t *)&in->ksize, 0);
+			isize_set(in, (uint64_t)st.st_size);
+		}
+		chell_lock_release(&in->lock);
+	}
 	struct direct_local *l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (count_open)
@@ -171,6 +355,9 @@ static void direct_opened(chell_ctx *c)
 	struct direct_ofd *d = D(c);
 	d->active = 0;
 	if (status(c) & O_DIRECT) {
+		struct stat st; /* lazy sizes: the kernel's must be exact from now on */
+		if (direct_lazy_size && inode_ready && sys_fstat(c->fd, &st) == 0)
+			kernel_user(st.st_dev, st.st_ino, c->fd);
 		size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the application wants the kernel's I/O path */
 	}
@@ -180,6 +367,9 @@ static void direct_opened(chell_ctx *c)
 			c->f->fast = &direct_fast_ops;
 	} else {
 		DSTAT(kernel_fallbacks, 1);
+		struct stat st; /* its writes are the kernel's: lazy sizes must be exact */
+		if (direct_lazy_size && inode_ready && sys_fstat(c->fd, &st) == 0)
+			kernel_user(st.st_dev, st.st_ino, c->fd);
 	}
 }
 
@@ -191,6 +381,8 @@ static int direct_adopt(chell_ctx *c)
 		if (!kernel_offset(status(c)))
 			sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 		d->active = 0;
+		if (direct_lazy_size && inode_ready)
+			kernel_user(d->dev, d->ino, c->fd);
 	}
 	if (d->active && c->layer == 0)
 		c->f->fast = &direct_fast_ops;
@@ -201,6 +393,8 @@ static void direct_detach(chell_ctx *c)
 {
 	struct direct_local *l = L(c);
 	if (l) {
+		if (direct_lazy_size)
+			lazy_publish(l, -1, c->f->path); /* its descriptor is gone already */
 		direct_map_put(l->map);
 		free(l);
 		c->f->local[c->layer] = NULL;
@@ -230,8 +424,10 @@ static int direct_sync_out(chell_ctx *c)
 {
 	if (!D(c)->active)
 		return 0;
-	if (L(c))
+	if (L(c)) {
+		lazy_publish(L(c), c->fd, NULL); /* the kernel (or a program without Chell) looks */
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	}
 	return kernel_offset(status(c)) ? 0 : chell_offset_to_kernel(c->f->ofd, c->fd);
 }
 
@@ -247,6 +443,8 @@ static int direct_sync_in(chell_ctx *c)
  * kernel's offset behind our back. */
 static void go_kernel(chell_ctx *c)
 {
+	if (D(c)->active && L(c) && direct_lazy_size)
+		kernel_user(D(c)->dev, D(c)->ino, c->fd);
 	if (kernel_offset(status(c)) ? !atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0)
 				     : !chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
 		return;
@@ -266,13 +464,27 @@ static int direct_fstat(chell_ctx *c, struct stat *st)
 {
 	if (D(c)->active && L(c))
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_down_fstat(c, st);
+	int r = chell_down_fstat(c, st);
+	if (r == 0 && direct_lazy_size && S_ISREG(st->st_mode))
+		st->st_size = (off_t)direct_inode_stat_size(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	return r;
+}
+
+/* stat(path) from inside the tree sees a lazy size as fstat does. */
+static int direct_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags)
+{
+	int r = chell_down_stat(c, dirfd, path, st, at_flags);
+	if (r == 0 && direct_lazy_size && S_ISREG(st->st_mode) && inode_ready)
+		st->st_size = (off_t)direct_inode_stat_size(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	return r;
 }
 
 static int direct_close(chell_ctx *c)
 {
-	if (D(c)->active && L(c))
+	if (D(c)->active && L(c)) {
+		lazy_publish(L(c), c->fd, NULL);
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	}
 	return chell_down_close(c);
 }
 
@@ -412,6 +624,33 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 		}
 	}
 	return (ssize_t)done;
+}
+
+/*
+ * Bytes of a lazy write past the old end land in pages nobody wrote yet. A
+ * store into such a page through the mapping faults (allocate, zero, map:
+ * ~2.5 us on this VM, measured; prefaulting with MADV_POPULATE_WRITE costs
+ * the same per page), while the kernel's write allocates the page in about
+ * 1 us. Small writes share a page and its fault (64 B: 1/64th of one), so
+ * they are copies; from LAZY_COPY_MAX on, the kernel writes the bytes at
+ * pos inside the step (one system call, no size change: as fast as a
+ * write without Chell, and the page cache it fills is our mapping).
+ */
+#define LAZY_COPY_MAX 1024
+
+static ssize_t lazy_store(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n)
+{
+	if (n < LAZY_COPY_MAX)
+		return transfer(c, iov, cnt, pos, n, 1);
+	struct iovec one[1];
+	if (cnt > 1 || iov[0].iov_len > n) { /* the kernel must stop at n */
+		if (iov[0].iov_len < n)
+			return transfer(c, iov, cnt, pos, n, 1);
+		one[0] = (struct iovec){iov[0].iov_base, n};
+		iov = one;
+		cnt = 1;
+	}
+	return sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c));
 }
 
 /* Make the file at least `end` bytes long, through the kernel. Caller holds
@@ -589,6 +828,29 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 	ssize_t r;
 	if (!append && kernel_flags(flags)) {
 		r = kernel_write(c, iov, cnt, off, total, flags);
+	} else if (append && direct_lazy_size && l->map->map_sync != 2 &&
+		   !atomic_load((_Atomic uint32_t *)&in->nolazy)) {
+		/* Lazy sizes: an append is a copy at the end as the tree knows
+		 * it, under the tree's lock (atomic for every appender of the
+		 * tree; not for programs outside it, see docs/DIRECT.md). */
+		chell_lock_acquire(&in->lock);
+		uint64_t pos = isize(in);
+		ssize_t room = mapped_write_room(pos, (size_t)total);
+		if (room < 0) {
+			chell_lock_release(&in->lock);
+			return mapped_write_refused(room); /* no lock held while a handler runs */
+		}
+		int e = lazy_reserve(l, c->fd, pos + (uint64_t)room);
+		r = e == 0 ? lazy_store(c, iov, cnt, pos, (size_t)room)
+		  : e == -EOPNOTSUPP ? sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c)) : e;
+		if (r > 0 && pos + (uint64_t)r > isize(in))
+			isize_set(in, pos + (uint64_t)r);
+		chell_lock_release(&in->lock);
+		if (r > 0) {
+			if (off == -1) /* write(): the offset follows; pwrite(): unchanged */
+				atomic_store(offp, pos + (uint64_t)r);
+			mapped_write_done(&in->times, c->fd);
+		}
 	} else if (append) {
 		/* Appends go to the kernel: only it can make them atomic with every
 		 * other appender, including programs that don't run Chell. The
@@ -596,6 +858,7 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 		 * the bytes at once. (Appends already cost system calls to extend
 		 * the file; this is what the paper measures too.) */
 		DSTAT(kernel_fallbacks, 1);
+		lazy_publish(l, c->fd, NULL); /* the kernel appends at its own size */
 		r = chell_down_write(c, iov, cnt, off, flags);
 		if (r > 0) {
 			if (off == -1) /* RWF_APPEND: the kernel moved the offset, ours follows */
@@ -608,7 +871,25 @@ static ssize_t direct_write(chell_ctx *c, const struct iovec *iov, int cnt, off_
 		if (total < 0)
 			return total;
 		uint64_t end = pos + (uint64_t)total;
-		if (end > isize(in) && l->map->map_sync != 2) {
+		if (end > isize(in) && direct_lazy_size && l->map->map_sync != 2) {
+			/* Lazy sizes: grow the kernel's size by a step when needed,
+			 * copy, and keep the exact size in the shared entry. */
+			chell_lock_acquire(&in->lock);
+			if (pos > isize(in)) /* a hole before pos, for every process */
+				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
+			int e = lazy_reserve(l, c->fd, end);
+			r = e == 0 ? lazy_store(c, iov, cnt, pos, (size_t)total)
+			  : e == -EOPNOTSUPP ? sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c)) : e;
+			/* Like the kernel's write_end: a write that reached the file
+			 * but copied nothing (a bad buffer) still moves the end to
+			 * pos (mapped_iov_total refused pointers outside user space). */
+			uint64_t new_end = pos + (uint64_t)(r > 0 ? r : 0);
+			if ((r > 0 || r == -EFAULT) && new_end > isize(in))
+				isize_set(in, new_end);
+			chell_lock_release(&in->lock);
+			if (r > 0)
+				mapped_write_done(&in->times, c->fd);
+		} else if (end > isize(in) && l->map->map_sync != 2) {
 			/* Growing the file needs a system call anyway: let it be the
 			 * write itself (one call, as without Chell) rather than an
 			 * extension plus a copy. The page cache it fills is what we
@@ -664,6 +945,7 @@ static off_t direct_lseek(chell_ctx *c, off_t off, int whence)
 	case SEEK_DATA:
 	case SEEK_HOLE: {
 		/* the kernel knows the holes; its answer becomes our offset */
+		lazy_publish(L(c), c->fd, NULL); /* the implicit hole at the end is at the size */
 		off_t r = sys_lseek(c->fd, off, whence);
 		if (r >= 0)
 			atomic_store(offp, (uint64_t)r);
@@ -683,6 +965,7 @@ static int direct_ftruncate(chell_ctx *c, off_t len)
 	uint64_t before = isize(in);
 	int r = chell_down_ftruncate(c, len);
 	if (r == 0) {
+		atomic_store((_Atomic uint64_t *)&in->ksize, 0); /* the kernel's size is exact */
 		isize_set(in, (uint64_t)len);
 		if ((uint64_t)len > before)
 			made_holes(L(c)); /* growing by truncate leaves a hole */
@@ -697,6 +980,7 @@ static int direct_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 		return chell_down_fallocate(c, mode, off, len);
 	struct direct_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
+	lazy_publish_locked(L(c), c->fd, NULL); /* it extends from, and reports against, the exact size */
 	int r = chell_down_fallocate(c, mode, off, len);
 	if (r == 0) {
 		direct_inode_refresh(in, c->fd);
@@ -722,6 +1006,11 @@ static int direct_truncate(chell_ctx *c, const char *path, off_t len)
 static int direct_fsync(chell_ctx *c, int datasync)
 {
 	DSTAT(fsyncs, 1);
+	if (D(c)->active) {
+		int e = lazy_publish(L(c), c->fd, NULL); /* the size is durable too */
+		if (e < 0)
+			return e;
+	}
 	if (D(c)->active && L(c)->map->map_sync == 2) {
 		/* MAP_SYNC on DAX: every write already wrote back its cache lines
 		 * (clwb or non-temporal stores); the fence makes them durable, and
@@ -734,8 +1023,11 @@ static int direct_fsync(chell_ctx *c, int datasync)
 
 static int direct_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
-	if (mapped_takes_lease(cmd, arg) && L(c))
+	if (mapped_takes_lease(cmd, arg) && L(c)) {
+		if (D(c)->active)
+			lazy_publish(L(c), c->fd, NULL); /* before its descriptor goes */
 		direct_map_retire(D(c)->dev, D(c)->ino);
+	}
 	/* O_APPEND on or off moves the offset between us and the kernel
 	 * (kernel_offset): on, the kernel gets ours first; off, we take the
 	 * kernel's after. */
@@ -766,6 +1058,7 @@ const struct chell_handler chell_direct_handler = {
 	.escape = direct_escape,
 	.close = direct_close,
 	.fstat = direct_fstat,
+	.stat = direct_stat,
 	.read = direct_read,
 	.write = direct_write,
 	.lseek = direct_lseek,

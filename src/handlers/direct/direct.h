@@ -28,13 +28,29 @@ struct direct_inode {
 	struct chell_lock lock; /* size changes and O_APPEND writes */
 	uint32_t hole_gen;      /* bumped when Chell may have made holes (atomic) */
 	struct mapped_times times; /* atime/mtime updates owed to the kernel (mapped.h) */
+	/* direct.lazy_size: the kernel's size while it is ahead of `size` (the
+	 * file was grown in a step and the exact size is not published yet);
+	 * 0 when the kernel's size is `size`. Changed under `lock`; while it is
+	 * set the kernel's size is not asked (direct_inode_refresh). (atomic) */
+	uint64_t ksize;
+	/* A descriptor of the tree writes this file through the kernel (O_DIRECT,
+	 * escaped): it would append at the kernel's size, so no more steps. */
+	uint32_t nolazy;
 };
 int direct_inode_init(void);
 struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
 void direct_inode_put(struct direct_inode *in);
-/* Re-read the size from the kernel (another process may have changed it). */
+/* Re-read the size from the kernel (another process may have changed it);
+ * with a lazy size outstanding (ksize), the size as Chell has it. */
 uint64_t direct_inode_refresh(struct direct_inode *in, int fd);
 void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size);
+/* stat() of (dev, ino) reported kernel_size: the size to show instead. */
+uint64_t direct_inode_stat_size(uint64_t dev, uint64_t ino, uint64_t kernel_size);
+extern int direct_lazy_size; /* direct.lazy_size */
+/* A descriptor (fd, maybe not writable) of (dev, ino) uses the kernel's
+ * path: publish the exact size if a step is outstanding, and take none
+ * from now on (direct.lazy_size). */
+void direct_inode_kernel_user(uint64_t dev, uint64_t ino, int fd);
 
 /* ---- map.c: the chunks of one file mapped in this process */
 #define DIRECT_L2_BITS 10

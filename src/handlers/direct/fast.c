@@ -14,6 +14,12 @@
 
 #define CHUNK_MASK(s) ((1ull << (s)) - 1)
 
+/* The kernel keeps the offset of an O_APPEND description (direct.c). */
+static inline bool kernel_offset(int st)
+{
+	return (st & O_APPEND) && !direct_lazy_size;
+}
+
 static inline struct direct_local *local0(struct chell_file *f)
 {
 	const struct direct_ofd *d = (const struct direct_ofd *)f->ofd->priv[0];
@@ -62,8 +68,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 {
 	struct direct_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
-	/* O_APPEND: the offset is the kernel's (direct.c) */
-	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY || (st & O_APPEND))
+	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY || kernel_offset(st))
 		return CHELL_FAST_MISS;
 	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
 	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
@@ -153,7 +158,7 @@ static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
 {
 	struct direct_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
-	if (!l || (st & O_APPEND)) /* O_APPEND: the kernel's offset (direct.c) */
+	if (!l || kernel_offset(st))
 		return CHELL_FAST_MISS;
 	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
 	if (r >= 0 && whence == SEEK_SET) {

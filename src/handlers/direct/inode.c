@@ -65,8 +65,11 @@ struct direct_inode *direct_inode_get(uint64_t dev, uint64_t ino, uint64_t kerne
 		res->used = 1;
 	}
 	if (res) {
-		if (res->opens++ == 0) /* first opener: the kernel's size is the truth */
+		if (res->opens++ == 0) { /* first opener: the kernel's size is the truth */
 			atomic_store((_Atomic uint64_t *)&res->size, kernel_size);
+			atomic_store((_Atomic uint64_t *)&res->ksize, 0);
+			atomic_store((_Atomic uint32_t *)&res->nolazy, 0);
+		}
 	}
 	chell_lock_release(&table->lock);
 	return res;
@@ -82,10 +85,22 @@ void direct_inode_put(struct direct_inode *in)
 
 uint64_t direct_inode_refresh(struct direct_inode *in, int fd)
 {
+	_Atomic uint64_t *size = (_Atomic uint64_t *)&in->size, *ksize = (_Atomic uint64_t *)&in->ksize;
+	uint64_t old = atomic_load(size);
+	/* A lazy size (ksize) is ours until it is published: the kernel's is
+	 * the step it was grown by, not news from another process. */
 	struct stat st;
-	if (sys_fstat(fd, &st) == 0)
-		atomic_store((_Atomic uint64_t *)&in->size, (uint64_t)st.st_size);
-	return atomic_load((_Atomic uint64_t *)&in->size);
+	if (atomic_load(ksize) || sys_fstat(fd, &st) != 0)
+		return atomic_load(size);
+	if (!direct_lazy_size) {
+		atomic_store(size, (uint64_t)st.st_size);
+	} else if (!atomic_load(ksize)) {
+		/* No step was taken before the fstat (a writer sets ksize before
+		 * it grows the file), so st_size was exact then; a writer that
+		 * changed the size since has the newer answer: keep it. */
+		atomic_compare_exchange_strong(size, &old, (uint64_t)st.st_size);
+	}
+	return atomic_load(size);
 }
 
 /* A size change made by path (truncate(2)) or by a descriptor Chell does
@@ -103,10 +118,63 @@ void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
 		if (in->used == 1 && in->dev == dev && in->ino == ino) {
 			uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
 			atomic_store((_Atomic uint64_t *)&in->size, size);
+			atomic_store((_Atomic uint64_t *)&in->ksize, 0); /* the kernel's is exact now */
 			if (size > old) /* grown by truncate: a hole */
 				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
 			break;
 		}
 	}
 	chell_lock_release(&table->lock);
+}
+
+uint64_t direct_inode_stat_size(uint64_t dev, uint64_t ino, uint64_t kernel_size)
+{
+	uint64_t r = kernel_size;
+	if (!table)
+		return r;
+	chell_lock_acquire(&table->lock);
+	uint64_t h = hash(dev, ino);
+	for (int i = 0; i < INODE_SLOTS; i++) {
+		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		if (in->used == 0)
+			break;
+		if (in->used == 1 && in->dev == dev && in->ino == ino) {
+			/* the kernel's size is our step, not the file's: show ours */
+			uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+			if (k && kernel_size == k)
+				r = atomic_load((_Atomic uint64_t *)&in->size);
+			break;
+		}
+	}
+	chell_lock_release(&table->lock);
+	return r;
+}
+
+void direct_inode_kernel_user(uint64_t dev, uint64_t ino, int fd)
+{
+	if (!table || !direct_lazy_size)
+		return;
+	struct direct_inode *in = NULL;
+	chell_lock_acquire(&table->lock);
+	uint64_t h = hash(dev, ino);
+	for (int i = 0; i < INODE_SLOTS; i++) {
+		struct direct_inode *e = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		if (e->used == 0)
+			break;
+		if (e->used == 1 && e->dev == dev && e->ino == ino) {
+			in = e;
+			break;
+		}
+	}
+	chell_lock_release(&table->lock);
+	if (!in)
+		return;
+	chell_lock_acquire(&in->lock);
+	atomic_store((_Atomic uint32_t *)&in->nolazy, 1);
+	uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+	struct stat st;
+	if (k && sys_fstat(fd, &st) == 0 && (uint64_t)st.st_size == k &&
+	    sys_ftruncate(fd, (off_t)atomic_load((_Atomic uint64_t *)&in->size)) == 0)
+		atomic_store((_Atomic uint64_t *)&in->ksize, 0);
+	chell_lock_release(&in->lock);
 }
