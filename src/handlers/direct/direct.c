@@ -241,6 +241,19 @@ static int direct_proc_init(void)
 	direct_nt_threshold = parse_size(chell_setting("direct.nt_threshold"), 256 * 1024);
 	const char *lazy = chell_setting("direct.lazy_size");
 	direct_lazy_size = lazy[0] == '1' || lazy[0] == 'y' || lazy[0] == 't' || !strcmp(lazy, "on");
+	if (!direct_lazy_size && chell_mode_stack) {
+		/* Our stat() only matters for lazy sizes; without them, routing
+		 * every stat(path) through the stack would cost ~60 ns for
+		 * nothing. Routed only if another layer above the kernel wants it
+		 * (the hub set the flag from every layer's .stat). */
+		bool others = false;
+		for (int i = 0; i < chell_mode_stack->depth; i++) {
+			const struct chell_handler *h = chell_mode_stack->handlers[i];
+			if (h != &chell_direct_handler && h != &chell_posix_handler && h->stat)
+				others = true;
+		}
+		chell_stack_routes_stat = others;
+	}
 	return direct_copy_init();
 }
 
