@@ -184,6 +184,10 @@ struct direct_local {
 };
 extern const struct chell_handler chell_direct_handler;
 extern const struct chell_fast_ops direct_fast_ops; /* fast.c */
+/* A write at pos that grows the file: the kernel's pwritev2 under the
+ * inode lock, the shared size after it (direct.c; fast.c's shortcut too). */
+ssize_t direct_grow_write(struct direct_inode *in, int fd, const struct iovec *iov, int cnt,
+			  uint64_t pos, int rwf);
 /* For api.c: the direct state of fd, or NULL when fd is not direct. */
 struct chell_file *direct_file_get(int fd, int *layer);
 ssize_t direct_read_ptr(struct chell_file *f, int layer, int fd, const void **buf, size_t count);

@@ -109,12 +109,38 @@ static inline unsigned char *writable(struct direct_local *l, int st, uint64_t o
 		 : NULL;
 }
 
+/* A plain write past the cached size (not O_APPEND, O_SYNC, DAX, lazy sizes,
+ * nor near RLIMIT_FSIZE or the largest offset): the general path would make
+ * the same single kernel pwrite (direct_grow_write) after ~300 instructions
+ * of dispatch and checks, which a growing write of 64 B pays on top of the
+ * kernel's own time. */
+static inline bool growable(struct direct_local *l, int st, uint64_t off, size_t n)
+{
+	return l->map->writable && l->map->map_sync != 2 && !direct_lazy_size &&
+	       !(st & (O_APPEND | O_SYNC | O_DSYNC)) && (st & O_ACCMODE) != O_RDONLY &&
+	       off + n > cached_size(l) && off + n >= off && off + n <= (uint64_t)LLONG_MAX &&
+	       off + n <= mapped_fsize();
+}
+
+static ssize_t grow(struct direct_local *l, int fd, const void *buf, size_t n, uint64_t off)
+{
+	struct iovec v = {(void *)buf, n};
+	ssize_t r = direct_grow_write(l->inode, fd, &v, 1, off, 0);
+	struct direct_stats *s = direct_stats_tls();
+	s->writes++;
+	if (r > 0)
+		s->write_bytes += (uint64_t)r;
+	return r;
+}
+
 static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t n, off_t off)
 {
 	struct direct_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
 	if (!l || off < 0 || n == 0)
 		return CHELL_FAST_MISS;
+	if (growable(l, st, (uint64_t)off, n))
+		return grow(l, fd, buf, n, (uint64_t)off);
 	unsigned char *a = writable(l, st, (uint64_t)off, n);
 	int fault;
 	if (!a || !direct_copy(a, buf, n, &fault))
@@ -130,10 +156,35 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 {
 	struct direct_local *l = local0(f);
 	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	if (l && kernel_offset(st)) {
+		/* An append on an O_APPEND description: what the general path
+		 * does too (direct.c: the kernel's write, nothing else), without
+		 * the dispatch down the stack. libc's write, as the posix layer
+		 * calls it (a cancellation point). */
+		ssize_t r = REAL(write)(fd, buf, n);
+		struct direct_stats *s = direct_stats_tls();
+		s->writes++;
+		s->kernel_fallbacks++;
+		if (r > 0)
+			s->write_bytes += (uint64_t)r;
+		return r < 0 ? -errno : r;
+	}
 	if (!l || n == 0)
 		return CHELL_FAST_MISS;
 	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
 	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
+	if (growable(l, st, pos, n)) {
+		/* reserve [pos, pos+n) as the general path does; a short write
+		 * gives back what it did not write */
+		if (!atomic_compare_exchange_strong(offp, &pos, pos + n))
+			return CHELL_FAST_MISS;
+		ssize_t r = grow(l, fd, buf, n, pos);
+		if (r != (ssize_t)n) {
+			uint64_t expect = pos + n;
+			atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
+		}
+		return r;
+	}
 	unsigned char *a = writable(l, st, pos, n);
 	if (!a || !atomic_compare_exchange_strong(offp, &pos, pos + n))
 		return CHELL_FAST_MISS;
