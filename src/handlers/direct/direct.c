@@ -471,24 +471,49 @@ static void direct_escape(chell_ctx *c)
 	go_kernel(c);
 }
 
+/* A stat of a file the tree grows lazily, made under in->lock: the
+ * kernel's size is our step, not the file's: show ours. */
+static void lazy_stat_fix(struct direct_inode *in, int r, struct stat *st)
+{
+	uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+	if (r == 0 && k && (uint64_t)st->st_size == k)
+		st->st_size = (off_t)isize(in);
+}
+
 /* Times owed to the kernel are settled before anyone may look at them
  * through this descriptor, and before it goes away. */
 static int direct_fstat(chell_ctx *c, struct stat *st)
 {
 	if (D(c)->active && L(c))
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	if (!direct_lazy_size || !D(c)->active || !L(c))
+		return chell_down_fstat(c, st);
+	struct direct_inode *in = L(c)->inode;
+	chell_lock_acquire(&in->lock); /* no step is taken or published meanwhile */
 	int r = chell_down_fstat(c, st);
-	if (r == 0 && direct_lazy_size && S_ISREG(st->st_mode))
-		st->st_size = (off_t)direct_inode_stat_size(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	lazy_stat_fix(in, r, st);
+	chell_lock_release(&in->lock);
 	return r;
 }
 
-/* stat(path) from inside the tree sees a lazy size as fstat does. */
+/* stat(path) from inside the tree sees a lazy size as fstat does: asked
+ * again under the file's lock if the tree has it open. */
 static int direct_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags)
 {
 	int r = chell_down_stat(c, dirfd, path, st, at_flags);
-	if (r == 0 && direct_lazy_size && S_ISREG(st->st_mode) && inode_ready)
-		st->st_size = (off_t)direct_inode_stat_size(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	struct direct_inode *in = r == 0 && direct_lazy_size && S_ISREG(st->st_mode) && inode_ready
+					  ? direct_inode_find(st->st_dev, st->st_ino)
+					  : NULL;
+	if (in) {
+		uint64_t dev = st->st_dev, ino = st->st_ino;
+		chell_lock_acquire(&in->lock);
+		if (in->dev == dev && in->ino == ino) { /* still that file's entry */
+			r = chell_down_stat(c, dirfd, path, st, at_flags);
+			if (r == 0 && (uint64_t)st->st_dev == dev && (uint64_t)st->st_ino == ino)
+				lazy_stat_fix(in, r, st);
+		}
+		chell_lock_release(&in->lock);
+	}
 	return r;
 }
 
@@ -649,8 +674,6 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
  * pos inside the step (one system call, no size change: as fast as a
  * write without Chell, and the page cache it fills is our mapping).
  */
-#define LAZY_COPY_MAX 1024
-
 static ssize_t lazy_store(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n)
 {
 	if (n < LAZY_COPY_MAX)
@@ -663,7 +686,8 @@ static ssize_t lazy_store(chell_ctx *c, const struct iovec *iov, int cnt, uint64
 		iov = one;
 		cnt = 1;
 	}
-	return sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c));
+	return cnt == 1 && !at_pos_flags(c) ? sys_pwrite(c->fd, iov[0].iov_base, n, (off_t)pos)
+					    : sys_pwritev2(c->fd, iov, cnt, (off_t)pos, at_pos_flags(c));
 }
 
 /* Growing the file needs a system call anyway: let it be the write itself

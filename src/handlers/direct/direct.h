@@ -44,9 +44,13 @@ void direct_inode_put(struct direct_inode *in);
  * with a lazy size outstanding (ksize), the size as Chell has it. */
 uint64_t direct_inode_refresh(struct direct_inode *in, int fd);
 void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size);
-/* stat() of (dev, ino) reported kernel_size: the size to show instead. */
-uint64_t direct_inode_stat_size(uint64_t dev, uint64_t ino, uint64_t kernel_size);
+/* The tree's entry of (dev, ino) if the file is open in the tree, without
+ * a reference (entries never move; check dev/ino under its lock). */
+struct direct_inode *direct_inode_find(uint64_t dev, uint64_t ino);
 extern int direct_lazy_size; /* direct.lazy_size */
+/* direct.lazy_size: writes past the end from this size on are the kernel's
+ * pwrite inside the step, not copies (direct.c, lazy_store) */
+#define LAZY_COPY_MAX 1024
 /* A descriptor (fd, maybe not writable) of (dev, ino) uses the kernel's
  * path: publish the exact size if a step is outstanding, and take none
  * from now on (direct.lazy_size). */

@@ -116,6 +116,8 @@ static inline unsigned char *writable(struct direct_local *l, int st, uint64_t o
  * kernel's own time. */
 static inline bool growable(struct direct_local *l, int st, uint64_t off, size_t n)
 {
+	/* not with lazy sizes: a write the kernel refuses (EFAULT) inside the
+	 * step must still move the size to off, as the lazy path does */
 	return l->map->writable && l->map->map_sync != 2 && !direct_lazy_size &&
 	       !(st & (O_APPEND | O_SYNC | O_DSYNC)) && (st & O_ACCMODE) != O_RDONLY &&
 	       off + n > cached_size(l) && off + n >= off && off + n <= (uint64_t)LLONG_MAX &&

@@ -103,6 +103,21 @@ uint64_t direct_inode_refresh(struct direct_inode *in, int fd)
 	return atomic_load(size);
 }
 
+/* The live entry of (dev, ino), or NULL. Caller holds table->lock (entries
+ * never move: the pointer stays valid after it, as the shared area does). */
+static struct direct_inode *find_locked(uint64_t dev, uint64_t ino)
+{
+	uint64_t h = hash(dev, ino);
+	for (int i = 0; i < INODE_SLOTS; i++) {
+		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		if (in->used == 0)
+			break;
+		if (in->used == 1 && in->dev == dev && in->ino == ino)
+			return in;
+	}
+	return NULL;
+}
+
 /* A size change made by path (truncate(2)) or by a descriptor Chell does
  * not serve: bring the entry of (dev, ino), if any, up to date. */
 void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
@@ -110,63 +125,32 @@ void direct_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
 	if (!table)
 		return;
 	chell_lock_acquire(&table->lock);
-	uint64_t h = hash(dev, ino);
-	for (int i = 0; i < INODE_SLOTS; i++) {
-		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
-		if (in->used == 0)
-			break;
-		if (in->used == 1 && in->dev == dev && in->ino == ino) {
-			uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
-			atomic_store((_Atomic uint64_t *)&in->size, size);
-			atomic_store((_Atomic uint64_t *)&in->ksize, 0); /* the kernel's is exact now */
-			if (size > old) /* grown by truncate: a hole */
-				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-			break;
-		}
+	struct direct_inode *in = find_locked(dev, ino);
+	if (in) {
+		uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
+		atomic_store((_Atomic uint64_t *)&in->size, size);
+		atomic_store((_Atomic uint64_t *)&in->ksize, 0); /* the kernel's is exact now */
+		if (size > old) /* grown by truncate: a hole */
+			atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
 	}
 	chell_lock_release(&table->lock);
 }
 
-uint64_t direct_inode_stat_size(uint64_t dev, uint64_t ino, uint64_t kernel_size)
+struct direct_inode *direct_inode_find(uint64_t dev, uint64_t ino)
 {
-	uint64_t r = kernel_size;
 	if (!table)
-		return r;
+		return NULL;
 	chell_lock_acquire(&table->lock);
-	uint64_t h = hash(dev, ino);
-	for (int i = 0; i < INODE_SLOTS; i++) {
-		struct direct_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
-		if (in->used == 0)
-			break;
-		if (in->used == 1 && in->dev == dev && in->ino == ino) {
-			/* the kernel's size is our step, not the file's: show ours */
-			uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
-			if (k && kernel_size == k)
-				r = atomic_load((_Atomic uint64_t *)&in->size);
-			break;
-		}
-	}
+	struct direct_inode *in = find_locked(dev, ino);
 	chell_lock_release(&table->lock);
-	return r;
+	return in;
 }
 
 void direct_inode_kernel_user(uint64_t dev, uint64_t ino, int fd)
 {
 	if (!table || !direct_lazy_size)
 		return;
-	struct direct_inode *in = NULL;
-	chell_lock_acquire(&table->lock);
-	uint64_t h = hash(dev, ino);
-	for (int i = 0; i < INODE_SLOTS; i++) {
-		struct direct_inode *e = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
-		if (e->used == 0)
-			break;
-		if (e->used == 1 && e->dev == dev && e->ino == ino) {
-			in = e;
-			break;
-		}
-	}
-	chell_lock_release(&table->lock);
+	struct direct_inode *in = direct_inode_find(dev, ino);
 	if (!in)
 		return;
 	chell_lock_acquire(&in->lock);
