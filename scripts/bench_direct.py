@@ -10,8 +10,12 @@ Every comparison runs the same unmodified program in the same run:
 Arms are interleaved round by round, the order alternating, so a drift of
 the (shared, virtual) machine hits every arm alike. Values are medians.
 
-Sections: latency per operation (chell_bench_lat), aggregate bandwidth
-(chell_bench_bw), fio 4 KB randread/randwrite with --ioengine=psync,
+Sections: latency per operation (chell_bench_lat: pread/pwrite, and
+read/write at the file position after an lseek), appends (write on an
+O_APPEND descriptor, and write() growing a file without O_APPEND; the chell
+arm once with exact sizes and once with direct.lazy_size=on), aggregate
+bandwidth (chell_bench_bw), fio 4 KB randread/randwrite with
+--ioengine=psync (pread/pwrite) and --ioengine=sync (lseek + read/write),
 chell_get_read_buf vs read (chell_bench_grb), SQLite (chell_bench_sqlite) and
 Berkeley DB (chell_bench_bdb). Writes <out>/direct.json (every raw number,
 the machine, ratios, target verdicts), <out>/direct.md (the tables) and
@@ -50,15 +54,19 @@ DOC_END = "<!-- bench_direct: end generated tables -->"
 
 # Full and --quick settings. --quick keeps every case but shortens batches,
 # runs and rounds (about 1.5 minutes on the 2-vCPU VM instead of ~10).
+APPEND_OPS = ("append", "extend")
+FIO_ENGINES = ("psync", "sync")
+LAZY_SET = "direct.lazy_size=on"
+
 PROFILES = {
     "full": dict(rounds=3, lat_batch_ms=20, lat_batches=5, bw_seconds=1.0, bw_rounds=2,
-                 fio_seconds=5, fio_rounds=2, grb_batch_ms=20, grb_batches=5,
+                 fio_seconds=10, fio_rounds=3, fio_size="256m", grb_batch_ms=20, grb_batches=5,
                  sqlite=dict(rows=100000, txn=1000, selects=100000, updates=5000),
                  bdb=dict(keys=100000, ops=300000), app_rounds=3, file_size="1g"),
     # --quick: a 256 MB file, so the per-process warm-up pass (and, under
     # direct, mapping every chunk) stays short in each of the ~70 processes.
     "quick": dict(rounds=1, lat_batch_ms=4, lat_batches=5, bw_seconds=0.25, bw_rounds=1,
-                  fio_seconds=1.5, fio_rounds=1, grb_batch_ms=4, grb_batches=5,
+                  fio_seconds=1.5, fio_rounds=1, fio_size="256m", grb_batch_ms=4, grb_batches=5,
                   sqlite=dict(rows=20000, txn=1000, selects=20000, updates=1000),
                   bdb=dict(keys=50000, ops=100000), app_rounds=1, file_size="256m"),
 }
@@ -269,31 +277,39 @@ def check_provider(data, arm, syms):
     return bad
 
 
-def mode_available(run, mode):
-    r = subprocess.run(run.argv("chell", ["true"], mode), capture_output=True, text=True, env=run.env)
+def mode_available(run, mode, extra=()):
+    r = subprocess.run(run.argv("chell", ["true"], mode, extra), capture_output=True, text=True, env=run.env)
     return r.returncode == 0, r.stderr.strip()
 
 
 # ---------------------------------------------------------------- sections
 
-def section_latency(run, prof, cpu, files, problems):
+def lat_runs(run, prof, cpu, files, problems, arms, ops, name):
+    """Every arm of `arms` runs chell_bench_lat with `ops`, round by round.
+    The arm "lazy" is the chell arm with direct.lazy_size=on."""
     cmd = [str(run.bin / "chell_bench_lat"), "--file", files["data"], "--append-file", files["append"],
-           "--cpu", str(cpu), "--batch-ms", str(prof["lat_batch_ms"]),
+           "--cpu", str(cpu), "--batch-ms", str(prof["lat_batch_ms"]), "--ops", ",".join(ops),
            "--batches", str(prof["lat_batches"]), "--sizes", ",".join(map(str, SIZES))]
     raw = []
-    for rnd, order in enumerate(arm_orders(ARMS, prof["rounds"])):
+    for rnd, order in enumerate(arm_orders(arms, prof["rounds"])):
         for arm in order:
-            log(f"  latency: round {rnd + 1}/{prof['rounds']}, {arm}")
-            data = run.run_json("chell" if arm == "chell" else "plain",
-                                cmd + (["--mmap"] if arm == "memcpy" else []))
+            log(f"  {name}: round {rnd + 1}/{prof['rounds']}, {arm}")
+            extra = ["--set", LAZY_SET] if arm == "lazy" else []
+            data = run.run_json("chell" if arm in ("chell", "lazy") else "plain",
+                                cmd + (["--mmap"] if arm == "memcpy" else []), extra=extra)
             if arm != "memcpy":
-                problems += check_provider(data, arm, ["pread", "pwrite", "write"])
+                problems += check_provider(data, "chell" if arm == "lazy" else arm,
+                                           ["pread", "pwrite", "write", "read", "lseek"])
             raw.append({"arm": arm, "round": rnd, "data": data})
+    return raw
+
+
+def lat_summary(raw, arms):
     summary = []
     for case in raw[0]["data"]["cases"]:
         key = (case["op"], case["pattern"], case["bs"])
         row = {"op": key[0], "pattern": key[1], "bs": key[2]}
-        for arm in ARMS:
+        for arm in arms:
             row[f"{arm}_ns"] = median([c["median_ns"] for r in raw if r["arm"] == arm
                                        for c in r["data"]["cases"]
                                        if (c["op"], c["pattern"], c["bs"]) == key])
@@ -308,12 +324,46 @@ def section_latency(run, prof, cpu, files, problems):
         row["chell_over_memcpy"] = ratio(row["chell_ns"], row["memcpy_ns"])
         row["best_kernel_over_chell"] = ratio(row["kernel_best_ns"], row["chell_best_ns"])
         row["best_chell_over_memcpy"] = ratio(row["chell_best_ns"], row["memcpy_best_ns"])
+        if "lazy" in arms:
+            row["lazy_over_kernel"] = ratio(row["lazy_ns"], row["kernel_ns"])
+            row["best_lazy_over_kernel"] = ratio(row["lazy_best_ns"], row["kernel_best_ns"])
+        row["chell_over_kernel"] = ratio(row["chell_ns"], row["kernel_ns"])
+        row["best_chell_over_kernel"] = ratio(row["chell_best_ns"], row["kernel_best_ns"])
         summary.append(row)
+    # read()/write() at the file position (after an lseek where the offset
+    # moves) against pread()/pwrite() of the same size and pattern.
+    for row in summary:
+        if row["op"] in ("sread", "swrite"):
+            p = find(summary, op=row["op"][1:], pattern=row["pattern"], bs=row["bs"])
+            for arm in ("kernel", "chell"):
+                row[f"{arm}_over_positional"] = ratio(row.get(f"{arm}_ns"), p and p.get(f"{arm}_ns"))
+    return summary
+
+
+def section_latency(run, prof, cpu, files, problems):
+    raw = lat_runs(run, prof, cpu, files, problems, ARMS, ("read", "write", "sread", "swrite"), "latency")
+    summary = lat_summary(raw, ARMS)
     maps = [r["data"].get("maps_of_file") for r in raw if r["arm"] == "chell"]
     prefault = {arm: median([r["data"].get("prefault_ms") for r in raw if r["arm"] == arm])
                 for arm in ("kernel", "chell")}
     return {"raw": raw, "summary": summary, "chell_maps_of_file": maps,
             "first_pass_ms": prefault, "direct_stats": stats_total([r for r in raw if r["arm"] == "chell"])}
+
+
+def section_append(run, prof, cpu, files, problems):
+    """Appends from 64 B to 1 MB: kernel, chell with exact sizes, chell with
+    direct.lazy_size=on (if the library knows the setting), and the memcpy
+    limit (copies into an already allocated and mapped file)."""
+    arms = ["kernel", "chell", "lazy", "memcpy"]
+    ok, why = mode_available(run, run.mode, extra=["--set", LAZY_SET])
+    note = None
+    if not ok:
+        arms.remove("lazy")
+        note = f"no lazy arm: {why[-200:]}"
+        log(f"  appends: {note}")
+    raw = lat_runs(run, prof, cpu, files, problems, arms, APPEND_OPS, "appends")
+    return {"raw": raw, "summary": lat_summary(raw, arms), "arms": arms, "note": note,
+            "direct_stats": stats_total([r for r in raw if r["arm"] in ("chell", "lazy")])}
 
 
 def section_bandwidth(run, prof, files, problems):
@@ -344,12 +394,12 @@ def section_bandwidth(run, prof, files, problems):
             "direct_stats": stats_total([r for r in raw if r["arm"] == "chell"])}
 
 
-def fio_cmd(fio, files, rw, seconds, cpu, extra=()):
+def fio_cmd(fio, files, rw, seconds, cpu, extra=(), engine="psync"):
     # --ramp_time: fio's own warm-up, so the direct handler's one-off mapping
     # of each 2 MB chunk (and the kernel's first touches) are not counted.
     ramp = max(0.5, min(2.0, seconds / 3)) if seconds else 0
-    return [fio, "--name=chell-" + rw, f"--filename={files['data']}", f"--size={files['size']}", "--bs=4k",
-            f"--rw={rw}", "--ioengine=psync", "--invalidate=0", f"--cpus_allowed={cpu}",
+    return [fio, "--name=chell-" + rw, f"--filename={files['fio']}", f"--size={files['fio_size']}", "--bs=4k",
+            f"--rw={rw}", f"--ioengine={engine}", "--invalidate=0", f"--cpus_allowed={cpu}",
             "--output-format=json", *extra] + \
         ([f"--runtime={seconds}", f"--ramp_time={ramp}", "--time_based"] if seconds else [])
 
@@ -358,22 +408,22 @@ def fio_trace_check(run, fio, files, cpu, tmp):
     """Run fio briefly in trace mode: do its reads and writes reach Chell?
     Counts trace lines per call name for the data file's descriptor(s)."""
     found = {}
-    for rw in ("randread", "randwrite"):
+    for engine, rw in ((e, rw) for e in FIO_ENGINES for rw in ("randread", "randwrite")):
         tdir = Path(tempfile.mkdtemp(prefix="fio-trace-", dir=tmp))
-        cmd = fio_cmd(fio, files, rw, 0, cpu, ["--number_ios=200"])
+        cmd = fio_cmd(fio, files, rw, 0, cpu, ["--number_ios=200"], engine)
         run.run("chell", cmd, mode="trace", extra=["--trace-file", str(tdir / "trace.%p")])
         counts, fds = {}, set()
         lines = [l for f in sorted(tdir.iterdir()) for l in f.read_text(errors="replace").splitlines()]
         for line in lines:  # the descriptors fio opened the data file on
             m = re.search(r'open[a-z0-9]*\("([^"]+)".*\) = (\d+)', line)
-            if m and m.group(1) == files["data"]:
+            if m and m.group(1) == files["fio"]:
                 fds.add(m.group(2))
         for line in lines:
             m = re.match(r"\S+ ([a-z_0-9]+)\((\d+)?", line)
             if m:
                 name = m.group(1)
                 counts[name] = counts.get(name, 0) + 1
-        found[rw] = {"trace_lines": len(lines), "calls": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
+        found[f"{engine} {rw}"] = {"trace_lines": len(lines), "calls": dict(sorted(counts.items(), key=lambda kv: -kv[1])),
                      "data_file_opened": bool(fds),
                      "reads": counts.get("pread", 0) + counts.get("read", 0),
                      "writes": counts.get("pwrite", 0) + counts.get("write", 0),
@@ -393,26 +443,29 @@ def section_fio(run, prof, cpu, files, problems, tmp):
         trace = {"error": str(e)}
     raw = []
     for rnd, order in enumerate(arm_orders(("kernel", "chell"), prof["fio_rounds"])):
-        for rw in ("randread", "randwrite"):
+        for engine, rw in ((e, rw) for e in FIO_ENGINES for rw in ("randread", "randwrite")):
             for arm in order:
-                log(f"  fio: round {rnd + 1}/{prof['fio_rounds']}, {rw}, {arm}")
+                log(f"  fio: round {rnd + 1}/{prof['fio_rounds']}, {engine} {rw}, {arm}")
                 data = run.run_json("chell" if arm == "chell" else "plain",
-                                    fio_cmd(fio, files, rw, prof["fio_seconds"], cpu))
+                                    fio_cmd(fio, files, rw, prof["fio_seconds"], cpu, engine=engine))
                 stats = data.get("direct_stats")
                 job = data["jobs"][0]
                 side = job["read"] if rw == "randread" else job["write"]
-                raw.append({"arm": arm, "round": rnd, "rw": rw, "iops": side["iops"],
+                raw.append({"arm": arm, "round": rnd, "engine": engine, "rw": rw, "iops": side["iops"],
                             "clat_mean_ns": side.get("clat_ns", {}).get("mean"),
                             "io_bytes": side.get("io_bytes"), "sys_cpu": job.get("sys_cpu"),
                             "usr_cpu": job.get("usr_cpu"), "direct_stats": stats})
     summary = []
-    for rw in ("randread", "randwrite"):
-        row = {"rw": rw}
+    for engine, rw in ((e, rw) for e in FIO_ENGINES for rw in ("randread", "randwrite")):
+        row = {"engine": engine, "rw": rw}
+        sel = [r for r in raw if r.get("engine", "psync") == engine and r["rw"] == rw]
         for arm in ("kernel", "chell"):
-            row[f"{arm}_iops"] = median([r["iops"] for r in raw if r["arm"] == arm and r["rw"] == rw])
-            row[f"{arm}_clat_ns"] = median([r["clat_mean_ns"] for r in raw
-                                            if r["arm"] == arm and r["rw"] == rw])
+            row[f"{arm}_iops"] = median([r["iops"] for r in sel if r["arm"] == arm])
+            row[f"{arm}_clat_ns"] = median([r["clat_mean_ns"] for r in sel if r["arm"] == arm])
         row["chell_over_kernel"] = ratio(row["chell_iops"], row["kernel_iops"])
+        # the same ratio per round (the arms of one round ran back to back)
+        row["per_round"] = [ratio(*[next((r["iops"] for r in sel if r["round"] == rnd and r["arm"] == a), None)
+                                    for a in ("chell", "kernel")]) for rnd in range(prof["fio_rounds"])]
         summary.append(row)
     return {"trace_check": trace, "raw": raw, "summary": summary,
             "direct_stats": stats_total([r for r in raw if r["arm"] == "chell"])}
@@ -519,9 +572,22 @@ def targets(res):
     vals = [g["chell_grb_ns"] for g in grb]
     add("get_read_buf (not touched), worst size", max(vals) if vals and None not in vals else None,
         "<=", 100.0, "ns")
+    for op, bs in (("sread", 4096), ("sread", 512), ("swrite", 4096), ("swrite", 512)):
+        r = find(lat, op=op, pattern="rand", bs=bs)
+        add(f"{human(bs)} lseek + {op[1:]} / p{op[1:]} (chell)", r and r.get("chell_over_positional"),
+            "<=", 1.10, "x")
     fio = res.get("fio", {}).get("summary", [])
-    fr = find(fio, rw="randread")
-    add("fio 4 KB randread: chell / kernel IOPS", fr and fr["chell_over_kernel"], ">=", 1.5, "x")
+    for engine in FIO_ENGINES:
+        for rw, goal in (("randread", 1.7), ("randwrite", 2.4)):
+            fr = find(fio, engine=engine, rw=rw) or (engine == "psync" and find(fio, rw=rw))
+            add(f"fio {engine} 4 KB {rw}: chell / kernel IOPS", fr and fr["chell_over_kernel"], ">=", goal, "x")
+    app = res.get("append", {}).get("summary", [])
+    for op in APPEND_OPS:
+        rows = [r for r in app if r["op"] == op and r.get("chell_over_kernel")]
+        if rows:
+            worst = max(rows, key=lambda r: r["chell_over_kernel"])
+            add(f"{op}, exact sizes: chell / kernel time, worst size ({human(worst['bs'])})",
+                worst["chell_over_kernel"], "<=", 1.0, "x", worst.get("best_chell_over_kernel"))
     return out
 
 
@@ -561,7 +627,7 @@ def markdown(res):
         L.append(f"| {t['target']} | {val} | {t['op']} {t['threshold']}{t['unit'] if t['unit'] == 'x' else ' ns'} "
                  f"| {verdict} | {best} |")
     L.append("")
-    for name in ("latency", "bandwidth", "fio", "get_read_buf", "sqlite", "bdb"):
+    for name in ("latency", "append", "bandwidth", "fio", "get_read_buf", "sqlite", "bdb"):
         if isinstance(res.get(name), dict) and "error" in res[name]:
             L.append(f"**{name}: FAILED** - {res[name]['error'][:400]}")
             L.append("")
@@ -570,12 +636,18 @@ def markdown(res):
         L.append("**Latency per operation** (ns/op, median; `pread`/`pwrite`/`write` on one CPU; "
                  f"{cfg['file_size']} file on tmpfs; appends start from an empty file):")
         L.append("")
-        L.append("| op | pattern | size | kernel | chell | memcpy | kernel/chell | chell/memcpy |")
-        L.append("|---|---|---|---:|---:|---:|---:|---:|")
+        L.append("'read'/'write' are `pread`/`pwrite`; 'sread'/'swrite' are `read`/`write` at the "
+                 "file position, after an `lseek` when the offset moves (every call on random "
+                 "offsets), as fio's sync engine does; 'vs p*' = that time over `pread`/`pwrite`'s.")
+        L.append("")
+        L.append("| op | pattern | size | kernel | chell | memcpy | kernel/chell | chell/memcpy | "
+                 "vs p* (kernel) | vs p* (chell) |")
+        L.append("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
         for r in res["latency"]["summary"]:
             L.append(f"| {r['op']} | {r['pattern']} | {human(r['bs'])} | {fmt(r['kernel_ns'])} | "
                      f"{fmt(r['chell_ns'])} | {fmt(r['memcpy_ns'])} | {fmt(r['kernel_over_chell'], '.2f')} | "
-                     f"{fmt(r['chell_over_memcpy'], '.2f')} |")
+                     f"{fmt(r['chell_over_memcpy'], '.2f')} | {fmt(r.get('kernel_over_positional'), '.2f')} | "
+                     f"{fmt(r.get('chell_over_positional'), '.2f')} |")
         L.append("")
         L.append(f"Mappings of the data file seen in the chell arm's own /proc/self/maps: "
                  f"{res['latency'].get('chell_maps_of_file')} (0 = the handler did not map it).")
@@ -583,6 +655,23 @@ def markdown(res):
         L.append(f"Warm-up before timing, one pass over the file with 1 MB reads (one-off; under "
                  f"direct it maps every chunk): kernel {fmt(fp.get('kernel'))} ms, chell "
                  f"{fmt(fp.get('chell'))} ms.")
+        L.append("")
+    if "append" in res:
+        a = res["append"]
+        L.append("**Appends** (ns/op, median; each batch starts from an empty file; 'append' = "
+                 "`write` on an `O_APPEND` descriptor, 'extend' = `write` at the end of a growing "
+                 "file without `O_APPEND`; chell = exact sizes (default), lazy = "
+                 f"`--set {LAZY_SET}`; memcpy = copies into an allocated, mapped file):")
+        L.append("")
+        if a.get("note"):
+            L.append(f"({a['note']})")
+            L.append("")
+        L.append("| op | size | kernel | chell | lazy | memcpy | chell/kernel | lazy/kernel |")
+        L.append("|---|---|---:|---:|---:|---:|---:|---:|")
+        for r in a["summary"]:
+            L.append(f"| {r['op']} | {human(r['bs'])} | {fmt(r['kernel_ns'])} | {fmt(r['chell_ns'])} | "
+                     f"{fmt(r.get('lazy_ns'))} | {fmt(r['memcpy_ns'])} | {fmt(r['chell_over_kernel'], '.2f')} | "
+                     f"{fmt(r.get('lazy_over_kernel'), '.2f')} |")
         L.append("")
     if "bandwidth" in res:
         L.append("**Aggregate bandwidth** (GB/s = 10^9 B/s; 4 KB pread/pwrite, each thread its own "
@@ -600,15 +689,19 @@ def markdown(res):
         if "skipped" in f:
             L.append(f"**fio**: skipped ({f['skipped']}).")
         else:
-            L.append(f"**fio** (4 KB, `--ioengine=psync`, one job, {cfg['fio_seconds']} s after a "
-                     f"ramp, {cfg['file_size']} file on tmpfs):")
+            L.append(f"**fio** (4 KB, one job, {cfg['fio_seconds']} s after a ramp, "
+                     f"{cfg.get('fio_size', cfg['file_size'])} file on tmpfs, {cfg['fio_rounds']} rounds, "
+                     "kernel and chell back to back in each; `psync` = `pread`/`pwrite`, `sync` = "
+                     "`lseek` + `read`/`write`):")
             L.append("")
-            L.append("| workload | kernel IOPS | chell IOPS | chell/kernel | kernel clat | chell clat |")
-            L.append("|---|---:|---:|---:|---:|---:|")
+            L.append("| engine | workload | kernel IOPS | chell IOPS | chell/kernel | per round | "
+                     "kernel clat | chell clat |")
+            L.append("|---|---|---:|---:|---:|---|---:|---:|")
             for r in f["summary"]:
-                L.append(f"| {r['rw']} | {fmt(r['kernel_iops'])} | {fmt(r['chell_iops'])} | "
-                         f"{fmt(r['chell_over_kernel'], '.2f')} | {fmt(r['kernel_clat_ns'])} ns | "
-                         f"{fmt(r['chell_clat_ns'])} ns |")
+                rounds = ", ".join(fmt(x, ".2f") for x in r.get("per_round", []))
+                L.append(f"| {r.get('engine', 'psync')} | {r['rw']} | {fmt(r['kernel_iops'])} | "
+                         f"{fmt(r['chell_iops'])} | {fmt(r['chell_over_kernel'], '.2f')} | {rounds} | "
+                         f"{fmt(r['kernel_clat_ns'])} ns | {fmt(r['chell_clat_ns'])} ns |")
             L.append("")
             tc = f.get("trace_check", {})
             if "error" in tc:
@@ -653,7 +746,7 @@ def markdown(res):
     keys = ("reads", "writes", "kernel_fallbacks", "mmaps", "extends", "fsyncs", "zero_copy",
             "faults_caught", "processes")
     rows = [(name, res[name]["direct_stats"]) for name in
-            ("latency", "bandwidth", "fio", "get_read_buf", "sqlite", "bdb")
+            ("latency", "append", "bandwidth", "fio", "get_read_buf", "sqlite", "bdb")
             if isinstance(res.get(name), dict) and res[name].get("direct_stats")]
     if rows:
         L.append("**Direct handler counters** (`stats.file`; chell arm, summed over each "
@@ -679,15 +772,18 @@ def plot(path, res):
     colors = {"kernel": "#d62728", "chell": "#1f77b4", "memcpy": "#2ca02c"}
     fig, axes = plt.subplots(2, 4, figsize=(20, 9))
     axes = axes.ravel()
-    lat = res.get("latency", {}).get("summary", [])
+    lat = res.get("latency", {}).get("summary", []) + res.get("append", {}).get("summary", [])
+    colors["lazy"] = "#ff7f0e"
     for ax, (op, pat, title) in zip(axes[:5], [("read", "rand", "random read"),
                                                ("write", "rand", "random write"),
-                                               ("read", "seq", "sequential read"),
+                                               ("sread", "rand", "lseek + read, random"),
                                                ("write", "seq", "sequential write"),
-                                               ("append", "append", "append")]):
+                                               ("append", "append", "append (O_APPEND)")]):
         rows = [r for r in lat if r["op"] == op and r["pattern"] == pat]
-        for arm in ARMS:
-            pts = [(r["bs"], r[f"{arm}_ns"]) for r in rows if r[f"{arm}_ns"]]
+        for arm in ARMS + ("lazy",):
+            if not any(r.get(f"{arm}_ns") for r in rows):
+                continue
+            pts = [(r["bs"], r[f"{arm}_ns"]) for r in rows if r.get(f"{arm}_ns")]
             if pts:
                 ax.plot(*zip(*pts), marker="o", color=colors[arm], label=arm)
         ax.set_xscale("log", base=2)
@@ -732,7 +828,7 @@ def plot(path, res):
     ax = axes[7]
     bars = []
     for r in res.get("fio", {}).get("summary", []):
-        bars.append((f"fio {r['rw']}", r["chell_over_kernel"]))
+        bars.append((f"fio {r.get('engine', 'psync')} {r['rw']}", r["chell_over_kernel"]))
     for name in ("sqlite", "bdb"):
         for r in res.get(name, {}).get("summary", []):
             bars.append((f"{name} {r['phase']}", r["chell_over_kernel"]))
@@ -788,7 +884,7 @@ def main():
                     help="mode of the chell arm (default direct; falls back to posix if unavailable)")
     ap.add_argument("--cpu", type=int, default=(os.cpu_count() or 1) - 1,
                     help="CPU for the single-threaded programs (default: the last one)")
-    ap.add_argument("--only", default="lat,bw,fio,grb,sqlite,bdb",
+    ap.add_argument("--only", default="lat,app,bw,fio,grb,sqlite,bdb",
                     help="comma-separated sections to run (default all)")
     ap.add_argument("--scratch", type=Path, default=Path("/dev/shm"),
                     help="tmpfs directory to create the scratch directory in")
@@ -861,13 +957,17 @@ def main():
                           "busy_before": busy, **prof},
                "problems": problems}
         files = {"data": str(scratch / "data.bin"), "append": str(scratch / "append.bin"),
-                 "size": prof["file_size"]}
+                 "size": prof["file_size"], "fio": str(scratch / "fio.bin"), "fio_size": prof["fio_size"]}
         lib = args.build / "lib" / "libchell.so"
         lib_mtime = lib.stat().st_mtime if lib.exists() else None
         log(f"preparing {prof['file_size']} data file {files['data']} (no Chell)")
         run.run("plain", [str(run.bin / "chell_bench_lat"), "--prepare", prof["file_size"],
                           "--file", files["data"]])
+        if "fio" in only:
+            run.run("plain", [str(run.bin / "chell_bench_lat"), "--prepare", prof["fio_size"],
+                              "--file", files["fio"]])
         sections = [("lat", "latency", lambda: section_latency(run, prof, args.cpu, files, problems)),
+                    ("app", "append", lambda: section_append(run, prof, args.cpu, files, problems)),
                     ("bw", "bandwidth", lambda: section_bandwidth(run, prof, files, problems)),
                     ("fio", "fio", lambda: section_fio(run, prof, args.cpu, files, problems, tmp)),
                     ("grb", "get_read_buf", lambda: section_grb(run, prof, args.cpu, files, problems)),

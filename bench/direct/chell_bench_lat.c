@@ -22,7 +22,7 @@
  *
  *   chell_bench_lat --prepare 1g --file F            # create F (no Chell!)
  *   chell_bench_lat --file F --append-file A [--mmap] [--cpu N]
- *       [--sizes 64,512,4k,64k,1m] [--ops read,write,append]
+ *       [--sizes 64,512,4k,64k,1m] [--ops read,write,sread,swrite,append,extend]
  *       [--patterns rand,seq] [--batch-ms 20] [--batches 7] [--append-cap 64m] [--no-prefault]
  */
 #include <fcntl.h>
@@ -33,15 +33,20 @@
 
 #include "bench_util.h"
 
-enum { OP_READ, OP_WRITE, OP_APPEND };
-static const char *const op_names[] = { "read", "write", "append" };
+/* read/write: pread/pwrite. sread/swrite: read()/write() at the file
+ * position, moved there with lseek(SEEK_SET) first when it is not already
+ * there (what fio's sync engine does). append: write() on an O_APPEND
+ * descriptor; extend: write() at the end of a file that is growing, on a
+ * descriptor without O_APPEND. */
+enum { OP_READ, OP_WRITE, OP_SREAD, OP_SWRITE, OP_APPEND, OP_EXTEND, OP_NOPS };
+static const char *const op_names[] = { "read", "write", "sread", "swrite", "append", "extend" };
 
 struct ctx {
-	int fd, afd;
+	int fd, afd, efd;       /* efd: the append file again, without O_APPEND */
 	char *map, *amap;     /* non-NULL in --mmap mode */
 	size_t fsz, cap;      /* file size; append bytes per batch at most */
 	char *dst, *src;      /* user buffers, max size bytes each */
-	uint64_t rng, seq, aoff;
+	uint64_t rng, seq, aoff, pos; /* pos: the descriptor's offset (sread/swrite) */
 };
 
 static inline uint64_t next_off(struct ctx *c, int rnd, size_t bs, uint64_t nblocks)
@@ -89,6 +94,31 @@ static void run_ops(struct ctx *c, int op, int rnd, size_t bs, uint64_t n)
 			}
 		}
 		break;
+	case OP_SREAD:
+	case OP_SWRITE:
+		if (c->map) { /* the limit is the same memcpy as for pread/pwrite */
+			run_ops(c, op == OP_SREAD ? OP_READ : OP_WRITE, rnd, bs, n);
+			break;
+		}
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t off = next_off(c, rnd, bs, nblocks);
+			if (off != c->pos && lseek(c->fd, (off_t)off, SEEK_SET) != (off_t)off)
+				bu_die("lseek");
+			ssize_t r = op == OP_SREAD ? read(c->fd, c->dst, bs) : write(c->fd, c->src, bs);
+			if (r != (ssize_t)bs)
+				bu_die(op == OP_SREAD ? "read" : "write");
+			c->pos = off + bs;
+		}
+		break;
+	case OP_EXTEND:
+		if (c->amap) {
+			run_ops(c, OP_APPEND, rnd, bs, n);
+			break;
+		}
+		for (uint64_t i = 0; i < n; i++)
+			if (write(c->efd, c->src, bs) != (ssize_t)bs)
+				bu_die("write (extend)");
+		break;
 	case OP_APPEND:
 		if (c->amap) {
 			for (uint64_t i = 0; i < n; i++) {
@@ -111,13 +141,13 @@ static void reset_append(struct ctx *c)
 {
 	if (c->amap)
 		c->aoff = 0;
-	else if (ftruncate(c->afd, 0) != 0)
+	else if (ftruncate(c->afd, 0) != 0 || lseek(c->efd, 0, SEEK_SET) != 0)
 		bu_die("ftruncate (append file)");
 }
 
 static uint64_t time_batch(struct ctx *c, int op, int rnd, size_t bs, uint64_t n)
 {
-	if (op == OP_APPEND)
+	if (op == OP_APPEND || op == OP_EXTEND)
 		reset_append(c);
 	uint64_t t0 = bu_now_ns();
 	run_ops(c, op, rnd, bs, n);
@@ -224,14 +254,14 @@ int main(int argc, char **argv)
 		prepare(file, prep);
 		return 0;
 	}
-	int want_append = has_word(ops, "append");
+	int want_append = has_word(ops, "append") || has_word(ops, "extend");
 	if (want_append && !afile) {
 		fprintf(stderr, "chell_bench_lat: appends need --append-file\n");
 		return 2;
 	}
 	bu_pin(cpu);
 
-	struct ctx c = { .fd = -1, .afd = -1, .cap = cap, .rng = 0x853c49e6748fea9bULL };
+	struct ctx c = { .fd = -1, .afd = -1, .efd = -1, .cap = cap, .rng = 0x853c49e6748fea9bULL };
 	c.fd = open(file, O_RDWR);
 	if (c.fd < 0)
 		bu_die(file);
@@ -260,7 +290,8 @@ int main(int argc, char **argv)
 	uint64_t prefault_ns = no_prefault ? 0 : bu_prefault(c.fd, c.map, c.fsz);
 	if (want_append) {
 		c.afd = open(afile, O_RDWR | O_CREAT | O_TRUNC | O_APPEND, 0644);
-		if (c.afd < 0)
+		c.efd = open(afile, O_RDWR);
+		if (c.afd < 0 || c.efd < 0)
 			bu_die(afile);
 		if (mmap_mode) {
 			/* The limit for appends: copies into already allocated,
@@ -277,8 +308,10 @@ int main(int argc, char **argv)
 	printf("{\"program\":\"chell_bench_lat\",\"mode\":\"%s\",\"file_size\":%zu,\"cpu\":%d,"
 	       "\"batch_ms\":%g,\"batches\":%d,\"append_cap\":%llu,\"prefault_ms\":%.3f,",
 	       mmap_mode ? "mmap" : "syscall", c.fsz, cpu, batch_ms, nbatches, cap, (double)prefault_ns / 1e6);
-	printf("\"provider\":{\"pread\":\"%s\",\"pwrite\":\"%s\",\"write\":\"%s\"},\"cases\":[",
-	       bu_provider("pread"), bu_provider("pwrite"), bu_provider("write"));
+	printf("\"provider\":{\"pread\":\"%s\",\"pwrite\":\"%s\",\"write\":\"%s\",\"read\":\"%s\","
+	       "\"lseek\":\"%s\"},\"cases\":[",
+	       bu_provider("pread"), bu_provider("pwrite"), bu_provider("write"), bu_provider("read"),
+	       bu_provider("lseek"));
 
 	double *v = calloc((size_t)nbatches, sizeof *v);
 	if (!v)
@@ -287,23 +320,24 @@ int main(int argc, char **argv)
 	int first = 1;
 	for (int si = 0; si < nsizes; si++) {
 		size_t bs = sizes[si];
-		for (int op = OP_READ; op <= OP_APPEND; op++) {
+		for (int op = OP_READ; op < OP_NOPS; op++) {
 			if (!has_word(ops, op_names[op]))
 				continue;
 			for (int rnd = 1; rnd >= 0; rnd--) {
 				/* Appends have one pattern: the end of the file. */
-				if (op == OP_APPEND && rnd)
+				int grows = op == OP_APPEND || op == OP_EXTEND;
+				if (grows && rnd)
 					continue;
-				if (op != OP_APPEND && !has_word(pats, rnd ? "rand" : "seq"))
+				if (!grows && !has_word(pats, rnd ? "rand" : "seq"))
 					continue;
-				uint64_t maxn = op == OP_APPEND ? cap / bs : UINT64_MAX;
+				uint64_t maxn = grows ? cap / bs : UINT64_MAX;
 				uint64_t n = calibrate(&c, op, rnd, bs, batch_ns, maxn);
 				time_batch(&c, op, rnd, bs, n); /* warm-up */
 				for (int b = 0; b < nbatches; b++)
 					v[b] = (double)time_batch(&c, op, rnd, bs, n) / (double)n;
 				printf("%s{\"op\":\"%s\",\"pattern\":\"%s\",\"bs\":%zu,\"ops_per_batch\":%llu,\"ns_per_op\":[",
 				       first ? "" : ",", op_names[op],
-				       op == OP_APPEND ? "append" : rnd ? "rand" : "seq", bs, (unsigned long long)n);
+				       grows ? "append" : rnd ? "rand" : "seq", bs, (unsigned long long)n);
 				for (int b = 0; b < nbatches; b++)
 					printf("%s%.2f", b ? "," : "", v[b]);
 				printf("],\"median_ns\":%.2f}", bu_median(v, (size_t)nbatches));

@@ -83,10 +83,11 @@ struct chell_ofd {
 
 /*
  * Optional shortcuts for the hottest calls (read, pread, write, pwrite with
- * one buffer). Only the handler at layer 0 may install them, in opened() or
- * adopt(), by setting chell_file.fast. A shortcut either completes the call
- * exactly as the handler's read/write operation would, or returns
- * CHELL_FAST_MISS having changed nothing, and the general path runs.
+ * one buffer, lseek). Only the handler at layer 0 may install them, in
+ * opened() or adopt(), by setting chell_file.fast. A shortcut either
+ * completes the call exactly as the handler's operation would, or returns
+ * CHELL_FAST_MISS having changed nothing, and the general path runs. Any
+ * member may be NULL.
  */
 #define CHELL_FAST_MISS ((ssize_t)INT64_MIN)
 struct chell_file;
@@ -95,6 +96,11 @@ struct chell_fast_ops {
 	ssize_t (*pread)(struct chell_file *f, int fd, void *buf, size_t n, off_t off);
 	ssize_t (*write)(struct chell_file *f, int fd, const void *buf, size_t n);
 	ssize_t (*pwrite)(struct chell_file *f, int fd, const void *buf, size_t n, off_t off);
+	/* lseek + read is what a program that seeks does instead of pread
+	 * (fio's sync engine): on random offsets the general path's ~150
+	 * instructions of dispatch are enough to keep the CPU from overlapping
+	 * one call's cache misses with the next, so lseek has a shortcut too. */
+	off_t (*lseek)(struct chell_file *f, int fd, off_t off, int whence);
 };
 
 /* Per-process view of an OFD: one per OFD per process. */

@@ -206,12 +206,29 @@ CHELL_EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off_t
 
 /* ------------------------------------------------------- offset and sync */
 
+/* As slow_rw: the layer-0 shortcut if there is one, else the stack. */
+__attribute__((noinline)) static off_t slow_lseek(int fd, off_t off, int whence)
+{
+	struct chell_file *f = file_enter(fd);
+	if (!f)
+		return REAL(lseek64)(fd, off, whence);
+	off_t r = CHELL_FAST_MISS;
+	const struct chell_fast_ops *fast = f->fast;
+	if (fast && fast->lseek)
+		r = fast->lseek(f, fd, off, whence);
+	if (r == CHELL_FAST_MISS) {
+		chell_ctx c = hub_ctx(f, fd, CHELL_OP_LSEEK);
+		r = hub_call_lseek(&c, off, whence);
+	}
+	file_leave(f);
+	return (off_t)hub_ret(r);
+}
+
 CHELL_EXPORT off_t lseek(int fd, off_t off, int whence)
 {
 	if (UNCLAIMED(fd))
 		return REAL(lseek64)(fd, off, whence);
-	WITH_FILE(fd, CHELL_OP_LSEEK, REAL(lseek64)(fd, off, whence),
-		  hub_call_lseek(&c, off, whence));
+	return slow_lseek(fd, off, whence);
 }
 CHELL_EXPORT off_t lseek64(int fd, off_t off, int whence) __attribute__((alias("lseek")));
 

@@ -257,6 +257,10 @@ extern struct chell_config chell_cfg;
  * stack routes path calls (stat, truncate): the cheap test before routing. */
 extern const struct chell_stack *chell_mode_stack;
 extern bool chell_stack_routes_stat;
+/* Handler h's stat is of no use in this process (a setting turned off
+ * what it would do): stat(path) is routed only for the other handlers
+ * above the kernel that implement it (called from h's proc_init). */
+void chell_stack_unroute_stat(const struct chell_handler *h);
 extern bool chell_stack_routes_truncate;
 void chell_hub_init(void);
 void chell_fork_init(void); /* interpose_proc.c: pthread_atfork handlers */

@@ -177,6 +177,19 @@ const struct chell_stack *stack_get(const struct chell_stack_spec *sp, const cha
 	return &stacks[nstacks++];
 }
 
+void chell_stack_unroute_stat(const struct chell_handler *h)
+{
+	chell_stack_routes_stat = false;
+	for (uint32_t i = 0; i < nstacks; i++) {
+		struct chell_stack *st = &stacks[i];
+		st->routes_stat = 0;
+		for (int j = 0; j < st->depth; j++)
+			if (st->handlers[j] != h && st->handlers[j] != &chell_posix_handler)
+				st->routes_stat |= st->handlers[j]->stat != NULL;
+		chell_stack_routes_stat |= st->routes_stat;
+	}
+}
+
 const struct chell_stack *stack_by_id(uint32_t id)
 {
 	uint32_t i = id & 0xff;

@@ -129,7 +129,9 @@ def run_randops(mode, seed, ops, base, extra=(), timeout=600, mgr=None, edges=Fa
             cli = ["--trace-file", str(trace / "trace.%p")]
         elif mode == "cache":
             cli = ["--set", f"cache.pool={mgr.pool}", "--set", f"cache.backing={mgr.backing}"]
-        cmd = chell_cmd(mode, [data], argv, cli)
+        elif mode == "direct-lazy":  # sizes published lazily (docs/DIRECT.md)
+            cli = ["--set", "direct.lazy_size=on"]
+        cmd = chell_cmd("direct" if mode == "direct-lazy" else mode, [data], argv, cli)
     # one line that works after the test's temporary directories are gone
     # (cache mode: with a chelld serving the same pool and backing directory)
     dirs = [data] + ([shadow] if mode == "shadow" else []) + ([trace] if mode == "trace" else [])
@@ -303,7 +305,7 @@ EDGE_SEEDS = [21, 22]
 EDGE_OPS = 3000
 
 
-@pytest.mark.parametrize("mode", ["posix", "trace", "shadow", "direct", "cache"])
+@pytest.mark.parametrize("mode", ["posix", "trace", "shadow", "direct", "direct-lazy", "cache"])
 def test_edges_mode(request, workdir, mode):
     mgr = request.getfixturevalue("mgr") if mode == "cache" else None
     for seed in EDGE_SEEDS:

@@ -7,19 +7,6 @@
  */
 #include "cache.h"
 
-static inline struct mapped_local *local0(struct chell_file *f)
-{
-	const struct mapped_ofd *d = (const struct mapped_ofd *)f->ofd->priv[0];
-	return atomic_load_explicit((_Atomic uint32_t *)&d->active, memory_order_relaxed)
-		       ? (struct mapped_local *)f->local[0]
-		       : NULL;
-}
-
-static inline uint64_t cached_size(struct mapped_local *l)
-{
-	return atomic_load_explicit((_Atomic uint64_t *)&l->inode->size, memory_order_acquire);
-}
-
 static inline bool one_chunk(uint64_t off, size_t n)
 {
 	return (off & (CACHE_CHUNK_BYTES - 1)) + n <= CACHE_CHUNK_BYTES;
@@ -57,29 +44,28 @@ static inline bool try_read(struct mapped_local *l, void *buf, size_t n, uint64_
 
 static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off_t off)
 {
-	struct mapped_local *l = local0(f);
-	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	struct mapped_local *l = mapped_local0(f);
+	int st = mapped_fast_status(f);
 	if (!l || off < 0 || n == 0 || (st & O_ACCMODE) == O_WRONLY || !one_chunk((uint64_t)off, n) ||
-	    (uint64_t)off + n > cached_size(l) || !try_read(l, buf, n, (uint64_t)off))
+	    (uint64_t)off + n > mapped_cached_size(l) || !try_read(l, buf, n, (uint64_t)off))
 		return CHELL_FAST_MISS; /* buf may hold bytes now: the general path overwrites them */
-	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
+	mapped_read_done(&l->inode->times, fd, st, mapped_cached_size(l));
 	return (ssize_t)n;
 }
 
 static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 {
-	struct mapped_local *l = local0(f);
-	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	struct mapped_local *l = mapped_local0(f);
+	int st = mapped_fast_status(f);
 	if (!l || n == 0 || (st & O_ACCMODE) == O_WRONLY)
 		return CHELL_FAST_MISS;
-	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
-	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
+	uint64_t pos = mapped_fast_offset(f);
 	/* Copy first, claim the range after: a claim that fails (the offset
 	 * moved) leaves only bytes in buf, which the general path replaces. */
-	if (!one_chunk(pos, n) || pos + n > cached_size(l) || !try_read(l, buf, n, pos) ||
-	    !atomic_compare_exchange_strong(offp, &pos, pos + n))
+	if (!one_chunk(pos, n) || pos + n > mapped_cached_size(l) || !try_read(l, buf, n, pos) ||
+	    !mapped_fast_claim(f, &pos, n))
 		return CHELL_FAST_MISS;
-	mapped_read_done(&l->inode->times, fd, st, cached_size(l));
+	mapped_read_done(&l->inode->times, fd, st, mapped_cached_size(l));
 	return (ssize_t)n;
 }
 
@@ -87,7 +73,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 static inline unsigned char *writable(struct mapped_local *l, int st, uint64_t off, size_t n)
 {
 	if ((st & (O_APPEND | O_SYNC | O_DSYNC)) || (st & O_ACCMODE) == O_RDONLY ||
-	    !one_chunk(off, n) || off + n > cached_size(l) ||
+	    !one_chunk(off, n) || off + n > mapped_cached_size(l) ||
 	    off + n > mapped_fsize() /* RLIMIT_FSIZE: the general path cuts or refuses */)
 		return NULL;
 	uintptr_t e = cache_entry_of(l->cf, off >> CACHE_CHUNK_SHIFT);
@@ -96,8 +82,8 @@ static inline unsigned char *writable(struct mapped_local *l, int st, uint64_t o
 
 static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t n, off_t off)
 {
-	struct mapped_local *l = local0(f);
-	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	struct mapped_local *l = mapped_local0(f);
+	int st = mapped_fast_status(f);
 	uint32_t slot;
 	unsigned char *base;
 	if (!l || off < 0 || n == 0 || !(base = writable(l, st, (uint64_t)off, n)) ||
@@ -111,14 +97,13 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 
 static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t n)
 {
-	struct mapped_local *l = local0(f);
-	int st = atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+	struct mapped_local *l = mapped_local0(f);
+	int st = mapped_fast_status(f);
 	if (!l || n == 0)
 		return CHELL_FAST_MISS;
-	_Atomic uint64_t *offp = (_Atomic uint64_t *)&f->ofd->offset;
-	uint64_t pos = atomic_load_explicit(offp, memory_order_relaxed);
+	uint64_t pos = mapped_fast_offset(f);
 	unsigned char *base = writable(l, st, pos, n);
-	if (!base || !atomic_compare_exchange_strong(offp, &pos, pos + n))
+	if (!base || !mapped_fast_claim(f, &pos, n))
 		return CHELL_FAST_MISS;
 	uint32_t slot;
 	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) == COPY_HIT) {
@@ -131,13 +116,22 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = n};
 	chell_ctx c = {f, fd, 0, CHELL_OP_PWRITE, NULL};
 	ssize_t r = chell_cache_handler.write(&c, &iov, 1, (off_t)pos, 0);
-	if (r != (ssize_t)n) {
-		uint64_t expect = pos + n;
-		atomic_compare_exchange_strong(offp, &expect, pos + (uint64_t)(r > 0 ? r : 0));
-	}
-	if (!local0(f)) /* it moved to the kernel path: the kernel's offset is the truth */
-		sys_lseek(fd, (off_t)atomic_load(offp), SEEK_SET);
+	if (r != (ssize_t)n)
+		mapped_fast_unclaim(f, pos, n, r);
+	if (!mapped_local0(f)) /* it moved to the kernel path: the kernel's offset is the truth */
+		sys_lseek(fd, (off_t)mapped_fast_offset(f), SEEK_SET);
 	return r;
+}
+
+static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
+{
+	struct mapped_local *l = mapped_local0(f);
+	if (!l)
+		return CHELL_FAST_MISS;
+	uintptr_t e = whence == SEEK_SET && off >= 0 ? cache_entry_of(l->cf, (uint64_t)off >> CACHE_CHUNK_SHIFT)
+						      : 0;
+	return mapped_fast_seek(f, off, whence, (const unsigned char *)(e & ~CACHE_E_WRITABLE),
+				CACHE_CHUNK_BYTES);
 }
 
 const struct chell_fast_ops cache_fast_ops = {
@@ -145,4 +139,5 @@ const struct chell_fast_ops cache_fast_ops = {
 	.pread = fast_pread,
 	.write = fast_write,
 	.pwrite = fast_pwrite,
+	.lseek = fast_lseek,
 };

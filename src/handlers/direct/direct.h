@@ -90,6 +90,17 @@ static inline struct mapped_stats *direct_stats_tls(void)
 /* ---- direct.c */
 extern const struct chell_handler chell_direct_handler;
 extern const struct chell_fast_ops direct_fast_ops; /* fast.c */
+/* The kernel keeps the offset of a description with these status flags
+ * (O_APPEND, unless direct.lazy_size): mapped_ops.kernel_offset. */
+extern int direct_lazy_size; /* direct.lazy_size */
+static inline bool direct_kernel_offset(int st)
+{
+	return (st & O_APPEND) && !direct_lazy_size;
+}
+/* A write at pos that grows the file: the kernel's pwrite under the inode
+ * lock, the shared size after it (direct.c; fast.c's shortcut too). */
+ssize_t direct_grow_write(struct mapped_inode *in, int fd, const struct iovec *iov, int cnt,
+			  uint64_t pos, int rwf);
 /* zerocopy.c: the get_write_buf / commit_write_buf methods */
 ssize_t direct_get_write_buf(chell_ctx *c, void **buf, size_t count);
 ssize_t direct_commit_write_buf(chell_ctx *c, const void *buf, size_t len);

@@ -37,12 +37,15 @@ void direct_map_after_fork(void)
 }
 
 /* A descriptor on the same file with the access the mapping needs: fd itself
- * if it allows it, else a reopen through /proc (closed by the caller). */
+ * if it allows it, else a reopen through /proc (closed by the caller). Not
+ * an O_APPEND fd: the hole probe (SEEK_HOLE) moves the kernel's offset,
+ * which is the description's own offset there (direct.c). */
 static int mapping_fd(int fd, int writable, int *opened)
 {
 	int fl = sys_fcntl(fd, F_GETFL, 0);
 	*opened = 0;
-	if (fl >= 0 && ((fl & O_ACCMODE) == O_RDWR || (!writable && (fl & O_ACCMODE) == O_RDONLY)))
+	if (fl >= 0 && !(fl & O_APPEND) &&
+	    ((fl & O_ACCMODE) == O_RDWR || (!writable && (fl & O_ACCMODE) == O_RDONLY)))
 		return fd;
 	char path[CHELL_FD_PATH_MAX];
 	chell_fd_path(path, fd);

@@ -109,7 +109,10 @@ ssize_t direct_commit_write_buf(chell_ctx *c, const void *buf, size_t len)
 	if (r > 0) {
 		if (l->map->map_sync == 2)
 			mapped_flush(l->map->persist, buf, len);
-		atomic_store(OFFSET(c), end);
+		if (tls_w.append_locked && mapped_kernel_offset(c)) /* the kernel keeps an O_APPEND offset */
+			sys_lseek(c->fd, (off_t)end, SEEK_SET);
+		else
+			atomic_store(OFFSET(c), end);
 		DSTAT(writes, 1);
 		DSTAT(zero_copy, 1);
 		DSTAT(write_bytes, len);

@@ -17,6 +17,8 @@
  *   stats.c   per-thread counters and their JSON dump (stats.file)
  *   kernel.c  what the mapped path owes the kernel besides the bytes
  *             (mapped.h: preadv2 flags, file times, limits, lseek)
+ *   lazy.c    sizes published lazily: a file grown in steps ahead of its
+ *             size, the exact size published when someone could look
  *
  * Offsets live in the shared OFD (ofd->offset), so dup'ed descriptors,
  * forked children and exec'ed images share them as the kernel shares its
@@ -51,15 +53,29 @@ struct mapped_inode {
 	struct chell_lock lock; /* size changes and O_APPEND writes */
 	uint32_t hole_gen;      /* bumped when Chell may have made holes (atomic) */
 	struct mapped_times times; /* atime/mtime updates owed to the kernel (mapped.h) */
+	/* Lazy sizes (lazy.c): the kernel's size while it is ahead of `size`
+	 * (the file was grown in a step and the exact size is not published
+	 * yet); 0 when the kernel's size is `size`. Changed under `lock`;
+	 * while it is set the kernel's size is not asked (mapped_inode_refresh).
+	 * (atomic) */
+	uint64_t ksize;
+	/* A descriptor of the tree writes this file through the kernel
+	 * (O_DIRECT, escaped): it would append at the kernel's size, so no
+	 * more steps. */
+	uint32_t nolazy;
 };
 /* The shared table; 0 once it exists (idempotent), -1 if it cannot. */
 int mapped_inode_init(void);
 bool mapped_inode_ready(void);
 struct mapped_inode *mapped_inode_get(uint64_t dev, uint64_t ino, uint64_t kernel_size);
 void mapped_inode_put(struct mapped_inode *in);
-/* Re-read the size from the kernel (another process may have changed it). */
+/* Re-read the size from the kernel (another process may have changed it);
+ * with a step outstanding (ksize), the size as Chell has it. */
 uint64_t mapped_inode_refresh(struct mapped_inode *in, int fd);
 void mapped_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size);
+/* The tree's entry of (dev, ino) if the file is open in the tree, without
+ * a reference (entries never move; check dev/ino under its lock). */
+struct mapped_inode *mapped_inode_find(uint64_t dev, uint64_t ino);
 
 static inline uint64_t mapped_isize(struct mapped_inode *in)
 {
@@ -186,7 +202,10 @@ void mapped_stats_dump(const struct mapped_stats_spec *spec);
 /* Per-OFD state, in ofd->priv[layer]. */
 struct mapped_ofd {
 	uint32_t active; /* 1: served from the mapping; 0: the kernel path (atomic) */
-	uint32_t pad_;
+	/* Status flags with which the kernel keeps this description's offset
+	 * (mapped_kernel_offset; direct: O_APPEND), set at open from the
+	 * handler's mapped_ops.kernel_offset. */
+	uint32_t koff;
 	uint64_t dev, ino; /* set once attached: the inode entry counts this OFD */
 };
 /* Per-process state of a handled file, in f->local[layer]. */
@@ -228,6 +247,11 @@ struct mapped_ops {
 	ssize_t (*write_at)(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t total);
 	/* Before the kernel is asked for holes (SEEK_DATA/SEEK_HOLE); may be NULL. */
 	void (*settle)(chell_ctx *c);
+	/* Status flags (O_APPEND or 0) with which the kernel keeps the
+	 * description's offset: read, write and lseek at the position are
+	 * the kernel's there (the handler's appends are the kernel's, which
+	 * moves its own offset); positional calls still use the mapping. */
+	int kernel_offset;
 };
 #define MAPPED_XFER_EXTEND 2
 
@@ -249,6 +273,12 @@ static inline _Atomic uint64_t *mapped_offset(const chell_ctx *c)
 static inline int mapped_status(const chell_ctx *c)
 {
 	return atomic_load_explicit((_Atomic int32_t *)&c->f->ofd->status_flags, memory_order_relaxed);
+}
+
+/* The kernel keeps the description's offset (mapped_ops.kernel_offset). */
+static inline bool mapped_kernel_offset(const chell_ctx *c)
+{
+	return (mapped_status(c) & (int)mapped_ofd(c)->koff) != 0;
 }
 
 /* Served from the mapping in this process. */
@@ -325,6 +355,55 @@ static inline void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n)
 	atomic_compare_exchange_strong(mapped_offset(c), &expect, pos);
 }
 
+/* ---- the shortcuts (chell_fast_ops) of the handlers on the base: what
+ * each of them starts with. */
+/* The per-process state of f's layer 0, or NULL when it is not served
+ * from the mapping. */
+static inline struct mapped_local *mapped_local0(struct chell_file *f)
+{
+	const struct mapped_ofd *d = (const struct mapped_ofd *)f->ofd->priv[0];
+	return atomic_load_explicit((_Atomic uint32_t *)&d->active, memory_order_relaxed)
+		       ? (struct mapped_local *)f->local[0]
+		       : NULL;
+}
+static inline int mapped_fast_status(struct chell_file *f)
+{
+	return atomic_load_explicit((_Atomic int32_t *)&f->ofd->status_flags, memory_order_relaxed);
+}
+static inline uint64_t mapped_cached_size(struct mapped_local *l)
+{
+	return mapped_isize(l->inode);
+}
+static inline uint64_t mapped_fast_offset(struct chell_file *f)
+{
+	return atomic_load_explicit((_Atomic uint64_t *)&f->ofd->offset, memory_order_relaxed);
+}
+/* The shortcut's claim of [*pos, *pos+n) at the shared offset (read or
+ * write): true if taken; false, nothing changed, if the offset moved. */
+static inline bool mapped_fast_claim(struct chell_file *f, uint64_t *pos, size_t n)
+{
+	return atomic_compare_exchange_strong((_Atomic uint64_t *)&f->ofd->offset, pos, *pos + n);
+}
+/* The shortcut claimed [pos, pos+n) and moved r: give back the rest. */
+static inline void mapped_fast_unclaim(struct chell_file *f, uint64_t pos, size_t n, ssize_t r)
+{
+	uint64_t expect = pos + n;
+	atomic_compare_exchange_strong((_Atomic uint64_t *)&f->ofd->offset, &expect,
+				       pos + (uint64_t)(r > 0 ? r : 0));
+}
+/* The lseek shortcut: mapped_fast_lseek on the shared offset, then (after
+ * SEEK_SET) a prefetch at the new position's address, `chunk` being the
+ * memory of the chunk holding it (NULL: not mapped) and chunk_bytes its
+ * size. */
+static inline off_t mapped_fast_seek(struct chell_file *f, off_t off, int whence,
+				     const unsigned char *chunk, uint64_t chunk_bytes)
+{
+	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
+	if (r >= 0 && whence == SEEK_SET && chunk)
+		mapped_prefetch(chunk + ((uint64_t)off & (chunk_bytes - 1)));
+	return r;
+}
+
 /* The methods every handler on the base takes as they are, for its
  * struct chell_handler. */
 #define MAPPED_METHODS                                                                  \
@@ -343,5 +422,38 @@ int mapped_grow(int fd, struct mapped_inode *in, uint64_t off, uint64_t len, uin
  * one. F_WRLCK / F_UNLCK; 0 or -errno.
  */
 int mapped_append_lock(int fd, short type);
+
+/* ---- lazy.c: sizes published lazily (direct.lazy_size). A write past the
+ * end must find the kernel's size past its bytes (a store beyond it
+ * faults), and publishing each new size is a system call as costly as the
+ * kernel's own write. So a handler may grow the file in steps (ftruncate:
+ * holes, no memory) of a chunk or an eighth of its size; the shared entry
+ * keeps the exact size (`size`) and the step (`ksize`), and the exact size
+ * goes to the kernel only when someone outside Chell's bookkeeping could
+ * look: fsync, close, exit, exec, a descriptor leaving Chell, a lock or
+ * copy the kernel evaluates, the calls that ask it about holes or
+ * allocate (mapped_lazy_publish's callers). */
+extern int mapped_lazy_sizes; /* set by a handler that takes steps (direct.lazy_size) */
+/* Make the kernel's size at least `end`: if needed, a step of `step` (the
+ * handler's chunk) or an eighth of the size, up to 1 GiB. Caller holds
+ * in->lock. 0; -EOPNOTSUPP when no step may be taken (the exact path
+ * instead: a kernel user of the file, past the limits); or -errno. */
+int mapped_lazy_reserve(struct mapped_local *l, int fd, uint64_t end, uint64_t step, unsigned stats);
+/* The exact size to the kernel, if a step is outstanding. fd: the
+ * application's descriptor, or -1 (closing: then `path`, the name it was
+ * opened by). The _locked form: caller holds in->lock. 0 or -errno. */
+int mapped_lazy_publish(struct mapped_local *l, int fd, const char *path);
+int mapped_lazy_publish_locked(struct mapped_local *l, int fd, const char *path);
+/* At exit and exec: publish through every descriptor of handler h. */
+void mapped_lazy_publish_all(const struct chell_handler *h);
+/* A descriptor (fd, maybe not writable) of (dev, ino) uses the kernel's
+ * path: publish the exact size if a step is outstanding, and take none
+ * from now on. */
+void mapped_lazy_kernel_user(uint64_t dev, uint64_t ino, int fd);
+/* A stat made under in->lock: the kernel's size is our step, not the
+ * file's: show ours. */
+void mapped_lazy_stat_fix(struct mapped_inode *in, int r, struct stat *st);
+/* stat(path) seen from the tree: as fstat does, with the exact size. */
+int mapped_lazy_stat(chell_ctx *c, int dirfd, const char *path, struct stat *st, int at_flags);
 
 #endif

@@ -5,7 +5,14 @@
  *
  * Sizes come from the shared inode entry (inode.c). Every size change goes
  * to the kernel (fallocate/ftruncate), so fstat() and other programs
- * always see the true size. Whenever the mapping cannot serve a request the
+ * always see the true size; with lazy sizes (lazy.c) the kernel's may be a
+ * step ahead until it is published, and the operations here publish it
+ * wherever the kernel or another program could look.
+ *
+ * A handler may leave the offset of some descriptions to the kernel
+ * (mapped_ops.kernel_offset: direct's O_APPEND descriptions, whose writes
+ * are the kernel's appends and move its offset): read, write and lseek at
+ * the position go to the kernel there, positional calls use the mapping. Whenever the mapping cannot serve a request the
  * kernel does the rest, with the same arguments: the answer is the kernel's
  * by construction.
  */
@@ -35,10 +42,24 @@ int mapped_attach(chell_ctx *c, int count_open, const struct mapped_ops *ops)
 		ops->file_put(file);
 		return -1;
 	}
-	if (!count_open)
+	if (!count_open) {
 		mapped_inode_put(in); /* adoption: the OFD is already counted */
-	else
-		isize_set(in, (uint64_t)st.st_size); /* the kernel's size is exact (O_TRUNC too) */
+	} else {
+		/* The kernel's size is exact (O_TRUNC too), unless it is a lazy
+		 * step of the tree's (then ours is). */
+		chell_lock_acquire(&in->lock);
+		uint64_t k = atomic_load((_Atomic uint64_t *)&in->ksize);
+		/* asked again under the lock: lazy size changes are made under it,
+		 * and one made since the first fstat would be undone */
+		if (mapped_lazy_sizes)
+			sys_fstat(c->fd, &st);
+		if (!k || (uint64_t)st.st_size != k) {
+			atomic_store((_Atomic uint64_t *)&in->ksize, 0);
+			isize_set(in, (uint64_t)st.st_size);
+		}
+		chell_lock_release(&in->lock);
+		d->koff = (uint32_t)ops->kernel_offset;
+	}
 	struct mapped_local *l = calloc(1, sizeof(*l));
 	if (!l) {
 		if (count_open)
@@ -75,8 +96,10 @@ int mapped_adopt(chell_ctx *c, const struct mapped_ops *ops)
 	struct mapped_ofd *d = D(c);
 	if (d->active && mapped_attach(c, 0, ops) < 0) {
 		/* cannot map it in this image: give the offset back to the kernel */
-		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
+		if (!mapped_kernel_offset(c))
+			sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 		d->active = 0;
+		mapped_lazy_kernel_user(d->dev, d->ino, c->fd);
 	}
 	if (d->active && c->layer == 0)
 		c->f->fast = ops->fast;
@@ -87,6 +110,8 @@ void mapped_detach(chell_ctx *c, const struct mapped_ops *ops)
 {
 	struct mapped_local *l = L(c);
 	if (l) {
+		if (mapped_lazy_sizes)
+			mapped_lazy_publish(l, -1, c->f->path); /* its descriptor is gone already */
 		ops->file_put(l->file);
 		free(l);
 		c->f->local[c->layer] = NULL;
@@ -117,9 +142,11 @@ int mapped_sync_out(chell_ctx *c)
 {
 	if (!D(c)->active)
 		return 0;
-	if (L(c))
+	if (L(c)) {
+		mapped_lazy_publish(L(c), c->fd, NULL); /* the kernel (or a program without Chell) looks */
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_offset_to_kernel(c->f->ofd, c->fd);
+	}
+	return mapped_kernel_offset(c) ? 0 : chell_offset_to_kernel(c->f->ofd, c->fd);
 }
 
 /* The kernel moved its offset (a call Chell let it do): it is ours now. */
@@ -132,15 +159,25 @@ int mapped_sync_in(chell_ctx *c)
  * through this descriptor, and before it goes away. */
 int mapped_fstat(chell_ctx *c, struct stat *st)
 {
-	if (mapped_active(c))
-		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
-	return chell_down_fstat(c, st);
+	if (!mapped_active(c))
+		return chell_down_fstat(c, st);
+	struct mapped_inode *in = L(c)->inode;
+	mapped_times_flush(&in->times, c->fd, status(c), isize(in));
+	if (!mapped_lazy_sizes)
+		return chell_down_fstat(c, st);
+	chell_lock_acquire(&in->lock); /* no step is taken or published meanwhile */
+	int r = chell_down_fstat(c, st);
+	mapped_lazy_stat_fix(in, r, st);
+	chell_lock_release(&in->lock);
+	return r;
 }
 
 int mapped_close(chell_ctx *c)
 {
-	if (mapped_active(c))
+	if (mapped_active(c)) {
+		mapped_lazy_publish(L(c), c->fd, NULL);
 		mapped_times_flush(&L(c)->inode->times, c->fd, status(c), isize(L(c)->inode));
+	}
 	return chell_down_close(c);
 }
 
@@ -150,7 +187,10 @@ int mapped_close(chell_ctx *c)
  * kernel's offset behind our back), or the handler cannot serve it. */
 void mapped_go_kernel(chell_ctx *c, const struct mapped_ops *ops)
 {
-	if (!chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
+	if (D(c)->active && L(c))
+		mapped_lazy_kernel_user(D(c)->dev, D(c)->ino, c->fd); /* its writes are the kernel's */
+	if (mapped_kernel_offset(c) ? !atomic_exchange((_Atomic uint32_t *)&D(c)->active, 0)
+				    : !chell_offset_go_kernel(&D(c)->active, c->f->ofd, c->fd))
 		return;
 	if (c->layer == 0)
 		c->f->fast = NULL;
@@ -185,7 +225,7 @@ static int checked_flags(chell_ctx *c, const struct iovec *iov, ssize_t total, o
 
 ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
-	if (!mapped_active(c))
+	if (!mapped_active(c) || (off == -1 && mapped_kernel_offset(c)))
 		return chell_down_read(c, iov, cnt, off, flags);
 	const struct mapped_ops *ops = L(c)->ops;
 	ssize_t total = checked_total(c, iov, cnt, off, O_WRONLY);
@@ -255,6 +295,20 @@ ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, 
 		return chell_down_write(c, iov, cnt, off, flags);
 	const struct mapped_ops *ops = L(c)->ops;
 	int st = status(c);
+	if (off == -1 && mapped_kernel_offset(c)) {
+		/* At the position of a description whose offset the kernel
+		 * keeps: an append (or, with RWF_NOAPPEND, a write at the
+		 * kernel's offset), all the kernel's. One system call, as
+		 * without Chell: the page cache it writes is the memory we map,
+		 * so mapped readers see the bytes at once, and they ask the
+		 * kernel for the new size when they reach the cached one. */
+		MSTAT(ops->stats, writes, 1);
+		MSTAT(ops->stats, kernel_fallbacks, 1);
+		ssize_t r = chell_down_write(c, iov, cnt, off, flags);
+		if (r > 0)
+			MSTAT(ops->stats, write_bytes, (uint64_t)r);
+		return r;
+	}
 	ssize_t total = checked_total(c, iov, cnt, off, O_RDONLY);
 	if (total <= 0)
 		return total;
@@ -298,7 +352,7 @@ ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, 
 
 off_t mapped_lseek_op(chell_ctx *c, off_t off, int whence)
 {
-	if (!mapped_active(c))
+	if (!mapped_active(c) || mapped_kernel_offset(c))
 		return chell_down_lseek(c, off, whence);
 	const struct mapped_ops *ops = L(c)->ops;
 	_Atomic uint64_t *offp = OFFSET(c);
@@ -312,6 +366,7 @@ off_t mapped_lseek_op(chell_ctx *c, off_t off, int whence)
 	case SEEK_HOLE: {
 		/* the kernel knows the holes (once the handler settled them);
 		 * its answer becomes our offset */
+		mapped_lazy_publish(L(c), c->fd, NULL); /* the implicit hole at the end is at the size */
 		if (ops->settle)
 			ops->settle(c);
 		off_t r = sys_lseek(c->fd, off, whence);

@@ -73,8 +73,11 @@ struct mapped_inode *mapped_inode_get(uint64_t dev, uint64_t ino, uint64_t kerne
 		res->used = 1;
 	}
 	if (res) {
-		if (res->opens++ == 0) /* first opener: the kernel's size is the truth */
+		if (res->opens++ == 0) { /* first opener: the kernel's size is the truth */
 			atomic_store((_Atomic uint64_t *)&res->size, kernel_size);
+			atomic_store((_Atomic uint64_t *)&res->ksize, 0);
+			atomic_store((_Atomic uint32_t *)&res->nolazy, 0);
+		}
 	}
 	chell_lock_release(&table->lock);
 	return res;
@@ -90,10 +93,37 @@ void mapped_inode_put(struct mapped_inode *in)
 
 uint64_t mapped_inode_refresh(struct mapped_inode *in, int fd)
 {
+	_Atomic uint64_t *size = (_Atomic uint64_t *)&in->size, *ksize = (_Atomic uint64_t *)&in->ksize;
+	uint64_t old = atomic_load(size);
+	/* A lazy size (ksize) is ours until it is published: the kernel's is
+	 * the step it was grown by, not news from another process. */
 	struct stat st;
-	if (sys_fstat(fd, &st) == 0)
-		atomic_store((_Atomic uint64_t *)&in->size, (uint64_t)st.st_size);
-	return atomic_load((_Atomic uint64_t *)&in->size);
+	if (atomic_load(ksize) || sys_fstat(fd, &st) != 0)
+		return atomic_load(size);
+	if (!mapped_lazy_sizes) {
+		atomic_store(size, (uint64_t)st.st_size);
+	} else if (!atomic_load(ksize)) {
+		/* No step was taken before the fstat (a writer sets ksize before
+		 * it grows the file), so st_size was exact then; a writer that
+		 * changed the size since has the newer answer: keep it. */
+		atomic_compare_exchange_strong(size, &old, (uint64_t)st.st_size);
+	}
+	return atomic_load(size);
+}
+
+/* The live entry of (dev, ino), or NULL. Caller holds table->lock (entries
+ * never move: the pointer stays valid after it, as the shared area does). */
+static struct mapped_inode *find_locked(uint64_t dev, uint64_t ino)
+{
+	uint64_t h = hash(dev, ino);
+	for (int i = 0; i < INODE_SLOTS; i++) {
+		struct mapped_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
+		if (in->used == 0)
+			break;
+		if (in->used == 1 && in->dev == dev && in->ino == ino)
+			return in;
+	}
+	return NULL;
 }
 
 /* A size change made by path (truncate(2)) or by a descriptor Chell does
@@ -103,18 +133,23 @@ void mapped_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
 	if (!table)
 		return;
 	chell_lock_acquire(&table->lock);
-	uint64_t h = hash(dev, ino);
-	for (int i = 0; i < INODE_SLOTS; i++) {
-		struct mapped_inode *in = &table->slot[(h + (uint64_t)i) % INODE_SLOTS];
-		if (in->used == 0)
-			break;
-		if (in->used == 1 && in->dev == dev && in->ino == ino) {
-			uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
-			atomic_store((_Atomic uint64_t *)&in->size, size);
-			if (size > old) /* grown by truncate: a hole */
-				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
-			break;
-		}
+	struct mapped_inode *in = find_locked(dev, ino);
+	if (in) {
+		uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
+		atomic_store((_Atomic uint64_t *)&in->size, size);
+		atomic_store((_Atomic uint64_t *)&in->ksize, 0); /* the kernel's is exact now */
+		if (size > old) /* grown by truncate: a hole */
+			atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
 	}
 	chell_lock_release(&table->lock);
+}
+
+struct mapped_inode *mapped_inode_find(uint64_t dev, uint64_t ino)
+{
+	if (!table)
+		return NULL;
+	chell_lock_acquire(&table->lock);
+	struct mapped_inode *in = find_locked(dev, ino);
+	chell_lock_release(&table->lock);
+	return in;
 }

@@ -220,7 +220,7 @@ off_t mapped_lseek(uint64_t *offp, int fd, off_t off, int whence, uint64_t size)
 	case SEEK_SET:
 		if (off < 0 || past_maxbytes(fd, (uint64_t)off))
 			return -EINVAL;
-		atomic_store(o, (uint64_t)off);
+		atomic_store_explicit(o, (uint64_t)off, memory_order_release); /* mapped_fast_lseek */
 		return off;
 	case SEEK_CUR: {
 		uint64_t cur = atomic_load(o);
@@ -238,7 +238,7 @@ off_t mapped_lseek(uint64_t *offp, int fd, off_t off, int whence, uint64_t size)
 		if (__builtin_add_overflow((long long)size, (long long)off, &n) || n < 0 ||
 		    past_maxbytes(fd, (uint64_t)n))
 			return -EINVAL;
-		atomic_store(o, (uint64_t)n);
+		atomic_store_explicit(o, (uint64_t)n, memory_order_release);
 		return (off_t)n;
 	default:
 		return -EINVAL;

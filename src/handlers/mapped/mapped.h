@@ -156,6 +156,43 @@ static inline ssize_t mapped_write_claim(uint64_t *offp, off_t off, size_t count
  * the file's size (used by SEEK_END only); fd is the kernel descriptor. */
 off_t mapped_lseek(uint64_t *offp, int fd, off_t off, int whence, uint64_t size);
 
+/* The lseek shortcut (chell_fast_ops.lseek) of a handler that keeps the
+ * offset in *offp: SEEK_SET to a position every file system accepts
+ * (below 2 GiB, so no s_maxbytes question) and SEEK_CUR by 0; anything else
+ * is CHELL_FAST_MISS and goes to mapped_lseek. A plain store, not an
+ * exchange: a concurrent read or write of the description reserves its
+ * range with a compare-and-swap, which either sees the new offset or fails
+ * and retries, so the seek is ordered before or after it as in the kernel;
+ * and a locked instruction would wait for the previous call's copy to
+ * complete, where nothing needs it to. */
+static inline off_t mapped_fast_lseek(uint64_t *offp, off_t off, int whence)
+{
+	if (whence == SEEK_SET && off >= 0 && off <= (off_t)INT_MAX) {
+		__atomic_store_n(offp, (uint64_t)off, __ATOMIC_RELEASE);
+		return off;
+	}
+	if (whence == SEEK_CUR && off == 0)
+		return (off_t)__atomic_load_n(offp, __ATOMIC_ACQUIRE);
+	return CHELL_FAST_MISS;
+}
+
+/* After a seek to `p`'s offset (SEEK_SET), a read or write there nearly
+ * always follows. pread's offset is known to the CPU early, so out-of-order
+ * execution starts the next call's cache and TLB misses while this one
+ * finishes; behind lseek + read the address is only known deep inside
+ * read, and each call pays the misses whole (measured: 512 B random
+ * lseek + read 1.35x pread's time with a prefetch of two lines, 1.04x with
+ * 512 bytes; 4 KB 0.85x). So the seek prefetches up to 512 bytes, not past
+ * p's page (no second page walk for a guess). A prefetch never faults. */
+static inline void mapped_prefetch(const unsigned char *p)
+{
+	/* asm: gcc 12 emitted no instruction for __builtin_prefetch here
+	 * (checked with objdump: fast_lseek had none) */
+	size_t room = 4096 - ((uintptr_t)p & 4095), n = room < 512 ? room : 512;
+	for (size_t i = 0; i < n; i += 64)
+		__asm__ volatile("prefetcht0 %0" : : "m"(p[i]));
+}
+
 /* ---- leases. The kernel grants F_SETLEASE by counting the inode's open
  * files: a read lease only if none is open for writing, a write lease only
  * if the taker's is the only one; and any conflicting open breaks a lease.
