@@ -145,7 +145,7 @@ ASAN_DESELECT=(
 	"tests/system/test_cache.py::test_program[dd]"
 	"tests/system/test_mapped_flags.py::test_mtime_after_a_write_by_a_non_owner"
 )
-for m in posix trace shadow direct; do
+for m in posix trace shadow direct direct-lazy; do
 	ASAN_DESELECT+=(
 		"tests/system/test_semantics.py::test_same_transcript_under_chell[sem_exec-$m]"
 		"tests/system/test_programs.py::test_program[cat-$m]"
