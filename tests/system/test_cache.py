@@ -494,6 +494,48 @@ def test_fsync_asks_the_manager_only_after_growth(mgr, dirs, tmp_path):
     assert total(st, "write_hits") >= 100, st
 
 
+GROWER = r"""
+import os, sys
+d = sys.argv[1]
+for name, flags in (("w", os.O_WRONLY), ("a", os.O_WRONLY | os.O_APPEND)):
+    fd = os.open(os.path.join(d, name), flags | os.O_CREAT | os.O_TRUNC, 0o644)
+    for i in range(200):
+        assert os.write(fd, bytes([65 + i % 26]) * 64) == 64
+        assert os.fstat(fd).st_size == 64 * (i + 1)
+    os.close(fd)
+"""
+
+
+def test_extending_writes_one_system_call(mgr, dirs, tmp_path):
+    """Extending writes and appends publish the new size with the kernel's
+    own write of the stored bytes (cache.c, "Extending writes"): one system
+    call on the backing file per write, as without Chell, where each used to
+    pay a reservation and a fallocate (now a reservation only per new
+    block). The size seen inside is exact after
+    every write, and the backing file ends as the kernel's twin does: same
+    bytes, same blocks (nothing reserved past the end)."""
+    if not shutil.which("strace"):
+        pytest.skip("strace is not installed")
+    w = tmp_path / "grow.py"
+    w.write_text(GROWER)
+    log = tmp_path / "strace.txt"
+    res = run(["strace", "-f", "-qq", "-e", "trace=fallocate,ftruncate,pwrite64,pwritev2", "-o", log] +
+              mgr.cmd([sys.executable, w, dirs["cached"]]), env=dict(PLAIN_ENV), timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    calls = [l for l in log.read_text().splitlines() if "(" in l and "resumed" not in l]
+    # 400 writes (200 extending, 200 appends): one call each on the backing
+    # file, plus a reservation per new 4 KB block (4 a file) and the pool's
+    assert len(calls) <= 400 + 2 * 4 + 2, (len(calls), calls[:12])
+    res = run([sys.executable, w, dirs["plain"]], env=dict(PLAIN_ENV), timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    for name in ("w", "a"):
+        cached, plain = dirs["cached"] / name, dirs["plain"] / name
+        assert os.stat(cached).st_blocks == os.stat(plain).st_blocks, name
+    mgr.flush()
+    for name in ("w", "a"):
+        assert (dirs["cached"] / name).read_bytes() == (dirs["plain"] / name).read_bytes()
+
+
 # ------------------------------------------------------------------------
 # Zero-copy reads (chell/chell.h, tests/progs/direct_zerocopy.c)
 # ------------------------------------------------------------------------
