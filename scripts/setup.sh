@@ -20,12 +20,13 @@ fi
 # the sanitizer build), clang (second compiler), pkg-config (checks chell.pc),
 # make (builds examples/upper against an installed Chell, test_registry.py).
 # Tests: libcmocka-dev (C unit tests); the programs the system tests run
-# (coreutils, tar, gzip, sqlite3); fio for the storage benchmarks.
+# (coreutils, tar, gzip, sqlite3), strace (counts system calls in test_cache.py);
+# fio for the storage benchmarks.
 # Benchmark: valgrind (callgrind instruction counts in scripts/bench_overhead.py;
 # without it the script skips that column) and git (records the commit).
 APT_PACKAGES=(
 	cmake ninja-build gcc clang pkg-config make libcmocka-dev
-	coreutils tar gzip sqlite3 fio valgrind git
+	coreutils tar gzip sqlite3 fio valgrind git strace
 	libsqlite3-dev libdb-dev libpmemobj-dev libclang-rt-14-dev python3
 )
 # pytest runs the system tests; matplotlib draws the benchmark plots.
