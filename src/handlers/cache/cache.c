@@ -373,6 +373,7 @@ static uint64_t end_after(uint64_t pos, ssize_t r)
 	return r > 0 ? pos + (uint64_t)r : r == -EFAULT ? pos : 0;
 }
 
+#define PUBLISH_WRITE_MAX 2048
 /* 2. (above): publish the end of a write at pos that stored r bytes
  * (in->lock held); r, or the error that kept the size from moving. */
 static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssize_t r)
@@ -381,7 +382,9 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	if (new_end <= size)
 		return r;
 	uint64_t from = pos > size ? pos : size;
-	uint64_t done = r > 0 && mapped_active(c) ? write_through(c, from, new_end) : from;
+	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX
+				? write_through(c, from, new_end)
+				: from;
 	if (done < new_end || done == from) {
 		/* the rest (or, for a write that copied nothing, the end at pos) */
 		uint64_t off = done < new_end ? done : new_end - 1;
