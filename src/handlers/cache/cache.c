@@ -296,6 +296,10 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
  *     extending writes, which wait for the lock, so the backing file gets
  *     exactly what the cache holds (a write-back meanwhile writes the same
  *     bytes), even if the application changes its buffer meanwhile.
+ *     From PUBLISH_WRITE_MAX on, fallocate (mode 0) over the blocks
+ *     reserved in 0 instead: the same size, without the kernel copying
+ *     the bytes a second time (the write-back writes them); the write
+ *     costs a copy per byte, the fallocate about one small write.
  *     Then the size shared by the tree.
  *
  * Where that write cannot be made (a chunk revoked since the store, a file
@@ -373,6 +377,7 @@ static uint64_t end_after(uint64_t pos, ssize_t r)
 	return r > 0 ? pos + (uint64_t)r : r == -EFAULT ? pos : 0;
 }
 
+/* Extensions of this many bytes and more publish with fallocate (above). */
 #define PUBLISH_WRITE_MAX 2048
 /* 2. (above): publish the end of a write at pos that stored r bytes
  * (in->lock held); r, or the error that kept the size from moving. */
