@@ -933,6 +933,23 @@ def nan(v):
     return float("nan") if v is None else v
 
 
+def labels(axis, xlabel, ylabel, title):
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend(fontsize=8)
+
+
+def arm_lines(axis, col, rows, key, groups, x, y):
+    """One line per arm (page cache, cache) and group (rows[key]): solid for
+    the first group, dashed for the second."""
+    for g, style in zip(groups, ("-", "--")):
+        sel = [r for r in rows if r[key] == g]
+        for arm in ("pagecache", "cache"):
+            axis.plot([r[x] for r in sel], [nan(r[f"{arm}_{y}"]) for r in sel], style, marker="o",
+                      color=col[arm], label=f"{arm} {g}")
+
+
 def plot(path, res):
     try:
         import matplotlib
@@ -957,14 +974,11 @@ def plot(path, res):
         ax[0].legend(fontsize=8)
     z = (res.get("zipf") or {}).get("summary")
     if z:
-        for rw, style in (("randread", "-"), ("randwrite", "--")):
-            rows = [r for r in z if r["rw"] == rw]
-            for arm in ("pagecache", "cache"):
-                ax[1].plot([r["theta"] for r in rows], [nan(r[f"{arm}_iops"]) for r in rows], style, marker="o",
-                           color=col[arm], label=f"{arm} {rw}")
-                if rw == "randread":
-                    ax[2].plot([r["theta"] for r in rows], [100 * nan(r[f"{arm}_hit"]) for r in rows], marker="o",
-                               color=col[arm], label=arm)
+        arm_lines(ax[1], col, z, "rw", ("randread", "randwrite"), "theta", "iops")
+        for arm in ("pagecache", "cache"):
+            rows = [r for r in z if r["rw"] == "randread"]
+            ax[2].plot([r["theta"] for r in rows], [100 * nan(r[f"{arm}_hit"]) for r in rows], marker="o",
+                       color=col[arm], label=arm)
         ax[1].set_yscale("log")
         ax[1].set_xlabel("zipf theta")
         ax[1].set_ylabel("IOPS")
@@ -1013,25 +1027,15 @@ def plot(path, res):
             if any(p[2] is not None for p in pts):
                 ax[5].plot([p[0] for p in pts], [(p[2] or 0) / MB for p in pts], "--", color=col["cache"],
                            label="pool MB in use")
-            ax[5].set_xlabel("seconds")
-            ax[5].set_ylabel("MB")
-            ax[5].set_title("cache pool during the sustained writes")
-            ax[5].legend(fontsize=8)
+            labels(ax[5], "seconds", "MB", "cache pool during the sustained writes")
         else:
             ax[5].axis("off")
     ap = (res.get("append") or {}).get("summary")
     if ap:
-        for op, style in (("extend", "-"), ("append", "--")):
-            rows = [r for r in ap if r["op"] == op]
-            for arm in ("pagecache", "cache"):
-                ax[6].plot([r["bs"] for r in rows], [nan(r[f"{arm}_ns"]) for r in rows], style, marker="o",
-                           color=col[arm], label=f"{arm} {op}")
+        arm_lines(ax[6], col, ap, "op", APPEND_OPS, "bs", "ns")
         ax[6].set_xscale("log", base=2)
         ax[6].set_yscale("log")
-        ax[6].set_xlabel("bytes per write")
-        ax[6].set_ylabel("ns/op (log)")
-        ax[6].set_title("extending writes and O_APPEND writes")
-        ax[6].legend(fontsize=8)
+        labels(ax[6], "bytes per write", "ns/op (log)", "extending writes and O_APPEND writes")
     else:
         ax[6].axis("off")
     for extra in ax[7:]:
