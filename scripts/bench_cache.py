@@ -11,6 +11,9 @@ sets it up and tears it down (also on failure or Ctrl-C). Sections:
          cache mode on the loop file vs the page cache on the same file vs
          direct mode on a tmpfs copy vs memcpy on a mapping of that copy
          (bench/direct's chell_bench_lat);
+  append extending writes (write() at the end of a growing file) and
+         O_APPEND writes of 64 B to 1 MB, each batch from an empty file:
+         cache mode against the page cache on the loop file system;
   zipf   fio 4 KB randread/randwrite, zipf theta 0.4..1.3, over a file larger
          than the cache: cache mode with pool M vs the page cache limited to
          M by a memory cgroup; IOPS and hit ratio;
@@ -52,15 +55,19 @@ DOC_END = "<!-- bench_cache: end generated tables -->"
 MEMCG = Path("/sys/fs/cgroup/memory")
 BLKIO = Path("/sys/fs/cgroup/blkio")
 LAT_ARMS = ("pagecache", "cache", "direct", "memcpy")
+APPEND_SIZES = (64, 512, 4096, 65536, 1 << 20)
+APPEND_OPS = ("extend", "append")  # write() at the end without O_APPEND; write() with O_APPEND
 
 MB = 1 << 20
 PROFILES = {
     "full": dict(image=4096 * MB, lat_file=256 * MB, lat_rounds=3, lat_batch_ms=20, lat_batches=5,
+                 append_cap=64 * MB,
                  zipf_file=1024 * MB, zipf_pool=256 * MB, thetas=[0.4, 0.7, 0.99, 1.3],
                  zipf_warm_s=8, zipf_run_s=10,
                  bdb_threads=[1, 2, 4], bdb_seconds=5, bdb_rounds=2, bdb_keys=20000,
                  cliff_pool=128 * MB, cliff_mult=3, cliff_s=40, cliff_dev_s=10),
     "quick": dict(image=1024 * MB, lat_file=64 * MB, lat_rounds=1, lat_batch_ms=4, lat_batches=5,
+                  append_cap=16 * MB,
                   zipf_file=256 * MB, zipf_pool=64 * MB, thetas=[0.7, 1.3],
                   zipf_warm_s=2, zipf_run_s=3,
                   bdb_threads=[1, 2, 4], bdb_seconds=1.5, bdb_rounds=1, bdb_keys=10000,
@@ -482,6 +489,46 @@ def section_lat(ch, prof, cpu, problems):
             "cache_counters": counters(status_delta(st0, st1)) if st0 and st1 else None}
 
 
+def section_append(ch, prof, cpu, problems):
+    """Extending writes and O_APPEND writes of 64 B to 1 MB on the loop
+    file system: the page cache against cache mode, rounds alternating,
+    every batch starting from an empty file (chell_bench_lat's append and
+    extend cases)."""
+    d = ch.dev.mnt / "append"
+    d.mkdir(exist_ok=True)
+    f, a = d / "f.bin", d / "a.bin"
+    lat = ch.bin / "chell_bench_lat"
+    sh([lat, "--prepare", str(2 * MB), "--file", f])
+    ch.start_cache(max(256 * MB, 4 * prof["append_cap"]))
+    st0 = ch.cache_status()
+    raw = []
+    for rnd, order in enumerate(arm_orders(("pagecache", "cache"), prof["lat_rounds"])):
+        for arm in order:
+            log(f"  append: round {rnd + 1}/{prof['lat_rounds']}, {arm}")
+            cmd = [lat, "--file", f, "--append-file", a, "--append-cap", str(prof["append_cap"]),
+                   "--sizes", ",".join(str(x) for x in APPEND_SIZES), "--ops", ",".join(APPEND_OPS),
+                   "--patterns", "seq", "--no-prefault", "--cpu", str(cpu),
+                   "--batch-ms", str(prof["lat_batch_ms"]), "--batches", str(prof["lat_batches"])]
+            data = ch.run_json("plain" if arm == "pagecache" else arm, cmd)
+            if not provider_ok(arm == "cache", data["provider"]["write"]):
+                problems.append(f"append {arm}: write bound to {data['provider']['write']}")
+            raw.append({"arm": arm, "round": rnd, "data": data})
+    st1 = ch.cache_status()
+    ch.stop_cache()
+    summary = []
+    for op in APPEND_OPS:
+        for bs in APPEND_SIZES:
+            row = {"op": op, "bs": bs}
+            for arm in ("pagecache", "cache"):
+                row[f"{arm}_ns"] = median([c["median_ns"] for r in raw if r["arm"] == arm
+                                           for c in r["data"]["cases"] if c["op"] == op and c["bs"] == bs])
+            row["cache_over_pagecache"] = ratio(row["cache_ns"], row["pagecache_ns"])
+            summary.append(row)
+    shutil.rmtree(d, ignore_errors=True)
+    return {"raw": raw, "summary": summary, "cache_status_before": st0, "cache_status_after": st1,
+            "cache_counters": counters(status_delta(st0, st1)) if st0 and st1 else None}
+
+
 def fio_cmd(path, size, rw, seconds, cpu, extra=()):
     return ["fio", f"--name=chell-{rw}", f"--filename={path}", f"--size={size}", "--bs=4k", f"--rw={rw}",
             "--ioengine=psync", "--invalidate=0", f"--cpus_allowed={cpu}", "--output-format=json",
@@ -777,7 +824,7 @@ def markdown(res):
         verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
         L.append(f"| {t['target']} | {fmt(t['value'], '.2f')} | {t['op']} {t['threshold']} | {verdict} |")
     L.append("")
-    for name in ("lat", "zipf", "bdb", "cliff"):
+    for name in ("lat", "append", "zipf", "bdb", "cliff"):
         if isinstance(res.get(name), dict) and "error" in res[name]:
             L.append(f"**{name}: FAILED** - {res[name]['error'][:500]}")
             L.append("")
@@ -798,6 +845,23 @@ def markdown(res):
                      f"{fmt(r['best_cache_over_pagecache'], '.2f')} |")
         L.append("")
         L.append(counters_line("chelld over the latency section", lat.get("cache_counters")))
+    ap = res.get("append")
+    if ap and "summary" in ap:
+        L.append(f"**Extending writes and appends** (ns/op, median of {cfg['lat_rounds']} run(s) x "
+                 f"{cfg['lat_batches']} batches; `write()` at the end of a growing file (extend) and on an "
+                 f"O_APPEND descriptor (append), every batch from an empty file of the loop file system, at most "
+                 f"{mib(cfg.get('append_cap'))} a batch):")
+        L.append("")
+        L.append("| op | " + " | ".join(f"{b // 1024} KB" if b >= 1024 else f"{b} B" for b in APPEND_SIZES) + " |")
+        L.append("|---|" + "---:|" * len(APPEND_SIZES))
+        for op in APPEND_OPS:
+            rows = [r for r in ap["summary"] if r["op"] == op]
+            for arm, key in (("page cache", "pagecache_ns"), ("cache", "cache_ns")):
+                L.append(f"| {op}, {arm} | " + " | ".join(fmt(r[key]) for r in rows) + " |")
+            L.append(f"| {op}, cache/page cache | " + " | ".join(fmt(r["cache_over_pagecache"], ".2f") for r in rows)
+                     + " |")
+        L.append("")
+        L.append(counters_line("chelld over the append section", ap.get("cache_counters")))
     z = res.get("zipf")
     if z and "summary" in z:
         L.append(f"**fio zipf** (4 KB, psync, one job; {mib(z['file_bytes'])} file, cache pool "
@@ -869,6 +933,23 @@ def nan(v):
     return float("nan") if v is None else v
 
 
+def labels(axis, xlabel, ylabel, title):
+    axis.set_xlabel(xlabel)
+    axis.set_ylabel(ylabel)
+    axis.set_title(title)
+    axis.legend(fontsize=8)
+
+
+def arm_lines(axis, col, rows, key, groups, x, y):
+    """One line per arm (page cache, cache) and group (rows[key]): solid for
+    the first group, dashed for the second."""
+    for g, style in zip(groups, ("-", "--")):
+        sel = [r for r in rows if r[key] == g]
+        for arm in ("pagecache", "cache"):
+            axis.plot([r[x] for r in sel], [nan(r[f"{arm}_{y}"]) for r in sel], style, marker="o",
+                      color=col[arm], label=f"{arm} {g}")
+
+
 def plot(path, res):
     try:
         import matplotlib
@@ -878,7 +959,7 @@ def plot(path, res):
         log("matplotlib not installed: no plot")
         return False
     col = {"pagecache": "#d62728", "cache": "#1f77b4", "direct": "#9467bd", "memcpy": "#2ca02c"}
-    fig, ax = plt.subplots(2, 3, figsize=(18, 9))
+    fig, ax = plt.subplots(3, 3, figsize=(18, 13))
     ax = ax.ravel()
     lat = (res.get("lat") or {}).get("summary")
     if lat:
@@ -893,14 +974,11 @@ def plot(path, res):
         ax[0].legend(fontsize=8)
     z = (res.get("zipf") or {}).get("summary")
     if z:
-        for rw, style in (("randread", "-"), ("randwrite", "--")):
-            rows = [r for r in z if r["rw"] == rw]
-            for arm in ("pagecache", "cache"):
-                ax[1].plot([r["theta"] for r in rows], [nan(r[f"{arm}_iops"]) for r in rows], style, marker="o",
-                           color=col[arm], label=f"{arm} {rw}")
-                if rw == "randread":
-                    ax[2].plot([r["theta"] for r in rows], [100 * nan(r[f"{arm}_hit"]) for r in rows], marker="o",
-                               color=col[arm], label=arm)
+        arm_lines(ax[1], col, z, "rw", ("randread", "randwrite"), "theta", "iops")
+        for arm in ("pagecache", "cache"):
+            rows = [r for r in z if r["rw"] == "randread"]
+            ax[2].plot([r["theta"] for r in rows], [100 * nan(r[f"{arm}_hit"]) for r in rows], marker="o",
+                       color=col[arm], label=arm)
         ax[1].set_yscale("log")
         ax[1].set_xlabel("zipf theta")
         ax[1].set_ylabel("IOPS")
@@ -949,12 +1027,19 @@ def plot(path, res):
             if any(p[2] is not None for p in pts):
                 ax[5].plot([p[0] for p in pts], [(p[2] or 0) / MB for p in pts], "--", color=col["cache"],
                            label="pool MB in use")
-            ax[5].set_xlabel("seconds")
-            ax[5].set_ylabel("MB")
-            ax[5].set_title("cache pool during the sustained writes")
-            ax[5].legend(fontsize=8)
+            labels(ax[5], "seconds", "MB", "cache pool during the sustained writes")
         else:
             ax[5].axis("off")
+    ap = (res.get("append") or {}).get("summary")
+    if ap:
+        arm_lines(ax[6], col, ap, "op", APPEND_OPS, "bs", "ns")
+        ax[6].set_xscale("log", base=2)
+        ax[6].set_yscale("log")
+        labels(ax[6], "bytes per write", "ns/op (log)", "extending writes and O_APPEND writes")
+    else:
+        ax[6].axis("off")
+    for extra in ax[7:]:
+        extra.axis("off")
     mode = res["config"]["cache_arm_mode"]
     fig.suptitle(f"Chell cache-mode benchmarks: cache arm = --mode {mode}"
                  + ("" if mode == "cache" else " (NOT cache mode: harness validation only)")
@@ -997,7 +1082,7 @@ def main():
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     ap.add_argument("--quick", action="store_true", help="smaller files, shorter runs (< 2 minutes)")
     ap.add_argument("--mode", default="cache", help="mode of the cache arm (default cache; falls back to posix)")
-    ap.add_argument("--only", default="lat,zipf,bdb,cliff", help="comma-separated sections (default all)")
+    ap.add_argument("--only", default="lat,append,zipf,bdb,cliff", help="comma-separated sections (default all)")
     ap.add_argument("--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="CPU for single-threaded runs")
     ap.add_argument("--image-dir", type=Path, default=Path("/var/tmp"),
                     help="where the loop image file goes (must be on the real disk, not tmpfs)")
@@ -1080,6 +1165,7 @@ def main():
         lib = args.build / "lib" / "libchell.so"
         lib_mtime = lib.stat().st_mtime if lib.exists() else None
         sections = [("lat", lambda: section_lat(ch, prof, args.cpu, problems)),
+                    ("append", lambda: section_append(ch, prof, args.cpu, problems)),
                     ("zipf", lambda: section_zipf(ch, prof, args.cpu, slack, problems)),
                     ("bdb", lambda: section_bdb(ch, prof, problems)),
                     ("cliff", lambda: section_cliff(ch, prof, args.cpu, slack, tmp, problems,

@@ -101,8 +101,9 @@
  * reserves the blocks in the backing file first (fallocate KEEP_SIZE,
  * unless they exist), raises ext_end in the control page of each chunk it
  * is about to store into past the end, stores, then grows the backing file
- * (a write of the stored bytes, copied from the chunk; fallocate where that
- * fails) and the size shared by its process tree. Clients shrink files only through
+ * (a write of the stored bytes, copied from the chunk, for small writes;
+ * fallocate for large ones and where that write fails) and the size shared
+ * by its process tree. Clients shrink files only through
  * TRUNCATE. Write-back writes dirty bytes below max(the backing file's
  * size, the job's ext_end), never past: a dirty block past both belongs
  * to a file that was truncated since. So a chunk written back (by the

@@ -147,6 +147,14 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 	struct cache_file *cf = l->cf;
 	size_t done = 0;
 	*kernel = 0;
+	/* An extending write's whole blocks at or past the size hold nothing
+	 * to fill: a MAP makes them valid zeros without I/O, with the manager's
+	 * zero-ahead (chelld/chunk.c, ZERO_AHEAD) after them, so the writes
+	 * that follow hit. The overwrite protocol would validate only the
+	 * blocks stored, one OVERWRITE round trip per write (4 KB extending
+	 * writes: 20-50 us instead of 5). It pays only below the size, where
+	 * it saves a fill. */
+	uint64_t no_overwrite_from = to_file == CACHE_XFER_EXTEND ? mapped_isize(l->inode) : UINT64_MAX;
 	for (int i = 0; i < cnt && done < n; i++) {
 		size_t vlen = iov[i].iov_len < n - done ? iov[i].iov_len : n - done, vdone = 0;
 		while (vdone < vlen) {
@@ -162,7 +170,8 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 			head = head < len ? head : len;
 			size_t mid = (len - head) / CACHE_BLOCK_BYTES * CACHE_BLOCK_BYTES;
 			int efault = 0;
-			if (to_file && mid && k < CACHE_MAX_CHUNK && cache_overwrite_ok() &&
+			if (to_file && mid && k < CACHE_MAX_CHUNK && p + head < no_overwrite_from &&
+			    cache_overwrite_ok() &&
 			    overwrite(c, cf, k, in + head, u + head, mid, &efault,
 				      to_file == CACHE_XFER_EXTEND)) {
 				if (head)
