@@ -397,10 +397,9 @@ static void lock_not_stolen_from_live_thread(void **state)
 	assert_int_equal(stolen, 0);
 }
 
-/* The holder exits while holding the lock (and has been reaped). */
-static void lock_recovered_after_holder_died(void **state)
+/* A child that takes the shared lock l and exits holding it. */
+static pid_t fork_dying_holder(struct chell_lock *l)
 {
-	struct chell_lock *l = chell_shared_area("unit-lock-dead", sizeof(*l));
 	assert_non_null(l);
 	pid_t pid = fork();
 	assert_true(pid >= 0);
@@ -408,6 +407,14 @@ static void lock_recovered_after_holder_died(void **state)
 		chell_lock_acquire(l);
 		_exit(0);
 	}
+	return pid;
+}
+
+/* The holder exits while holding the lock (and has been reaped). */
+static void lock_recovered_after_holder_died(void **state)
+{
+	struct chell_lock *l = chell_shared_area("unit-lock-dead", sizeof(*l));
+	pid_t pid = fork_dying_holder(l);
 	assert_int_equal(wait_status(pid), 0);
 	assert_int_equal(l->owner, pid);
 	double t0 = now();
@@ -444,13 +451,7 @@ static void *zombie_acquire(void *p)
 static void lock_recovered_from_zombie_holder(void **state)
 {
 	struct chell_lock *l = chell_shared_area("unit-lock-zombie", sizeof(*l));
-	assert_non_null(l);
-	pid_t pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		chell_lock_acquire(l);
-		_exit(0);
-	}
+	pid_t pid = fork_dying_holder(l);
 	/* wait until the child is a zombie, without reaping it */
 	siginfo_t si;
 	assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);

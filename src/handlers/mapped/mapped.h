@@ -45,20 +45,9 @@
 /* What the kernel clamps one read or write to (fs.h MAX_RW_COUNT) */
 #define MAPPED_MAX_RW_COUNT (INT_MAX & ~4095L)
 
-/* Newer than some installed kernel headers (linux/fs.h); every handler that
- * looks at preadv2/pwritev2 flags takes them from here. */
-#ifndef RWF_NOWAIT
-#define RWF_NOWAIT 0x00000008
-#endif
-#ifndef RWF_APPEND
-#define RWF_APPEND 0x00000010
-#endif
-#ifndef RWF_NOAPPEND
-#define RWF_NOAPPEND 0x00000020
-#endif
-#ifndef RWF_ATOMIC
-#define RWF_ATOMIC 0x00000040
-#endif
+/* preadv2/pwritev2 flags newer than some installed kernel headers: every
+ * handler that looks at them takes them from here (chell/rwf.h). */
+#include "chell/rwf.h"
 
 /* ---- flags: a process-local memo of the kernel's answers for one file */
 #define MAPPED_RWF_MEMO 6
