@@ -506,6 +506,13 @@ for name, flags in (("w", os.O_WRONLY), ("a", os.O_WRONLY | os.O_APPEND)):
 """
 
 
+def need_strace():
+    """These tests count system calls; scripts/setup.sh installs strace, so
+    its absence is a broken setup, not a reason to pass."""
+    if not shutil.which("strace"):
+        pytest.fail("strace is not installed (scripts/setup.sh installs it)")
+
+
 def test_extending_writes_one_system_call(mgr, dirs, tmp_path):
     """Extending writes and appends publish the new size with the kernel's
     own write of the stored bytes (cache.c, "Extending writes"): one system
@@ -514,8 +521,7 @@ def test_extending_writes_one_system_call(mgr, dirs, tmp_path):
     block). The size seen inside is exact after
     every write, and the backing file ends as the kernel's twin does: same
     bytes, same blocks (nothing reserved past the end)."""
-    if not shutil.which("strace"):
-        pytest.skip("strace is not installed")
+    need_strace()
     w = tmp_path / "grow.py"
     w.write_text(GROWER)
     log = tmp_path / "strace.txt"
@@ -552,8 +558,7 @@ def test_appends_do_not_stat(mgr, dirs, tmp_path):
     fine-grained time (~1 us per small append on ext4). Counted with
     strace -P on the file: no stat per append (one used to come with
     each)."""
-    if not shutil.which("strace"):
-        pytest.skip("strace is not installed")
+    need_strace()
     w = tmp_path / "app.py"
     w.write_text(APPENDER)
     f = dirs["cached"] / "a"
