@@ -22,12 +22,19 @@ fi
 # Tests: libcmocka-dev (C unit tests); the programs the system tests run
 # (coreutils, tar, gzip, sqlite3), strace (counts system calls in test_cache.py);
 # fio for the storage benchmarks.
+# Workload suite and WARP (issue 11): postmark, dbench and sysbench are real
+# programs the suite runs; liburing-dev for io_uring device I/O.
+# pVM (issue 12): libjemalloc-dev (the tiered heap's allocator), libnuma-dev
+# (CPU-less NUMA nodes as the slow tier), libleveldb-dev and libsnappy-dev
+# (the key-value and Snappy baselines).
 # Benchmark: valgrind (callgrind instruction counts in scripts/bench_overhead.py;
 # without it the script skips that column) and git (records the commit).
 APT_PACKAGES=(
 	cmake ninja-build gcc clang pkg-config make libcmocka-dev
 	coreutils tar gzip sqlite3 fio valgrind git strace
 	libsqlite3-dev libdb-dev libpmemobj-dev libclang-rt-14-dev python3
+	postmark dbench sysbench liburing-dev
+	libjemalloc-dev libnuma-dev libleveldb-dev libsnappy-dev
 )
 # pytest runs the system tests; matplotlib draws the benchmark plots.
 PY_MODULES=(pytest matplotlib)
