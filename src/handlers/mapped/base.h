@@ -228,6 +228,10 @@ struct mapped_local {
 	struct mapped_inode *inode;
 	const struct mapped_ops *ops; /* the handler's policy */
 	struct mapped_rwf rwf; /* the kernel's answers on preadv2/pwritev2 flags */
+	/* The last read or write at the shared offset in this process was a
+	 * write: what the lseek shortcut prefetches for (mapped_fast_seek). A
+	 * hint only; threads may race on it. */
+	bool seek_for_write;
 };
 
 /* A handler's policy, called by the shared operations. */
@@ -386,10 +390,14 @@ static inline uint64_t mapped_fast_offset(struct chell_file *f)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)&f->ofd->offset, memory_order_relaxed);
 }
-/* The shortcut's claim of [*pos, *pos+n) at the shared offset (read or
- * write): true if taken; false, nothing changed, if the offset moved. */
-static inline bool mapped_fast_claim(struct chell_file *f, uint64_t *pos, size_t n)
+/* The shortcut's claim of [*pos, *pos+n) at the shared offset for a read
+ * or a write (`write`, also noted for the next seek's prefetch): true if
+ * taken; false, nothing changed, if the offset moved. */
+static inline bool mapped_fast_claim(struct chell_file *f, struct mapped_local *l, uint64_t *pos, size_t n,
+				     bool write)
 {
+	if (unlikely(l->seek_for_write != write)) /* no store (and dirty line) while it holds */
+		l->seek_for_write = write;
 	return atomic_compare_exchange_strong((_Atomic uint64_t *)&f->ofd->offset, pos, *pos + n);
 }
 /* The shortcut claimed [pos, pos+n) and moved r: give back the rest. */
@@ -400,15 +408,15 @@ static inline void mapped_fast_unclaim(struct chell_file *f, uint64_t pos, size_
 				       pos + (uint64_t)(r > 0 ? r : 0));
 }
 /* The lseek shortcut: mapped_fast_lseek on the shared offset, then (after
- * SEEK_SET) a prefetch at the new position's address, `chunk` being the
- * memory of the chunk holding it (NULL: not mapped) and chunk_bytes its
- * size. */
-static inline off_t mapped_fast_seek(struct chell_file *f, off_t off, int whence,
+ * SEEK_SET) a prefetch at the new position's address for what followed the
+ * last seek (a read or a write), `chunk` being the memory of the chunk
+ * holding it (NULL: not mapped) and chunk_bytes its size. */
+static inline off_t mapped_fast_seek(struct chell_file *f, struct mapped_local *l, off_t off, int whence,
 				     const unsigned char *chunk, uint64_t chunk_bytes)
 {
 	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
 	if (r >= 0 && whence == SEEK_SET && chunk)
-		mapped_prefetch(chunk + ((uint64_t)off & (chunk_bytes - 1)));
+		mapped_prefetch(chunk + ((uint64_t)off & (chunk_bytes - 1)), l->seek_for_write);
 	return r;
 }
 
