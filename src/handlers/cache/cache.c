@@ -700,22 +700,7 @@ static void cache_escape(chell_ctx *c)
 }
 
 const struct chell_handler chell_cache_handler = {
-	.name = "cache",
-	CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */
-	.proc_init = cache_proc_init,
-	.proc_event = cache_proc_event,
-	.open = cache_open,
-	.opened = cache_opened,
-	.adopt = cache_adopt,
-	.detach = cache_detach,
-	.escape = cache_escape,
-	MAPPED_METHODS,
-	.fsync = cache_fsync,
+	MAPPED_HANDLER(cache),
 	.sync_file_range = cache_sync_file_range,
-	.ftruncate = cache_ftruncate,
-	.fallocate = cache_fallocate,
-	.fcntl = cache_fcntl,
 	.mmap = cache_mmap,
-	.get_read_buf = cache_get_read_buf,
-	.truncate = cache_truncate,
 };

@@ -195,10 +195,4 @@ static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
 				1ull << direct_chunk_shift);
 }
 
-const struct chell_fast_ops direct_fast_ops = {
-	.read = fast_read,
-	.pread = fast_pread,
-	.write = fast_write,
-	.pwrite = fast_pwrite,
-	.lseek = fast_lseek,
-};
+const struct chell_fast_ops direct_fast_ops = MAPPED_FAST_OPS;

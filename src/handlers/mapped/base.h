@@ -427,6 +427,27 @@ static inline off_t mapped_fast_seek(struct chell_file *f, struct mapped_local *
 	.close = mapped_close, .fstat = mapped_fstat, .read = mapped_read,               \
 	.write = mapped_write, .lseek = mapped_lseek_op
 
+/* The struct chell_handler members of a handler on the base named `h`:
+ * its own policy as the functions h_proc_init, h_open, ... (every
+ * handler on the base has each of these), then MAPPED_METHODS. The handler
+ * adds what only it has (its own designated initialisers after this). */
+#define MAPPED_HANDLER(h)                                                                         \
+	.name = #h, CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */ \
+	.proc_init = h##_proc_init, .proc_event = h##_proc_event, .open = h##_open,               \
+	.opened = h##_opened, .adopt = h##_adopt, .detach = h##_detach,                           \
+	.escape = h##_escape, .fsync = h##_fsync, .ftruncate = h##_ftruncate,                     \
+	.fallocate = h##_fallocate, .fcntl = h##_fcntl,                                           \
+	.get_read_buf = h##_get_read_buf, .truncate = h##_truncate, MAPPED_METHODS
+
+/* A handler's struct chell_fast_ops, from its shortcuts: the static
+ * functions fast_read, fast_pread, fast_write, fast_pwrite and fast_lseek
+ * of the file that uses it. */
+#define MAPPED_FAST_OPS                                                                  \
+	{                                                                                \
+		.read = fast_read, .pread = fast_pread, .write = fast_write,             \
+		.pwrite = fast_pwrite, .lseek = fast_lseek,                              \
+	}
+
 /* Make the file end at `end` (> its size) through the kernel: fallocate of
  * [off, off+len) (never shrinks; keeps holes before off as a write would),
  * or ftruncate where the file system has no fallocate. 0 or -errno. */
