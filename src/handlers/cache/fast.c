@@ -63,7 +63,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 	/* Copy first, claim the range after: a claim that fails (the offset
 	 * moved) leaves only bytes in buf, which the general path replaces. */
 	if (!one_chunk(pos, n) || pos + n > mapped_cached_size(l) || !try_read(l, buf, n, pos) ||
-	    !mapped_fast_claim(f, &pos, n))
+	    !mapped_fast_claim(f, l, &pos, n, false))
 		return CHELL_FAST_MISS;
 	mapped_read_done(&l->inode->times, fd, st, mapped_cached_size(l));
 	return (ssize_t)n;
@@ -103,7 +103,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 		return CHELL_FAST_MISS;
 	uint64_t pos = mapped_fast_offset(f);
 	unsigned char *base = writable(l, st, pos, n);
-	if (!base || !mapped_fast_claim(f, &pos, n))
+	if (!base || !mapped_fast_claim(f, l, &pos, n, true))
 		return CHELL_FAST_MISS;
 	uint32_t slot;
 	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) == COPY_HIT) {
@@ -130,14 +130,8 @@ static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
 		return CHELL_FAST_MISS;
 	uintptr_t e = whence == SEEK_SET && off >= 0 ? cache_entry_of(l->cf, (uint64_t)off >> CACHE_CHUNK_SHIFT)
 						      : 0;
-	return mapped_fast_seek(f, off, whence, (const unsigned char *)(e & ~CACHE_E_WRITABLE),
+	return mapped_fast_seek(f, l, off, whence, (const unsigned char *)(e & ~CACHE_E_WRITABLE),
 				CACHE_CHUNK_BYTES);
 }
 
-const struct chell_fast_ops cache_fast_ops = {
-	.read = fast_read,
-	.pread = fast_pread,
-	.write = fast_write,
-	.pwrite = fast_pwrite,
-	.lseek = fast_lseek,
-};
+const struct chell_fast_ops cache_fast_ops = MAPPED_FAST_OPS;

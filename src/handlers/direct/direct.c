@@ -614,23 +614,8 @@ static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 }
 
 const struct chell_handler chell_direct_handler = {
-	.name = "direct",
-	CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */
-	.proc_init = direct_proc_init,
-	.proc_event = direct_proc_event,
-	.open = direct_open,
-	.opened = direct_opened,
-	.adopt = direct_adopt,
-	.detach = direct_detach,
-	.escape = direct_escape,
-	MAPPED_METHODS,
-	.fsync = direct_fsync,
-	.ftruncate = direct_ftruncate,
-	.fallocate = direct_fallocate,
-	.fcntl = direct_fcntl,
+	MAPPED_HANDLER(direct),
 	.stat = mapped_lazy_stat, /* only routed with direct.lazy_size (direct_proc_init) */
-	.get_read_buf = direct_get_read_buf,
 	.get_write_buf = direct_get_write_buf,
 	.commit_write_buf = direct_commit_write_buf,
-	.truncate = direct_truncate,
 };

@@ -58,7 +58,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 	if (pos + n > mapped_cached_size(l))
 		return CHELL_FAST_MISS;
 	unsigned char *a = readable(l, pos, n);
-	if (!a || !mapped_fast_claim(f, &pos, n))
+	if (!a || !mapped_fast_claim(f, l, &pos, n, false))
 		return CHELL_FAST_MISS; /* moved meanwhile: the general path sorts it out */
 	int fault;
 	if (unlikely(!mapped_copy(buf, a, n, &fault))) {
@@ -159,7 +159,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	if (growable(l, st, pos, n)) {
 		/* claim [pos, pos+n) as the general path does; a short write
 		 * gives back what it did not write */
-		if (!mapped_fast_claim(f, &pos, n))
+		if (!mapped_fast_claim(f, l, &pos, n, true))
 			return CHELL_FAST_MISS;
 		ssize_t r = grow(l, fd, buf, n, pos);
 		if (r != (ssize_t)n)
@@ -167,7 +167,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 		return r;
 	}
 	unsigned char *a = writable(l, st, pos, n);
-	if (!a || !mapped_fast_claim(f, &pos, n))
+	if (!a || !mapped_fast_claim(f, l, &pos, n, true))
 		return CHELL_FAST_MISS;
 	int fault;
 	if (unlikely(!mapped_copy(a, buf, n, &fault))) {
@@ -191,14 +191,8 @@ static off_t fast_lseek(struct chell_file *f, int fd, off_t off, int whence)
 	if (!l || direct_kernel_offset(mapped_fast_status(f)))
 		return CHELL_FAST_MISS;
 	struct mapped_chunk *e = whence == SEEK_SET && off >= 0 ? direct_entry(l->map, (uint64_t)off) : NULL;
-	return mapped_fast_seek(f, off, whence, e ? atomic_load_explicit(&e->base, memory_order_relaxed) : NULL,
+	return mapped_fast_seek(f, l, off, whence, e ? atomic_load_explicit(&e->base, memory_order_relaxed) : NULL,
 				1ull << direct_chunk_shift);
 }
 
-const struct chell_fast_ops direct_fast_ops = {
-	.read = fast_read,
-	.pread = fast_pread,
-	.write = fast_write,
-	.pwrite = fast_pwrite,
-	.lseek = fast_lseek,
-};
+const struct chell_fast_ops direct_fast_ops = MAPPED_FAST_OPS;

@@ -228,6 +228,10 @@ struct mapped_local {
 	struct mapped_inode *inode;
 	const struct mapped_ops *ops; /* the handler's policy */
 	struct mapped_rwf rwf; /* the kernel's answers on preadv2/pwritev2 flags */
+	/* The last read or write at the shared offset in this process was a
+	 * write: what the lseek shortcut prefetches for (mapped_fast_seek). A
+	 * hint only; threads may race on it. */
+	bool seek_for_write;
 };
 
 /* A handler's policy, called by the shared operations. */
@@ -386,10 +390,14 @@ static inline uint64_t mapped_fast_offset(struct chell_file *f)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)&f->ofd->offset, memory_order_relaxed);
 }
-/* The shortcut's claim of [*pos, *pos+n) at the shared offset (read or
- * write): true if taken; false, nothing changed, if the offset moved. */
-static inline bool mapped_fast_claim(struct chell_file *f, uint64_t *pos, size_t n)
+/* The shortcut's claim of [*pos, *pos+n) at the shared offset for a read
+ * or a write (`write`, also noted for the next seek's prefetch): true if
+ * taken; false, nothing changed, if the offset moved. */
+static inline bool mapped_fast_claim(struct chell_file *f, struct mapped_local *l, uint64_t *pos, size_t n,
+				     bool write)
 {
+	if (unlikely(l->seek_for_write != write)) /* no store (and dirty line) while it holds */
+		l->seek_for_write = write;
 	return atomic_compare_exchange_strong((_Atomic uint64_t *)&f->ofd->offset, pos, *pos + n);
 }
 /* The shortcut claimed [pos, pos+n) and moved r: give back the rest. */
@@ -400,15 +408,15 @@ static inline void mapped_fast_unclaim(struct chell_file *f, uint64_t pos, size_
 				       pos + (uint64_t)(r > 0 ? r : 0));
 }
 /* The lseek shortcut: mapped_fast_lseek on the shared offset, then (after
- * SEEK_SET) a prefetch at the new position's address, `chunk` being the
- * memory of the chunk holding it (NULL: not mapped) and chunk_bytes its
- * size. */
-static inline off_t mapped_fast_seek(struct chell_file *f, off_t off, int whence,
+ * SEEK_SET) a prefetch at the new position's address for what followed the
+ * last seek (a read or a write), `chunk` being the memory of the chunk
+ * holding it (NULL: not mapped) and chunk_bytes its size. */
+static inline off_t mapped_fast_seek(struct chell_file *f, struct mapped_local *l, off_t off, int whence,
 				     const unsigned char *chunk, uint64_t chunk_bytes)
 {
 	off_t r = mapped_fast_lseek(&f->ofd->offset, off, whence);
 	if (r >= 0 && whence == SEEK_SET && chunk)
-		mapped_prefetch(chunk + ((uint64_t)off & (chunk_bytes - 1)));
+		mapped_prefetch(chunk + ((uint64_t)off & (chunk_bytes - 1)), l->seek_for_write);
 	return r;
 }
 
@@ -418,6 +426,27 @@ static inline off_t mapped_fast_seek(struct chell_file *f, off_t off, int whence
 	.release = mapped_release, .sync_out = mapped_sync_out, .sync_in = mapped_sync_in, \
 	.close = mapped_close, .fstat = mapped_fstat, .read = mapped_read,               \
 	.write = mapped_write, .lseek = mapped_lseek_op
+
+/* The struct chell_handler members of a handler on the base named `h`:
+ * its own policy as the functions h_proc_init, h_open, ... (every
+ * handler on the base has each of these), then MAPPED_METHODS. The handler
+ * adds what only it has (its own designated initialisers after this). */
+#define MAPPED_HANDLER(h)                                                                         \
+	.name = #h, CHELL_HANDLER_PRIV(struct mapped_ofd), /* summary: src/common/registry.def */ \
+	.proc_init = h##_proc_init, .proc_event = h##_proc_event, .open = h##_open,               \
+	.opened = h##_opened, .adopt = h##_adopt, .detach = h##_detach,                           \
+	.escape = h##_escape, .fsync = h##_fsync, .ftruncate = h##_ftruncate,                     \
+	.fallocate = h##_fallocate, .fcntl = h##_fcntl,                                           \
+	.get_read_buf = h##_get_read_buf, .truncate = h##_truncate, MAPPED_METHODS
+
+/* A handler's struct chell_fast_ops, from its shortcuts: the static
+ * functions fast_read, fast_pread, fast_write, fast_pwrite and fast_lseek
+ * of the file that uses it. */
+#define MAPPED_FAST_OPS                                                                  \
+	{                                                                                \
+		.read = fast_read, .pread = fast_pread, .write = fast_write,             \
+		.pwrite = fast_pwrite, .lseek = fast_lseek,                              \
+	}
 
 /* Make the file end at `end` (> its size) through the kernel: fallocate of
  * [off, off+len) (never shrinks; keeps holes before off as a write would),

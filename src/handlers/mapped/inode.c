@@ -10,6 +10,8 @@
  * and a copy that faults on a page truncated away falls back to the kernel.
  */
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 
 #include "base.h"
 
@@ -92,22 +94,49 @@ void mapped_inode_put(struct mapped_inode *in)
 	chell_lock_release(&table->lock);
 }
 
+/*
+ * The kernel's size of fd's file, asked for the size alone: statx with
+ * STATX_SIZE, not fstat. Both cost a system call, but a stat that asks for
+ * the times marks them as seen (multigrain timestamps, Linux 6.13+: the
+ * ctime's QUERIED bit), and the kernel's next write of the file must then
+ * take a fine-grained time and dirty the inode for it. This is asked at
+ * every read that reaches the cached end of file, every lseek(SEEK_END) and
+ * every append through the kernel, so with fstat a program that polls a
+ * growing file or appends paid it on each write: measured on this machine,
+ * a 64 B pwrite after an fstat 1780 ns against 690 after statx(STATX_SIZE)
+ * on ext4, 1130 against 765 on tmpfs. fstat where statx is missing.
+ */
+static int kernel_size(int fd, uint64_t *size)
+{
+	struct statx sx;
+	long r = CHELL_SC(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_SIZE, &sx, 0);
+	if (r == 0 && (sx.stx_mask & STATX_SIZE)) {
+		*size = sx.stx_size;
+		return 0;
+	}
+	struct stat st;
+	if ((r == 0 || r == -ENOSYS || r == -EPERM /* a seccomp filter */) && sys_fstat(fd, &st) == 0) {
+		*size = (uint64_t)st.st_size;
+		return 0;
+	}
+	return -1;
+}
+
 uint64_t mapped_inode_refresh(struct mapped_inode *in, int fd)
 {
 	_Atomic uint64_t *size = (_Atomic uint64_t *)&in->size, *ksize = (_Atomic uint64_t *)&in->ksize;
-	uint64_t old = atomic_load(size);
+	uint64_t old = atomic_load(size), now;
 	/* A lazy size (ksize) is ours until it is published: the kernel's is
 	 * the step it was grown by, not news from another process. */
-	struct stat st;
-	if (atomic_load(ksize) || sys_fstat(fd, &st) != 0)
+	if (atomic_load(ksize) || kernel_size(fd, &now) != 0)
 		return atomic_load(size);
 	if (!mapped_lazy_sizes) {
-		atomic_store(size, (uint64_t)st.st_size);
+		atomic_store(size, now);
 	} else if (!atomic_load(ksize)) {
-		/* No step was taken before the fstat (a writer sets ksize before
-		 * it grows the file), so st_size was exact then; a writer that
-		 * changed the size since has the newer answer: keep it. */
-		atomic_compare_exchange_strong(size, &old, (uint64_t)st.st_size);
+		/* No step was taken before the question (a writer sets ksize
+		 * before it grows the file), so the answer was exact then; a
+		 * writer that changed the size since has the newer one: keep it. */
+		atomic_compare_exchange_strong(size, &old, now);
 	}
 	return atomic_load(size);
 }

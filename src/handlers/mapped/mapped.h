@@ -171,13 +171,18 @@ static inline off_t mapped_fast_lseek(uint64_t *offp, off_t off, int whence)
  * finishes; behind lseek + read the address is only known deep inside
  * read, and each call pays the misses whole (measured: 512 B random
  * lseek + read 1.35x pread's time with a prefetch of two lines, 1.04x with
- * 512 bytes; 4 KB 0.85x). So the seek prefetches up to 512 bytes, not past
- * p's page (no second page walk for a guess). A prefetch never faults. */
-static inline void mapped_prefetch(const unsigned char *p)
+ * 512 bytes; 4 KB 0.85x). So before a read the seek prefetches up to 512
+ * bytes, not past p's page (no second page walk for a guess).
+ * Before a write, one line only: it starts the page walk, and the copy's
+ * stores allocate their lines themselves; fetching 512 bytes a store will
+ * overwrite costs more than it saves (measured on a 1 GB file, 4 KB random
+ * lseek + write: 1.2x pwrite's time with 512 bytes, 1.0-1.05x with one
+ * line; prefetchw no better). A prefetch never faults. */
+static inline void mapped_prefetch(const unsigned char *p, bool for_write)
 {
 	/* asm: gcc 12 emitted no instruction for __builtin_prefetch here
 	 * (checked with objdump: fast_lseek had none) */
-	size_t room = 4096 - ((uintptr_t)p & 4095), n = room < 512 ? room : 512;
+	size_t room = 4096 - ((uintptr_t)p & 4095), n = for_write ? 1 : room < 512 ? room : 512;
 	for (size_t i = 0; i < n; i += 64)
 		__asm__ volatile("prefetcht0 %0" : : "m"(p[i]));
 }
