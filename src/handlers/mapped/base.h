@@ -181,7 +181,7 @@ struct mapped_stats {
 	uint64_t read_hits, write_hits, read_misses, write_misses;
 	uint64_t remaps, syncs, bypassed, overwrites;
 };
-enum { MAPPED_STATS_DIRECT, MAPPED_STATS_CACHE, MAPPED_STATS_HANDLERS };
+enum { MAPPED_STATS_DIRECT, MAPPED_STATS_CACHE, MAPPED_STATS_WARP, MAPPED_STATS_HANDLERS };
 extern __thread struct mapped_stats *mapped_tls_stats[MAPPED_STATS_HANDLERS];
 struct mapped_stats *mapped_stats_slow(unsigned id);
 static inline struct mapped_stats *mapped_stats_tls(unsigned id)
@@ -200,6 +200,9 @@ struct mapped_stats_spec {
 	const char *handler; /* a "handler" key with this value; NULL: none */
 	const struct mapped_stat_key *keys;
 	unsigned nkeys;
+	/* More keys of the handler's own, appended as ", \"k\": v" pairs
+	 * into json[*n..cap) (NULL: none). */
+	void (*more)(char *json, size_t *n, size_t cap);
 };
 void mapped_stats_sum(unsigned id, struct mapped_stats *out);
 /* At exit: the totals as one JSON object into stats.file ('%p' = pid). */

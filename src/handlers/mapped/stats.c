@@ -72,7 +72,7 @@ void mapped_stats_dump(const struct mapped_stats_spec *spec)
 	path[o] = 0;
 	struct mapped_stats t;
 	mapped_stats_sum(spec->id, &t);
-	char json[2048];
+	char json[4096];
 	size_t n = (size_t)snprintf(json, sizeof(json), "{\"pid\": %d, \"mode\": \"%s\"", (int)sys_getpid(),
 				    chell_mode_stack ? chell_mode_stack->mode : "?");
 	if (spec->handler)
@@ -80,6 +80,8 @@ void mapped_stats_dump(const struct mapped_stats_spec *spec)
 	for (unsigned i = 0; i < spec->nkeys && n < sizeof(json); i++)
 		n += (size_t)snprintf(json + n, sizeof(json) - n, ", \"%s\": %llu", spec->keys[i].key,
 				      (unsigned long long)*(const uint64_t *)((const char *)&t + spec->keys[i].off));
+	if (spec->more && n < sizeof(json))
+		spec->more(json, &n, sizeof(json));
 	if (n + 3 > sizeof(json))
 		return; /* cannot happen: the keys are few and fixed */
 	n += (size_t)snprintf(json + n, sizeof(json) - n, "}\n");

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * WARP's counters at exit (stats.file, `chell stat`): the base's (reads,
+ * writes, bytes, fallbacks, mappings, faults, extensions, fsyncs) and
+ * WARP's own: nodes and bytes per state at the last checkpoint, state
+ * changes, buffer use, write-back, prefetches and prediction accuracy.
+ */
+#include <stdio.h>
+
+#include "warp.h"
+
+#define KEY(k, f) {k, offsetof(struct mapped_stats, f)}
+static const struct mapped_stat_key keys[] = {
+	KEY("reads", reads), KEY("writes", writes), KEY("read_bytes", read_bytes),
+	KEY("write_bytes", write_bytes), KEY("kernel_fallbacks", kernel_fallbacks),
+	KEY("mmaps", mmaps), KEY("faults_caught", faults), KEY("extends", extends),
+	KEY("fsyncs", fsyncs),
+};
+
+static void more(char *json, size_t *n, size_t cap)
+{
+	struct warp_counters *c = &warp_ctr;
+	uint64_t trans = 0;
+	for (int a = 0; a < WARP_NSTATES; a++)
+		for (int b = 0; b < WARP_NSTATES; b++)
+			trans += atomic_load(&c->transitions[a][b]);
+	uint64_t acc = atomic_load(&c->accesses), ok = atomic_load(&c->accurate);
+	uint64_t issued = atomic_load(&c->prefetch_issued), used = atomic_load(&c->prefetch_used);
+	struct {
+		const char *k;
+		uint64_t v;
+	} kv[] = {
+		{"nodes_normal", atomic_load(&c->nodes[WARP_NORMAL])},
+		{"nodes_mapped", atomic_load(&c->nodes[WARP_MAPPED])},
+		{"nodes_buffered", atomic_load(&c->nodes[WARP_BUFFERED])},
+		{"bytes_mapped", atomic_load(&c->node_bytes[WARP_MAPPED])},
+		{"bytes_buffered", atomic_load(&c->node_bytes[WARP_BUFFERED])},
+		{"transitions", trans},
+		{"flips", atomic_load(&c->flips)},
+		{"checkpoints", atomic_load(&c->checkpoints)},
+		{"buffered_writes", atomic_load(&c->buffered_writes)},
+		{"buffered_reads", atomic_load(&c->buffered_reads)},
+		{"mapped_reads", atomic_load(&c->mapped_reads)},
+		{"buffer_bytes_max", atomic_load(&c->buffer_bytes_max)},
+		{"writeback_bytes", atomic_load(&c->writeback_bytes)},
+		{"writeback_extents", atomic_load(&c->writeback_extents)},
+		{"reclaims", atomic_load(&c->reclaims)},
+		{"prefetch_issued", issued},
+		{"prefetch_used", used},
+		{"prefetch_wasted", issued > used ? issued - used : 0},
+		{"accuracy_pct", acc ? ok * 100 / acc : 0},
+	};
+	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && *n < cap; i++)
+		*n += (size_t)snprintf(json + *n, cap - *n, ", \"%s\": %llu", kv[i].k, (unsigned long long)kv[i].v);
+}
+
+static const struct mapped_stats_spec spec = {
+	MAPPED_STATS_WARP, "warp", keys, sizeof(keys) / sizeof(keys[0]), more,
+};
+
+void warp_stats_dump(void)
+{
+	mapped_stats_dump(&spec);
+}
