@@ -36,12 +36,6 @@
 static struct warp_file *files;
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
 
-void warp_files_after_fork(void)
-{
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-	files_lock = fresh;
-}
-
 static int sys_flock(int fd, int op)
 {
 	int r;
@@ -50,6 +44,27 @@ static int sys_flock(int fd, int op)
 	while (r == -EINTR);
 	return r;
 }
+
+/* In a forked child: the buffer files' descriptors are the parent's open
+ * file descriptions, and flock locks belong to those, so the child would
+ * count as the parent (and could think itself the last user while the
+ * parent still works on the buffer). Each gets a description of its own,
+ * with its own LOCK_SH, at the same number. */
+void warp_files_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	files_lock = fresh;
+	for (struct warp_file *w = files; w; w = w->next) {
+		char path[CHELL_FD_PATH_MAX];
+		int n = chell_internal_openat(AT_FDCWD, chell_fd_path(path, w->bfd), O_RDWR | O_CLOEXEC, 0);
+		if (n < 0)
+			continue; /* keeps the parent's: the last close may then be wrong about being last */
+		sys_flock(n, LOCK_SH);
+		sys_dup3(n, w->bfd, O_CLOEXEC);
+		sys_close(n);
+	}
+}
+
 
 /* Size the buffer file. ftruncate obeys RLIMIT_FSIZE, which limits the
  * application's files, not Chell's: under a smaller limit the call fails

@@ -519,10 +519,37 @@ static struct warp_file *file_by_path(int dirfd, const char *path, int at_flags)
 	return warp_file_lookup(st.st_dev, st.st_ino);
 }
 
+/* The buffer of c's file whether or not this description is served by
+ * warp (one that is not: O_DIRECT, escaped, or not mappable); a reference
+ * the caller puts back with warp_file_put. */
+static struct warp_file *file_of(chell_ctx *c)
+{
+	if (D(c)->active && L(c)) {
+		struct warp_file *w = W(c);
+		return warp_file_get(c->fd, w->dev, w->ino);
+	}
+	struct stat st;
+	if (sys_fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return NULL;
+	return warp_file_lookup(st.st_dev, st.st_ino);
+}
+
+/* A description of the file goes to the kernel's path (O_DIRECT, not
+ * mappable, escaped): its writes bypass the buffer, so nothing of the
+ * file may stay buffered, in any process. */
+static void kernel_user(chell_ctx *c)
+{
+	struct warp_file *w = file_of(c);
+	if (w) {
+		warp_disable_buffer(w);
+		warp_file_put(w);
+	}
+}
+
 static int warp_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct warp_file *w = NULL;
-	if ((flags & O_TRUNC) && (flags & O_ACCMODE) != O_RDONLY)
+	if (flags & O_TRUNC) /* Linux truncates on O_RDONLY | O_TRUNC too */
 		w = file_by_path(dirfd, path, 0);
 	if (!w)
 		return chell_down_open(c, dirfd, path, flags, mode);
@@ -543,6 +570,7 @@ static void warp_opened(chell_ctx *c)
 	WD(c)->hint = acc == O_RDONLY ? WARP_MAPPED : acc == O_WRONLY ? WARP_BUFFERED : WARP_NORMAL;
 	if (status(c) & O_DIRECT) {
 		mapped_size_changed_by_kernel(c->fd);
+		kernel_user(c);
 		return; /* the application wants the kernel's I/O path */
 	}
 	if (!warp_tree_bytes)
@@ -552,6 +580,7 @@ static void warp_opened(chell_ctx *c)
 		warp_ckpt_start();
 	} else {
 		WSTAT(kernel_fallbacks, 1);
+		kernel_user(c);
 	}
 }
 
@@ -619,8 +648,19 @@ static int warp_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int f
 
 static int warp_ftruncate(chell_ctx *c, off_t len)
 {
-	if (!D(c)->active || !L(c))
-		return chell_down_ftruncate(c, len);
+	if (!D(c)->active || !L(c)) {
+		struct warp_file *w = len >= 0 ? file_of(c) : NULL;
+		if (w)
+			chell_lock_acquire(&w->hdr->lock);
+		int r = chell_down_ftruncate(c, len);
+		if (w) {
+			if (r == 0)
+				drop_past(w, (uint64_t)len);
+			chell_lock_release(&w->hdr->lock);
+			warp_file_put(w);
+		}
+		return r;
+	}
 	struct warp_file *w = W(c);
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&w->hdr->lock);
@@ -666,8 +706,10 @@ static int warp_truncate(chell_ctx *c, const char *path, off_t len)
  * file's blocks go to the tier first and leave the buffer. */
 static int warp_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 {
-	if (!D(c)->active || !L(c))
+	if (!D(c)->active || !L(c)) {
+		kernel_user(c); /* nothing buffered, then the kernel's (buffering is off already) */
 		return chell_down_fallocate(c, mode, off, len);
+	}
 	struct warp_file *w = W(c);
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&w->hdr->lock);
