@@ -33,6 +33,7 @@
 
 #include "warp.h"
 
+__thread int warp_call_fd = -1;
 static struct warp_file *files;
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -62,6 +63,7 @@ void warp_files_after_fork(void)
 		sys_flock(n, LOCK_SH);
 		sys_dup3(n, w->bfd, O_CLOEXEC);
 		sys_close(n);
+		warp_lease_after_fork(w);
 	}
 }
 
@@ -107,16 +109,18 @@ static void birth(int fd, int64_t *sec, int64_t *nsec)
 /* A descriptor of the tier file for Chell's own reads and write-backs
  * (fills, the checkpoint thread, which has no application descriptor):
  * read-write if the process may, else read-only; -1 if neither. */
-static int tier_fd(int fd, bool *writable)
+static int tier_fd(int fd, bool *writable, bool *noatime)
 {
 	char path[CHELL_FD_PATH_MAX];
 	chell_fd_path(path, fd);
 	int t = chell_internal_openat(AT_FDCWD, path, O_RDWR | O_CLOEXEC | O_NOATIME, 0);
+	*noatime = t >= 0;
 	if (t == -EPERM)
 		t = chell_internal_openat(AT_FDCWD, path, O_RDWR | O_CLOEXEC, 0);
 	*writable = t >= 0;
 	if (t < 0) {
 		t = chell_internal_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NOATIME, 0);
+		*noatime = t >= 0;
 		if (t == -EPERM)
 			t = chell_internal_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
 	}
@@ -139,14 +143,25 @@ static void init_hdr(struct warp_file *w, int64_t bs, int64_t bn)
 
 /* Alone on the buffer file (LOCK_EX): write back what a killed user left,
  * if it is this tier file's, and start afresh. */
-static void recover(struct warp_file *w, int64_t bs, int64_t bn)
+static void recover(struct warp_file *w, int fd, int64_t bs, int64_t bn)
 {
 	struct warp_hdr *h = w->hdr;
 	if (h->magic == WARP_MAGIC && h->version == WARP_VERSION && atomic_load(&h->dirty_blocks)) {
+		bool wr = false, na;
+		int t = -1;
 		if (h->dev == w->dev && h->ino == w->ino && (bs | bn) && h->btime_sec == bs &&
-		    h->btime_nsec == bn && w->wfd >= 0) {
+		    h->btime_nsec == bn)
+			t = w->wfd >= 0 ? w->wfd : tier_fd(fd, &wr, &na);
+		if (t >= 0 && t != w->wfd && !wr) {
+			chell_internal_close(t);
+			t = -1;
+		}
+		if (t >= 0) {
 			uint64_t before = atomic_load(&h->dirty_blocks);
-			if (warp_writeback(w, w->wfd, 0, WARP_MAX_BLOCKS) == 0) {
+			int e = warp_writeback(w, t, 0, WARP_MAX_BLOCKS);
+			if (t != w->wfd)
+				chell_internal_close(t);
+			if (e == 0) {
 				WCTR(recovered_blocks, before);
 				chell_info("warp: wrote back %llu blocks a killed process left buffered",
 					   (unsigned long long)before);
@@ -168,10 +183,12 @@ static void file_free(struct warp_file *w)
 		munmap(w->map, WARP_MAP_BYTES);
 	if (w->bfd >= 0)
 		chell_internal_close(w->bfd);
-	if (w->rfd >= 0 && w->rfd != w->wfd)
+	if (w->rfd >= 0 && w->rfd != w->wfd && w->rfd != w->lfd)
 		chell_internal_close(w->rfd);
-	if (w->wfd >= 0)
+	if (w->wfd >= 0 && w->wfd != w->lfd)
 		chell_internal_close(w->wfd);
+	if (w->lfd >= 0)
+		chell_internal_close(w->lfd);
 	free(w);
 }
 
@@ -187,11 +204,15 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	w->refs = 1;
 	w->bfd = w->rfd = w->wfd = -1;
 	atomic_store(&w->prev_node, WARP_NODE_NONE);
-	if (fd >= 0) {
-		bool wr;
-		w->rfd = tier_fd(fd, &wr);
+	w->lfd = -1;
+	if (fd >= 0 && !warp_lease_mode) {
+		/* warp.outside=trust: descriptors of Chell's own for fills and the
+		 * checkpoint thread's write-backs (a lease would count them) */
+		bool wr, na;
+		w->rfd = tier_fd(fd, &wr, &na);
 		if (wr)
 			w->wfd = w->rfd;
+		w->fill_ok = w->rfd >= 0 && na;
 	}
 	char name[96];
 	buf_name(name, sizeof(name), dev, ino);
@@ -229,7 +250,7 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 				if (fd < 0 && w->hdr->magic != WARP_MAGIC)
 					break; /* a path call found a stale name: nothing to do */
 				if (fd >= 0)
-					recover(w, bs, bn);
+					recover(w, fd, bs, bn);
 				sys_flock(w->bfd, LOCK_SH);
 			} else if (w->hdr->magic != WARP_MAGIC || w->hdr->version != WARP_VERSION) {
 				break; /* someone else's file of another version: not ours to use */
@@ -300,6 +321,8 @@ void warp_file_put(struct warp_file *w)
 	pthread_mutex_unlock(&files_lock);
 	if (warp_prefetch_forget)
 		warp_prefetch_forget(w);
+	if (w->lfd >= 0)
+		warp_lease_detach(w, w->lfd_ofd);
 	warp_buf_last_close(w);
 	file_free(w);
 }
@@ -361,12 +384,13 @@ void warp_blk_set_valid(struct warp_file *w, uint64_t b)
 
 int warp_blk_fill(struct warp_file *w, uint64_t b)
 {
-	if (w->rfd < 0)
+	int fd = warp_rfd(w);
+	if (fd < 0)
 		return -EBADF;
 	unsigned char *dst = w->data + b * WARP_BLK;
 	size_t got = 0;
 	while (got < WARP_BLK) {
-		ssize_t r = sys_pread(w->rfd, dst + got, WARP_BLK - got, (off_t)(b * WARP_BLK + got));
+		ssize_t r = sys_pread(fd, dst + got, WARP_BLK - got, (off_t)(b * WARP_BLK + got));
 		if (r == -EINTR)
 			continue;
 		if (r < 0)
@@ -421,6 +445,8 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 	if (sys_fstat(fd, &st) < 0)
 		return -EIO;
 	uint64_t size = (uint64_t)st.st_size;
+	/* a duplicate of an O_APPEND description (the lease's) appends: at pos */
+	int rwf = (sys_fcntl(fd, F_GETFL, 0) & O_APPEND) ? RWF_NOAPPEND : 0;
 	if (hi > WARP_MAX_BLOCKS)
 		hi = WARP_MAX_BLOCKS;
 	int err = 0;
@@ -447,7 +473,9 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 			}
 		}
 		while (from < to && !err) {
-			ssize_t r = sys_pwrite(fd, w->data + from, (size_t)(to - from), (off_t)from);
+			struct iovec v = {w->data + from, (size_t)(to - from)};
+			ssize_t r = rwf ? sys_pwritev2(fd, &v, 1, (off_t)from, rwf)
+					: sys_pwrite(fd, w->data + from, (size_t)(to - from), (off_t)from);
 			if (r == -EINTR)
 				continue;
 			if (r <= 0) {
@@ -526,7 +554,10 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 	if (cur == s)
 		return 0;
 	if (s == WARP_BUFFERED) {
-		if (atomic_load(&w->hdr->no_buffer))
+		/* with leases: only a process holding a duplicate of the leased
+		 * description (which keeps the lease alive) starts buffering */
+		if (atomic_load(&w->hdr->no_buffer) ||
+		    (warp_lease_mode && (!atomic_load(&w->hdr->leased) || w->lfd < 0)))
 			return -EAGAIN;
 		/* Calls that saw the old state may still be moving bytes of the
 		 * tier: the buffer may fill a block only after they are done.
@@ -546,7 +577,7 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 		if (cur == WARP_BUFFERED) {
 			uint64_t lo, hi;
 			node_blocks(w, k, &lo, &hi);
-			if (warp_writeback(w, w->wfd, lo, hi) < 0)
+			if (warp_writeback(w, warp_wfd(w), lo, hi) < 0)
 				return -EAGAIN; /* cannot write back from here: stays buffered */
 			warp_invalidate(w, lo, hi);
 		}
@@ -558,17 +589,19 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 
 uint32_t warp_nnodes(struct warp_file *w)
 {
+	struct mapped_inode *in = mapped_inode_find(w->dev, w->ino);
 	struct stat st;
-	if (w->rfd < 0 || sys_fstat(w->rfd, &st) < 0)
-		return 0;
-	uint64_t n = ((uint64_t)st.st_size + ((1ull << w->hdr->node_shift) - 1)) >> w->hdr->node_shift;
+	uint64_t size = in ? mapped_isize(in) : 0;
+	if (!in && w->rfd >= 0 && sys_fstat(w->rfd, &st) == 0)
+		size = (uint64_t)st.st_size;
+	uint64_t n = (size + ((1ull << w->hdr->node_shift) - 1)) >> w->hdr->node_shift;
 	return n < WARP_MAX_NODES ? (uint32_t)n : WARP_MAX_NODES;
 }
 
 int warp_flush_all(struct warp_file *w, bool drop)
 {
 	chell_lock_acquire(&w->hdr->lock);
-	int r = warp_writeback(w, w->wfd, 0, WARP_MAX_BLOCKS);
+	int r = warp_writeback(w, warp_wfd(w), 0, WARP_MAX_BLOCKS);
 	if (r == 0 && drop)
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
 	chell_lock_release(&w->hdr->lock);
@@ -577,9 +610,11 @@ int warp_flush_all(struct warp_file *w, bool drop)
 
 int warp_disable_buffer(struct warp_file *w)
 {
+	if (w->lfd >= 0)
+		warp_lease_release(w); /* written back, nothing buffered */
 	chell_lock_acquire(&w->hdr->lock);
 	atomic_store(&w->hdr->no_buffer, 1);
-	int r = warp_writeback(w, w->wfd, 0, WARP_MAX_BLOCKS);
+	int r = warp_writeback(w, warp_wfd(w), 0, WARP_MAX_BLOCKS);
 	if (r == 0) {
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
 		uint32_t nn = warp_nnodes(w);

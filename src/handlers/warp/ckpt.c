@@ -96,14 +96,32 @@ static void pass(struct warp_file *w, void *arg)
 		idle_reclaim(w, now);
 }
 
+static void poll_one(struct warp_file *w, void *arg)
+{
+	if (warp_lease_poll(w))
+		*(bool *)arg = true;
+}
+
+/* How soon a lease break is noticed: the other process's open waits that
+ * long (plus the write-back) before it reads the file. */
+#define LEASE_POLL_NS 1000000ull
+
 static void loop(struct chell_thread *t, void *arg)
 {
 	uint64_t period = warp_checkpoint_ns ? warp_checkpoint_ns : 100000000ull;
 	if (warp_idle_ns && warp_idle_ns / 2 < period)
 		period = warp_idle_ns / 2;
-	while (!chell_thread_wait(t, period)) {
+	uint64_t next = mapped_tick() + period;
+	bool leases = false;
+	while (!chell_thread_wait(t, leases && period > LEASE_POLL_NS ? LEASE_POLL_NS : period)) {
+		leases = false;
+		if (warp_lease_mode)
+			warp_files_each(poll_one, &leases);
 		uint64_t now = mapped_tick();
-		warp_files_each(pass, &now);
+		if (now >= next) {
+			warp_files_each(pass, &now);
+			next = now + period;
+		}
 	}
 }
 
@@ -112,7 +130,7 @@ static void loop(struct chell_thread *t, void *arg)
 static void prefetch(void *file, uint32_t node, enum warp_state want)
 {
 	struct warp_file *w = file;
-	if (want == WARP_MAPPED && warp_tier_addr(w, (uint64_t)node << w->hdr->node_shift, w->hole_gen))
+	if (want == WARP_MAPPED && w->rfd >= 0 && warp_tier_addr(w, w->rfd, (uint64_t)node << w->hdr->node_shift, w->hole_gen))
 		WCTR(prefetch_used, 1);
 }
 
@@ -138,7 +156,7 @@ int warp_ckpt_start(void)
 	return thread ? 0 : -1;
 }
 
-void warp_maybe_flip(struct warp_file *w, uint64_t k)
+void warp_maybe_flip(chell_ctx *c, struct warp_file *w, uint64_t k)
 {
 	static __thread uint64_t x;
 	if (!x)
@@ -149,6 +167,8 @@ void warp_maybe_flip(struct warp_file *w, uint64_t k)
 	if (x % 1000000u >= warp_flip_ppm || k >= WARP_MAX_NODES)
 		return;
 	enum warp_state s = (enum warp_state)((x >> 32) % WARP_NSTATES);
+	if (s == WARP_BUFFERED && !warp_lease_ok(w, c))
+		return;
 	chell_lock_acquire(&w->hdr->lock);
 	if (warp_set_state(w, k, s) == 0)
 		WCTR(flips, 1);

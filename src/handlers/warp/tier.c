@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Mapped reads (the read-mapped state): node k of the tier file mapped in
- * this process, shared and read-only, through Chell's own descriptor of it
- * (warp_file.rfd), in the base's chunk table (one record per node).
+ * this process, shared and read-only, through the application's descriptor
+ * (a mapping keeps its file; no descriptor of Chell's own, which a lease
+ * would count), in the base's chunk table (one record per node).
  *
  * As in direct mode (docs/DIRECT.md, "Holes"), a fault on a hole of a tmpfs
  * mapping allocates a page, even for a read: a node is read through its
@@ -23,22 +24,22 @@ static void clear_dense(struct mapped_chunk *e, void *arg)
 	atomic_fetch_and(&e->flags, ~WARP_DENSE);
 }
 
-static bool dense(struct warp_file *w, uint64_t lo, uint64_t node_bytes)
+static bool dense(int fd, uint64_t lo, uint64_t node_bytes)
 {
 	struct stat st;
-	if (sys_fstat(w->rfd, &st) < 0 || (uint64_t)st.st_size <= lo)
+	if (sys_fstat(fd, &st) < 0 || (uint64_t)st.st_size <= lo)
 		return false;
 	uint64_t hi = lo + node_bytes < (uint64_t)st.st_size ? lo + node_bytes : (uint64_t)st.st_size;
-	off_t hole = sys_lseek(w->rfd, (off_t)lo, SEEK_HOLE);
+	off_t hole = sys_lseek(fd, (off_t)lo, SEEK_HOLE); /* our offset is not the kernel's: free to move */
 	return hole >= 0 && (uint64_t)hole >= hi;
 }
 
-static const unsigned char *map_node(struct warp_file *w, uint64_t k, uint32_t hole_gen)
+static const unsigned char *map_node(struct warp_file *w, int fd, uint64_t k, uint32_t hole_gen)
 {
 	uint64_t nb = 1ull << w->hdr->node_shift;
 	const unsigned char *res = NULL;
 	pthread_mutex_lock(&tier_lock);
-	if (w->retired || w->rfd < 0)
+	if (w->retired || fd < 0)
 		goto out;
 	if (w->hole_gen != hole_gen) {
 		mapped_table_each(&w->tier, clear_dense, NULL);
@@ -49,7 +50,7 @@ static const unsigned char *map_node(struct warp_file *w, uint64_t k, uint32_t h
 		goto out;
 	unsigned char *base = atomic_load(&e->base);
 	if (!base) {
-		void *p = REAL(mmap64)(NULL, nb, PROT_READ, MAP_SHARED, w->rfd, (off_t)(k * nb));
+		void *p = REAL(mmap64)(NULL, nb, PROT_READ, MAP_SHARED, fd, (off_t)(k * nb));
 		if (p == MAP_FAILED)
 			goto out;
 		WSTAT(mmaps, 1);
@@ -57,7 +58,7 @@ static const unsigned char *map_node(struct warp_file *w, uint64_t k, uint32_t h
 		base = p;
 	}
 	if (!(atomic_load(&e->flags) & WARP_DENSE)) {
-		if (!dense(w, k * nb, nb))
+		if (!dense(fd, k * nb, nb))
 			goto out;
 		atomic_fetch_or(&e->flags, WARP_DENSE);
 	}
@@ -67,7 +68,7 @@ out:
 	return res;
 }
 
-const unsigned char *warp_tier_addr(struct warp_file *w, uint64_t off, uint32_t hole_gen)
+const unsigned char *warp_tier_addr(struct warp_file *w, int fd, uint64_t off, uint32_t hole_gen)
 {
 	uint64_t k = off >> w->hdr->node_shift, mask = (1ull << w->hdr->node_shift) - 1;
 	struct mapped_chunk *e = mapped_chunk_of(&w->tier, k);
@@ -76,7 +77,7 @@ const unsigned char *warp_tier_addr(struct warp_file *w, uint64_t off, uint32_t 
 		if (b)
 			return b + (off & mask);
 	}
-	const unsigned char *b = map_node(w, k, hole_gen);
+	const unsigned char *b = map_node(w, fd, k, hole_gen);
 	return b ? b + (off & mask) : NULL;
 }
 

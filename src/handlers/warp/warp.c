@@ -41,6 +41,7 @@ uint64_t warp_budget;
 uint64_t warp_checkpoint_ns;
 uint64_t warp_idle_ns;
 uint32_t warp_flip_ppm;
+int warp_lease_mode = 1;
 _Atomic uint64_t *warp_tree_bytes;
 struct warp_counters warp_ctr;
 
@@ -89,6 +90,7 @@ static int warp_proc_init(void)
 		return -1;
 	}
 	warp_flip_ppm = (uint32_t)flip;
+	warp_lease_mode = strcmp(chell_setting("warp.outside"), "trust") != 0;
 	return mapped_copy_init();
 }
 
@@ -108,7 +110,8 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 	struct warp_node *nd = &w->nodes[k];
 	if (unlikely(!nd->last_use)) {
 		uint32_t hint = WD(c)->hint;
-		if (hint != WARP_NORMAL && atomic_load(&nd->state) == WARP_NORMAL) {
+		if (hint != WARP_NORMAL && atomic_load(&nd->state) == WARP_NORMAL &&
+		    (hint != WARP_BUFFERED || warp_lease_ok(w, c))) {
 			chell_lock_acquire(&w->hdr->lock);
 			if (!nd->last_use)
 				warp_set_state(w, k, (enum warp_state)hint);
@@ -199,6 +202,21 @@ static ssize_t buf_write(struct warp_file *w, const unsigned char *u, uint64_t p
 		uint64_t q = p + done, b = q >> WARP_BLK_SHIFT, bo = q & (WARP_BLK - 1);
 		size_t m = WARP_BLK - bo < len - done ? (size_t)(WARP_BLK - bo) : len - done;
 		bool v = warp_blk_valid(w, b);
+		if (!v && m != WARP_BLK && !w->fill_ok) {
+			/* A partial block not in the buffer, and no way to read the
+			 * tier without touching its atime (which a write never does):
+			 * these bytes go to the tier (the block stays invalid, so the
+			 * tier has the last word on it). */
+			struct iovec one = {(void *)(u + done), m};
+			int fd = warp_wfd(w);
+			ssize_t r = fd < 0 ? -EBADF : sys_pwritev2(fd, &one, 1, (off_t)q,
+						   (sys_fcntl(fd, F_GETFL, 0) & O_APPEND) ? RWF_NOAPPEND : 0);
+			if (r != (ssize_t)m)
+				return done ? (ssize_t)done : -EAGAIN;
+			warp_tier_charge(true, m);
+			done += m;
+			continue;
+		}
 		if (!v && m != WARP_BLK && warp_blk_fill(w, b) < 0)
 			return done ? (ssize_t)done : -EAGAIN;
 		int fault;
@@ -231,7 +249,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 {
 	uint64_t k = node_of(w, p);
 	if (unlikely(warp_flip_ppm))
-		warp_maybe_flip(w, k);
+		warp_maybe_flip(c, w, k);
 	access_node(c, w, k, len, to_file);
 	for (int round = 0;; round++) {
 		struct warp_hdr *h = w->hdr;
@@ -247,7 +265,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 					WCTR(kernel_writes, 1);
 				}
 			} else {
-				const unsigned char *a = s == WARP_MAPPED ? warp_tier_addr(w, p, atomic_load_explicit(
+				const unsigned char *a = s == WARP_MAPPED ? warp_tier_addr(w, c->fd, p, atomic_load_explicit(
 							(_Atomic uint32_t *)&L(c)->inode->hole_gen, memory_order_acquire)) : NULL;
 				int fault = 0;
 				if (a && mapped_copy(u, a, len, &fault)) {
@@ -295,7 +313,17 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 }
 
 /* Move n bytes between the iovecs and the file at pos, node by node. */
+static ssize_t transfer_(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n, int to_file);
 static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n, int to_file)
+{
+	int saved = warp_call_fd;
+	warp_call_fd = c->fd;
+	ssize_t r = transfer_(c, iov, cnt, pos, n, to_file);
+	warp_call_fd = saved;
+	return r;
+}
+
+static ssize_t transfer_(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n, int to_file)
 {
 	struct warp_file *w = W(c);
 	size_t done = 0, nb = (size_t)1 << w->hdr->node_shift;
@@ -455,10 +483,29 @@ static ssize_t kernel_io(chell_ctx *c, const struct iovec *iov, int cnt, off_t o
 	return r;
 }
 
+/* warp_flush_all / warp_disable_buffer with the call's descriptor at hand
+ * (warp_call_fd) for a process without one of its own. */
+static int flush(chell_ctx *c, struct warp_file *w, bool drop)
+{
+	int saved = warp_call_fd;
+	warp_call_fd = c->fd;
+	int r = warp_flush_all(w, drop);
+	warp_call_fd = saved;
+	return r;
+}
+
+static void disable(chell_ctx *c, struct warp_file *w)
+{
+	int saved = warp_call_fd;
+	warp_call_fd = c->fd;
+	warp_disable_buffer(w);
+	warp_call_fd = saved;
+}
+
 /* Before the kernel is asked for holes: it must hold every dirty byte. */
 static void settle(chell_ctx *c)
 {
-	warp_flush_all(W(c), false);
+	flush(c, W(c), false);
 }
 
 static void *wfile_get(chell_ctx *c, const struct stat *st)
@@ -493,7 +540,10 @@ static void warp_proc_event(enum chell_op ev, long arg)
 		warp_files_after_fork();
 		warp_tier_after_fork();
 	} else if (ev == CHELL_EV_EXIT) {
+		warp_lease_proc_end();
 		warp_stats_dump();
+	} else if (ev == CHELL_EV_EXEC) {
+		warp_lease_proc_end(); /* the new image has no checkpoint thread polling it yet */
 	}
 }
 
@@ -541,7 +591,7 @@ static void kernel_user(chell_ctx *c)
 {
 	struct warp_file *w = file_of(c);
 	if (w) {
-		warp_disable_buffer(w);
+		disable(c, w);
 		warp_file_put(w);
 	}
 }
@@ -549,7 +599,11 @@ static void kernel_user(chell_ctx *c)
 static int warp_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct warp_file *w = NULL;
-	if (flags & O_TRUNC) /* Linux truncates on O_RDONLY | O_TRUNC too */
+	/* Linux truncates on O_RDONLY | O_TRUNC too. With leases nothing is
+	 * buffered unless the tree holds one, which this open breaks: the open
+	 * waits until the holder wrote everything back (no lock may be held
+	 * meanwhile). */
+	if ((flags & O_TRUNC) && !warp_lease_mode)
 		w = file_by_path(dirfd, path, 0);
 	if (!w)
 		return chell_down_open(c, dirfd, path, flags, mode);
@@ -596,6 +650,8 @@ static int warp_adopt(chell_ctx *c)
 
 static void warp_detach(chell_ctx *c)
 {
+	if (L(c) && W(c)->lfd >= 0)
+		warp_lease_detach(W(c), c->f->ofd);
 	mapped_detach(c, &warp_mapped);
 }
 
@@ -605,7 +661,7 @@ static void warp_detach(chell_ctx *c)
 static void warp_escape(chell_ctx *c)
 {
 	if (D(c)->active && L(c))
-		warp_disable_buffer(W(c));
+		disable(c, W(c));
 	mapped_go_kernel(c, &warp_mapped);
 }
 
@@ -614,7 +670,7 @@ static void warp_escape(chell_ctx *c)
 static int warp_close(chell_ctx *c)
 {
 	if (mapped_active(c) && atomic_load(&W(c)->hdr->dirty_blocks))
-		warp_flush_all(W(c), false);
+		flush(c, W(c), false);
 	return mapped_close(c);
 }
 
@@ -625,7 +681,7 @@ static int warp_fsync(chell_ctx *c, int datasync)
 	WSTAT(fsyncs, 1);
 	if (mapped_active(c)) {
 		struct warp_file *w = W(c);
-		int e = warp_flush_all(w, false);
+		int e = flush(c, w, false);
 		if (e < 0)
 			return e == -EBADF ? -EIO : e;
 		warp_checkpoint(w); /* a checkpoint at each sync call too */
@@ -680,7 +736,8 @@ static int warp_ftruncate(chell_ctx *c, off_t len)
 
 static int warp_truncate(chell_ctx *c, const char *path, off_t len)
 {
-	struct warp_file *w = len >= 0 ? file_by_path(AT_FDCWD, path, 0) : NULL;
+	/* with leases: it breaks the tree's lease, see warp_open */
+	struct warp_file *w = len >= 0 && !warp_lease_mode ? file_by_path(AT_FDCWD, path, 0) : NULL;
 	if (w)
 		chell_lock_acquire(&w->hdr->lock);
 	int r = chell_down_truncate(c, path, len);
@@ -727,26 +784,43 @@ static int warp_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	return r;
 }
 
+/* Commands that read or set what warp's lease uses on the description
+ * (the lease itself, the signal owner and number, O_ASYNC): the tree's
+ * lease goes first, so the application sees the kernel's answer as if
+ * warp had never leased. */
+static bool touches_lease(int cmd, unsigned long arg)
+{
+	return cmd == F_GETLEASE || cmd == F_SETLEASE || cmd == F_GETOWN || cmd == F_SETOWN ||
+	       cmd == F_GETOWN_EX || cmd == F_SETOWN_EX || cmd == F_GETSIG || cmd == F_SETSIG ||
+	       (cmd == F_SETFL && (arg & O_ASYNC));
+}
+
 static int warp_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (touches_lease(cmd, arg) && D(c)->active && L(c) && W(c)->lfd >= 0)
+		warp_lease_release(W(c));
 	if (mapped_takes_lease(cmd, arg) && L(c)) {
 		/* The lease counts the inode's open files and mappings: ours go,
 		 * the file is the kernel's in this process from now on. */
 		struct warp_file *w = W(c);
-		warp_disable_buffer(w);
+		disable(c, w);
 		warp_tier_retire(w);
 		chell_lock_acquire(&w->hdr->lock);
-		if (w->rfd >= 0)
-			chell_internal_close(w->rfd);
-		if (w->wfd >= 0 && w->wfd != w->rfd)
+		if (w->rfd >= 0 && w->rfd != w->lfd)
+			chell_internal_close(w->rfd); /* reopens (warp.outside=trust) count as opens */
+		if (w->wfd >= 0 && w->wfd != w->rfd && w->wfd != w->lfd)
 			chell_internal_close(w->wfd);
-		w->rfd = w->wfd = -1;
+		w->rfd = w->wfd = w->lfd; /* a duplicate is no open of its own */
+		w->fill_ok = 0;
 		chell_lock_release(&w->hdr->lock);
 		mapped_go_kernel(c, &warp_mapped);
 	}
 	int r = chell_down_fcntl(c, cmd, arg);
+	if (cmd == F_GETFL && r >= 0 && D(c)->active && L(c) && W(c)->lfd >= 0 &&
+	    W(c)->lfd_ofd == c->f->ofd && atomic_load(&W(c)->hdr->leased))
+		r &= ~O_ASYNC; /* the lease's, not the application's (touches_lease) */
 	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT)) {
-		warp_disable_buffer(W(c));
+		disable(c, W(c));
 		mapped_go_kernel(c, &warp_mapped); /* the application asks for the kernel's I/O path */
 	}
 	return r;
@@ -757,7 +831,7 @@ static int warp_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 static void *warp_mmap(chell_ctx *c, void *addr, size_t len, int prot, int flags, off_t off)
 {
 	if (D(c)->active && L(c))
-		warp_disable_buffer(W(c));
+		disable(c, W(c));
 	return chell_down_mmap(c, addr, len, prot, flags, off);
 }
 

@@ -65,7 +65,11 @@ struct warp_hdr {
 	/* Buffering is off for good for this file (the application mapped it,
 	 * took a lease, the descriptor escaped): every node is normal or mapped. */
 	_Atomic uint32_t no_buffer;
-	uint32_t pad2_;
+	/* warp.outside=lease: the tree holds a write lease on the file (taken
+	 * on one application description; any other open of the file, by
+	 * anyone, breaks it): nodes may be buffered only while it is set. */
+	_Atomic uint32_t leased;
+	_Atomic uint64_t lease_try; /* coarse ns of the last attempt (one per checkpoint) */
 	struct warp_xfile xf[WARP_XFILE_SLOTS];
 };
 
@@ -88,6 +92,14 @@ struct warp_file {
 	unsigned char *data;       /* block b at data + b * WARP_BLK */
 	/* tier.c: the tier file's nodes mapped in this process */
 	int rfd, wfd;              /* the tier file for Chell's own reads / write-backs (wfd -1: read-only) */
+	/* warp.outside=lease: a duplicate of the application's description
+	 * lfd_ofd (the leased one, or the one last leased), or -1. Closed
+	 * only when the application's description goes from this process:
+	 * closing any descriptor of a file drops the process's POSIX locks. */
+	int lfd;
+	struct chell_ofd *lfd_ofd;
+	int lease_mine;            /* this process took the lease (releases it at exit and exec) */
+	int fill_ok;               /* rfd reads without touching atime (O_NOATIME): fills allowed */
 	int retired;               /* no mapping any more (a lease, an escape) */
 	uint32_t hole_gen;         /* inode->hole_gen the dense marks were made against */
 	_Atomic uint32_t prev_node; /* the last node accessed in this process */
@@ -103,6 +115,7 @@ extern uint64_t warp_budget;        /* warp.buffer_budget, bytes */
 extern uint64_t warp_checkpoint_ns; /* warp.checkpoint_ms */
 extern uint64_t warp_idle_ns;       /* warp.idle_ms */
 extern uint32_t warp_flip_ppm;      /* warp.test_flip */
+extern int warp_lease_mode;         /* warp.outside=lease */
 extern _Atomic uint64_t *warp_tree_bytes; /* buffer bytes of the tree (shared area) */
 
 struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino);
@@ -127,6 +140,20 @@ static inline bool warp_blk_valid(struct warp_file *w, uint64_t b)
 static inline bool warp_blk_dirty(struct warp_file *w, uint64_t b)
 {
 	return (atomic_load_explicit(&w->dirty[b >> 6], memory_order_relaxed) >> (b & 63)) & 1;
+}
+
+/* The application's descriptor of the call in progress on this thread
+ * (-1 outside one): fills and write-backs use it where the process has no
+ * descriptor of its own (a child forked before the lease was taken shares
+ * the leased description without a duplicate of it). */
+extern __thread int warp_call_fd;
+static inline int warp_rfd(struct warp_file *w)
+{
+	return w->rfd >= 0 ? w->rfd : warp_call_fd;
+}
+static inline int warp_wfd(struct warp_file *w)
+{
+	return w->wfd >= 0 ? w->wfd : warp_call_fd;
 }
 
 /* Under hdr->lock. */
@@ -156,10 +183,27 @@ int warp_flush_all(struct warp_file *w, bool drop);
  * everything is written back and the buffer file removed. */
 void warp_buf_last_close(struct warp_file *w);
 
+/* ---- lease.c: what a process outside Chell sees (docs/WARP.md) */
+/* May node buffering start on this file (the lease is held, or taken now
+ * through the application's descriptor fd with status flags st)? */
+bool warp_lease_ok(struct warp_file *w, chell_ctx *c);
+/* The application's description ofd leaves this process: the lease (if
+ * held through it) is released and the duplicate closed. */
+void warp_lease_detach(struct warp_file *w, struct chell_ofd *ofd);
+/* The lease is broken (someone opened or truncated the file) or must go:
+ * everything written back, nothing buffered, the lease released. */
+void warp_lease_release(struct warp_file *w);
+/* The checkpoint thread's poll: true if this process holds a lease dup. */
+bool warp_lease_poll(struct warp_file *w);
+/* Process events: a forked child polls but does not own; exit and exec
+ * release what this process took. */
+void warp_lease_after_fork(struct warp_file *w);
+void warp_lease_proc_end(void);
+
 /* ---- tier.c: mapped reads */
-/* Address of `off` in the tier's mapping if node k may be read through it
- * (mapped, dense), else NULL. */
-const unsigned char *warp_tier_addr(struct warp_file *w, uint64_t off, uint32_t hole_gen);
+/* Address of `off` in the tier's mapping if its node may be read through
+ * it (dense), else NULL; fd: a readable descriptor of the file to map it. */
+const unsigned char *warp_tier_addr(struct warp_file *w, int fd, uint64_t off, uint32_t hole_gen);
 void warp_tier_unmap_all(struct warp_file *w);
 void warp_tier_retire(struct warp_file *w);
 void warp_tier_after_fork(void);
@@ -170,7 +214,7 @@ int warp_ckpt_start(void);
  * the tier file (-1: none in hand, decisions only). */
 void warp_checkpoint(struct warp_file *w);
 /* Forced flips (warp.test_flip): maybe move node k to a random state. */
-void warp_maybe_flip(struct warp_file *w, uint64_t node);
+void warp_maybe_flip(chell_ctx *c, struct warp_file *w, uint64_t node);
 
 /* ---- wstats.c: counters of this process (relaxed atomics, slow paths) */
 struct warp_counters {
@@ -180,6 +224,7 @@ struct warp_counters {
 	_Atomic uint64_t nodes[WARP_NSTATES], node_bytes[WARP_NSTATES]; /* last checkpoint's census */
 	_Atomic uint64_t buffer_bytes_max, recovered_blocks;
 	_Atomic uint64_t accesses, accurate, prefetch_issued, prefetch_used, prefetch_wasted;
+	_Atomic uint64_t leases, lease_breaks;
 };
 extern struct warp_counters warp_ctr;
 #define WCTR(f, n) atomic_fetch_add_explicit(&warp_ctr.f, (n), memory_order_relaxed)

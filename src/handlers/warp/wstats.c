@@ -44,7 +44,7 @@ static void more(char *json, size_t *n, size_t cap)
 		{"buffer_bytes_max", atomic_load(&c->buffer_bytes_max)},
 		{"writeback_bytes", atomic_load(&c->writeback_bytes)},
 		{"writeback_extents", atomic_load(&c->writeback_extents)},
-		{"reclaims", atomic_load(&c->reclaims)},
+		{"leases", atomic_load(&c->leases)},
 		{"prefetch_issued", issued},
 		{"prefetch_used", used},
 		{"prefetch_wasted", issued > used ? issued - used : 0},
