@@ -564,11 +564,14 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 		 * They count themselves in tier_ops before they look at the
 		 * state (seq_cst on both sides): either they see buffered, or we
 		 * see them. */
+		if (mapped_tick() < atomic_load(&w->hdr->refuse_until))
+			return -EAGAIN;
 		atomic_store(&n->state, (uint8_t)s);
 		int spins = 0;
 		while (atomic_load(&w->hdr->tier_ops) != 0) {
 			if (++spins > WAIT_TIER_SPINS) {
 				atomic_store(&n->state, (uint8_t)cur);
+				atomic_store(&w->hdr->refuse_until, mapped_tick() + 1000000000ull);
 				return -EAGAIN;
 			}
 			sched_yield();

@@ -355,6 +355,25 @@ static bool any_buffered(struct warp_file *w, uint64_t pos, uint64_t end)
 	return false;
 }
 
+static void drop_past(struct warp_file *w, uint64_t len);
+
+/* A growing write into a buffered node moved fewer bytes than it grew the
+ * file for (a bad buffer part of the way): the file ends where the
+ * kernel's write would have left it, unless someone grew it further
+ * meanwhile. */
+static void shrink_back(chell_ctx *c, struct warp_file *w, uint64_t grown_to, uint64_t end)
+{
+	struct mapped_inode *in = L(c)->inode;
+	chell_lock_acquire(&w->hdr->lock);
+	chell_lock_acquire(&in->lock);
+	if (isize(in) == grown_to && sys_ftruncate(c->fd, (off_t)end) == 0) {
+		isize_set(in, end);
+		drop_past(w, end);
+	}
+	chell_lock_release(&in->lock);
+	chell_lock_release(&w->hdr->lock);
+}
+
 /* A write of `total` bytes at pos, the range claimed on the offset. */
 static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t total)
 {
@@ -390,17 +409,28 @@ static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 		 * zeros), then the bytes into the buffer. */
 		chell_lock_acquire(&in->lock);
 		int e = 0;
-		if (end > isize(in)) {
-			if (pos > isize(in))
+		uint64_t before = isize(in);
+		bool grew = false;
+		if (end > before) {
+			if (pos > before)
 				atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
 			e = mapped_grow(c->fd, in, pos, end - pos, end);
-			if (e == 0 && end > isize(in))
+			if (e == 0 && end > isize(in)) {
 				isize_set(in, end);
+				grew = true;
+			}
 		}
 		chell_lock_release(&in->lock);
 		WSTAT(extends, 1);
 		if (e < 0)
 			return e;
+		r = transfer(c, iov, cnt, pos, total, 1);
+		if (r != (ssize_t)total && grew)
+			shrink_back(c, w, end, before > pos + (uint64_t)(r > 0 ? r : 0) ? before
+											 : pos + (uint64_t)(r > 0 ? r : 0));
+		if (r > 0)
+			mapped_write_done(&in->times, c->fd);
+		return r;
 	}
 	r = transfer(c, iov, cnt, pos, total, 1);
 	if (r > 0)

@@ -70,6 +70,9 @@ struct warp_hdr {
 	 * anyone, breaks it): nodes may be buffered only while it is set. */
 	_Atomic uint32_t leased;
 	_Atomic uint64_t lease_try; /* coarse ns of the last attempt (one per checkpoint) */
+	/* tier_ops did not drain (a process killed inside a call leaves it up
+	 * for good): no node becomes buffered before this coarse ns */
+	_Atomic uint64_t refuse_until;
 	struct warp_xfile xf[WARP_XFILE_SLOTS];
 };
 
