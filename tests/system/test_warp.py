@@ -177,23 +177,27 @@ WARP_TOTAL = int(os.environ.get("CHELL_WARP_RANDOPS_OPS", "200000"))
 # any lease); the lease runs check the default mode's paths. Seeds whose
 # sequence reaches the SEEK_DATA divergence that direct mode shows as well
 # on these small files (test_direct.py, RANDOPS_RUNS) are not used.
+TRUST = ["--set", "warp.outside=trust"]
 WARP_RUNS = [
-    (1, ["--set", "warp.outside=trust"] + FLIP, []),
-    (3, ["--set", "warp.outside=trust"] + FLIP, []),
-    (8, ["--set", "warp.outside=trust", "--set", "warp.node_size=8K",
-         "--set", "warp.test_flip=100000"], ["--files", "8", "--max-size", "64K", "--threads", "3",
-                                             "--procs", "4"]),
-    (5, ["--set", "warp.outside=trust"] + FLIP, ["--max-size", "8192", "--files", "2"]),
-    (6, FLIP, []),
-    (7, ["--set", "warp.outside=trust"] + FLIP, ["--no-fork"]),
+    (1, TRUST + FLIP, [], False),
+    (3, TRUST + FLIP, [], False),
+    (8, TRUST + ["--set", "warp.node_size=8K", "--set", "warp.test_flip=100000"],
+     ["--files", "8", "--max-size", "64K", "--threads", "3", "--procs", "4"], False),
+    (5, TRUST + FLIP, ["--max-size", "8192", "--files", "2"], False),
+    (6, FLIP, [], False),
+    (7, TRUST + FLIP, ["--no-fork"], False),
+    # the edge classes too: byte-range locks, RWF flags, in-kernel copies,
+    # limits, bad buffers, unshared tables
+    (21, TRUST + FLIP, [], True),
+    (22, FLIP, [], True),
 ]
 
 
-def run_randops_warp(seed, ops, base, settings, extra):
+def run_randops_warp(seed, ops, base, settings, extra, edges):
     data, shadow, stats = base / "data", base / "shadow", base / "stats"
     for p in (data, shadow, stats):
         p.mkdir(parents=True)
-    argv = randops_argv(seed, ops, data, extra)
+    argv = randops_argv(seed, ops, data, extra, edges=edges)
     cmd = chell_cmd("shadow", [data], argv,
                     ["--shadow-under-test", "warp", "--shadow-dir", str(shadow),
                      "--set", f"stats.file={stats}/stats.%p.json"] + settings)
@@ -227,15 +231,15 @@ def test_randops_shadow_warp(request, workdir):
     kernel, with node states changed at random points."""
     per = max(1000, -(-WARP_TOTAL // len(WARP_RUNS)))
     done = flips = buffered = 0
-    for seed, settings, extra in WARP_RUNS:
+    for seed, settings, extra, edges in WARP_RUNS:
         t0 = time.monotonic()
-        m, stats = run_randops_warp(seed, per, workdir / f"r{seed}", settings, extra)
+        m, stats = run_randops_warp(seed, per, workdir / f"r{seed}", settings, extra, edges)
         done += int(m.group(3))
         flips += total(stats, "flips")
         buffered += total(stats, "buffered_writes")
         assert total(stats, "reads") > 0 and total(stats, "writes") > 0, stats
         print(f"\nrandops shadow/warp: {m.group(0)} [{' '.join(settings + extra)}] "
-              f"flips={total(stats, 'flips')} buffered_writes={total(stats, 'buffered_writes')} "
+              f"{'edges ' if edges else ''}flips={total(stats, 'flips')} buffered_writes={total(stats, 'buffered_writes')} "
               f"in {time.monotonic() - t0:.1f}s")
     print(f"randops shadow/warp: {done} operations in total")
     assert done >= WARP_TOTAL

@@ -93,18 +93,21 @@ bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 void warp_lease_release(struct warp_file *w)
 {
 	struct warp_hdr *h = w->hdr;
+	/* any descriptor of the leased description will do (a process that
+	 * shares it without a duplicate of ours: the call's) */
+	int fd = w->lfd >= 0 ? w->lfd : warp_call_fd;
 	chell_lock_acquire(&h->lock);
-	if (atomic_load(&h->leased) && w->lfd >= 0) {
+	if (atomic_load(&h->leased) && fd >= 0) {
 		/* everything to the tier, nothing buffered: then the lease goes */
-		warp_writeback(w, w->lfd, 0, WARP_MAX_BLOCKS);
+		warp_writeback(w, fd, 0, WARP_MAX_BLOCKS);
 		uint32_t nn = warp_nnodes(w);
 		for (uint32_t k = 0; k < nn; k++)
 			if (atomic_load(&w->nodes[k].state) == WARP_BUFFERED)
 				warp_set_state(w, k, WARP_NORMAL);
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
 		atomic_store(&h->leased, 0);
-		sys_fcntl(w->lfd, F_SETLEASE, F_UNLCK);
-		sys_fcntl(w->lfd, F_SETSIG, 0);
+		sys_fcntl(fd, F_SETLEASE, F_UNLCK);
+		sys_fcntl(fd, F_SETSIG, 0);
 		WCTR(lease_breaks, 1);
 	}
 	w->lease_mine = 0;

@@ -827,8 +827,12 @@ static bool touches_lease(int cmd, unsigned long arg)
 
 static int warp_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
-	if (touches_lease(cmd, arg) && D(c)->active && L(c) && W(c)->lfd >= 0)
+	if (touches_lease(cmd, arg) && D(c)->active && L(c) && atomic_load(&W(c)->hdr->leased)) {
+		int saved = warp_call_fd;
+		warp_call_fd = c->fd;
 		warp_lease_release(W(c));
+		warp_call_fd = saved;
+	}
 	if (mapped_takes_lease(cmd, arg) && L(c)) {
 		/* The lease counts the inode's open files and mappings: ours go,
 		 * the file is the kernel's in this process from now on. */
@@ -846,9 +850,11 @@ static int warp_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 		mapped_go_kernel(c, &warp_mapped);
 	}
 	int r = chell_down_fcntl(c, cmd, arg);
-	if (cmd == F_GETFL && r >= 0 && D(c)->active && L(c) && W(c)->lfd >= 0 &&
-	    W(c)->lfd_ofd == c->f->ofd && atomic_load(&W(c)->hdr->leased))
-		r &= ~O_ASYNC; /* the lease's, not the application's (touches_lease) */
+	/* While the tree holds the lease, this is the leased description (the
+	 * only open of the file) and its O_ASYNC is the lease's: the
+	 * application's own F_SETFL O_ASYNC releases the lease first. */
+	if (cmd == F_GETFL && r >= 0 && D(c)->active && L(c) && atomic_load(&W(c)->hdr->leased))
+		r &= ~O_ASYNC;
 	if (cmd == F_SETFL && r >= 0 && D(c)->active && (arg & O_DIRECT)) {
 		disable(c, W(c));
 		mapped_go_kernel(c, &warp_mapped); /* the application asks for the kernel's I/O path */
