@@ -60,9 +60,14 @@ bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 		return false;
 	int d = w->lfd;
 	if (d < 0) {
-		d = (int)sys_fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
-		if (d < 0 || (d = chell_internal_fd(d, 1)) < 0)
+		/* made above the application's limit at once: moving a low one
+		 * there would close it, and closing any descriptor of the file
+		 * drops the process's POSIX locks on it */
+		d = chell_nofile_dup_high(c->fd);
+		if (d < 0)
 			return false;
+		sys_fcntl(d, F_SETFD, FD_CLOEXEC);
+		chell_internal_fd(d, -1);
 	}
 	chell_lock_acquire(&h->lock);
 	bool ok = false;
