@@ -123,11 +123,11 @@ static void test_replacement(void **state)
 		assert_int_equal(warp_patterns_store(p, (struct warp_file_id){9, i}, 4, st, su, NULL), 0);
 	st[0] = 2; /* file 1 stored again: now file 2 is the oldest */
 	assert_int_equal(warp_patterns_store(p, (struct warp_file_id){9, 1}, 4, st, su, NULL), 0);
-	assert_int_equal(warp_patterns_store(p, (struct warp_file_id){9, 1000}, 4, st, su, NULL), 0);
+	assert_int_equal(warp_patterns_store(p, (struct warp_file_id){9, 100000}, 4, st, su, NULL), 0);
 	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){9, 2}, 4, NULL, NULL, NULL), 0);
 	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){9, 1}, 4, NULL, NULL, NULL), 4);
 	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){9, 3}, 4, NULL, NULL, NULL), 4);
-	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){9, 1000}, 4, NULL, NULL, NULL), 4);
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){9, 100000}, 4, NULL, NULL, NULL), 4);
 	warp_patterns_close(p);
 }
 

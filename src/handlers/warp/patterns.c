@@ -88,22 +88,29 @@ static uint32_t entry_crc(const struct pat_entry *e)
 	return chell_crc32c(c, pat_succ(e), 4u * n);
 }
 
-int pat_format(struct chell_region *r)
+struct chell_region_layout pat_layout(uint32_t entries)
+{
+	return (struct chell_region_layout){
+		.journals = 1, .journal_entries = PAT_JOURNAL_ENTRIES, .heap_size = PAT_HEAP_SIZE(entries)};
+}
+
+int pat_format(struct chell_region *r, uint32_t entries)
 {
 	uint64_t size;
 	uint8_t *heap = chell_region_heap(r, &size);
-	if (size < PAT_HEAP_SIZE)
+	if (entries == 0 || entries > PAT_MAX_ENTRIES || size < PAT_HEAP_SIZE(entries))
 		return -ENOSPC;
-	memset(heap, 0, PAT_HEAP_SIZE);
+	/* A new region's heap is zero (a new file, or memory the caller
+	 * zeroed): empty entries need no writing, the root is the commit. */
 	struct pat_root *root = (struct pat_root *)heap;
 	root->magic = PAT_MAGIC;
 	root->version = PAT_VERSION;
-	root->entries = PAT_ENTRIES;
+	root->entries = entries;
 	root->max_nodes = PAT_NODES;
 	root->entry_size = (uint32_t)PAT_ENTRY_SIZE;
 	root->crc = root_crc(root);
-	/* Format and persist as one transaction, so a crash leaves either
-	 * the zeroed heap (then formatted again) or the whole root. */
+	/* One transaction, so a crash leaves either the zero heap (not a
+	 * patterns file: rebuilt) or the whole root. */
 	struct chell_tx *tx;
 	int rc = chell_tx_begin(r, 0, &tx);
 	if (rc)
@@ -129,11 +136,11 @@ static int bad(char *field, size_t len, const char *fmt, ...)
 	return -EUCLEAN;
 }
 
-int pat_validate(const uint8_t *heap, uint64_t heap_size, char *field, size_t len)
+int pat_validate_root(const uint8_t *heap, uint64_t heap_size, char *field, size_t len)
 {
-	if (heap_size < PAT_HEAP_SIZE)
-		return bad(field, len, "region heap: %llu bytes, a patterns heap needs %llu",
-			   (unsigned long long)heap_size, (unsigned long long)PAT_HEAP_SIZE);
+	if (heap_size < PAT_ROOT_SIZE)
+		return bad(field, len, "region heap: %llu bytes, too small for the patterns root",
+			   (unsigned long long)heap_size);
 	const struct pat_root *r = (const struct pat_root *)heap;
 	if (r->magic != PAT_MAGIC)
 		return bad(field, len, "root.magic: 0x%016llx, not a patterns file (0x%016llx)",
@@ -142,10 +149,34 @@ int pat_validate(const uint8_t *heap, uint64_t heap_size, char *field, size_t le
 		return bad(field, len, "root.crc: stored 0x%08x, computed 0x%08x", r->crc, root_crc(r));
 	if (r->version != PAT_VERSION)
 		return bad(field, len, "root.version: %u, this build reads %u", r->version, PAT_VERSION);
-	if (r->entries != PAT_ENTRIES || r->max_nodes != PAT_NODES || r->entry_size != PAT_ENTRY_SIZE)
-		return bad(field, len, "root.entries/max_nodes/entry_size: %u/%u/%u, this build has %u/%u/%u",
-			   r->entries, r->max_nodes, r->entry_size, PAT_ENTRIES, PAT_NODES, (unsigned)PAT_ENTRY_SIZE);
-	for (uint32_t i = 0; i < PAT_ENTRIES; i++) {
+	if (r->max_nodes != PAT_NODES || r->entry_size != PAT_ENTRY_SIZE)
+		return bad(field, len, "root.max_nodes/entry_size: %u/%u, this build has %u/%u", r->max_nodes,
+			   r->entry_size, PAT_NODES, (unsigned)PAT_ENTRY_SIZE);
+	if (r->entries == 0 || r->entries > PAT_MAX_ENTRIES)
+		return bad(field, len, "root.entries: %u (1..%u)", r->entries, PAT_MAX_ENTRIES);
+	if (heap_size < PAT_HEAP_SIZE(r->entries))
+		return bad(field, len, "root.entries: %u entries need a heap of %llu bytes, the region has %llu",
+			   r->entries, (unsigned long long)PAT_HEAP_SIZE(r->entries), (unsigned long long)heap_size);
+	return 0;
+}
+
+static int id_cmp(const void *a, const void *b)
+{
+	const uint64_t *x = a, *y = b;
+	if (x[0] != y[0])
+		return x[0] < y[0] ? -1 : 1;
+	if (x[1] != y[1])
+		return x[1] < y[1] ? -1 : 1;
+	return 0;
+}
+
+int pat_validate(const uint8_t *heap, uint64_t heap_size, char *field, size_t len)
+{
+	int rc = pat_validate_root(heap, heap_size, field, len);
+	if (rc)
+		return rc;
+	const struct pat_root *r = (const struct pat_root *)heap;
+	for (uint32_t i = 0; i < r->entries; i++) {
 		const struct pat_entry *e = pat_entry_at(heap, i);
 		if (e->ino == 0)
 			continue;
@@ -166,20 +197,37 @@ int pat_validate(const uint8_t *heap, uint64_t heap_size, char *field, size_t le
 		for (unsigned k = 0; k < WARP_XFILE_SLOTS; k++)
 			if (e->xf[k].ctx && e->xf[k].ino == 0)
 				return bad(field, len, "entry[%u].xf[%u].ino: 0 in a used tuple", i, k);
-		for (uint32_t j = 0; j < i; j++) {
-			const struct pat_entry *o = pat_entry_at(heap, j);
-			if (o->ino == e->ino && o->dev == e->dev)
-				return bad(field, len, "entry[%u]: the same file as entry[%u]", i, j);
+	}
+	/* No file twice: sort (dev, ino, index) of the used entries. */
+	uint64_t (*ids)[3] = malloc(sizeof *ids * r->entries);
+	if (!ids)
+		return -ENOMEM;
+	uint32_t used = 0;
+	for (uint32_t i = 0; i < r->entries; i++) {
+		const struct pat_entry *e = pat_entry_at(heap, i);
+		if (e->ino) {
+			ids[used][0] = e->dev;
+			ids[used][1] = e->ino;
+			ids[used++][2] = i;
 		}
 	}
-	return 0;
+	qsort(ids, used, sizeof *ids, id_cmp);
+	rc = 0;
+	for (uint32_t k = 1; k < used && !rc; k++)
+		if (ids[k][0] == ids[k - 1][0] && ids[k][1] == ids[k - 1][1]) {
+			uint64_t a = ids[k - 1][2] < ids[k][2] ? ids[k - 1][2] : ids[k][2];
+			uint64_t b = ids[k - 1][2] < ids[k][2] ? ids[k][2] : ids[k - 1][2];
+			rc = bad(field, len, "entry[%u]: the same file as entry[%u]", (unsigned)b, (unsigned)a);
+		}
+	free(ids);
+	return rc;
 }
 
 const struct pat_entry *pat_find(const uint8_t *heap, struct warp_file_id id)
 {
 	if (id.ino == 0)
 		return NULL;
-	for (uint32_t i = 0; i < PAT_ENTRIES; i++) {
+	for (uint32_t i = 0; i < pat_entries(heap); i++) {
 		const struct pat_entry *e = pat_entry_at(heap, i);
 		if (e->ino == id.ino && e->dev == id.dev)
 			return e;
@@ -192,7 +240,7 @@ const struct pat_entry *pat_find(const uint8_t *heap, struct warp_file_id id)
 static uint32_t pick_slot(const uint8_t *heap, struct warp_file_id id)
 {
 	uint32_t empty = UINT32_MAX, oldest = 0;
-	for (uint32_t i = 0; i < PAT_ENTRIES; i++) {
+	for (uint32_t i = 0; i < pat_entries(heap); i++) {
 		const struct pat_entry *e = pat_entry_at(heap, i);
 		if (e->ino == id.ino && e->dev == id.dev)
 			return i;
@@ -257,14 +305,14 @@ int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n,
 	uint8_t *heap = chell_region_heap(r, &size);
 	if (id.ino == 0 || n == 0)
 		return -EINVAL;
-	if (size < PAT_HEAP_SIZE)
+	if (size < PAT_ROOT_SIZE || pat_entries(heap) == 0 || size < PAT_HEAP_SIZE(pat_entries(heap)))
 		return -EUCLEAN;
 	build_entry(buf, id, n, states, succ, xf);
 	uint32_t slot = pick_slot(heap, id);
 	struct pat_entry *e = (struct pat_entry *)entry_ptr(heap, slot);
 	struct pat_root *root = (struct pat_root *)heap;
 	if (e->ino == id.ino && e->dev == id.dev && same_entry(e, buf))
-		return 0;
+		return (int)slot;
 	struct chell_tx *tx;
 	int rc = chell_tx_begin(r, 0, &tx);
 	if (rc)
@@ -281,13 +329,11 @@ int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n,
 	ne->stamp = root->clock;
 	ne->crc = entry_crc(ne);
 	memcpy(e, buf, PAT_ENTRY_SIZE);
-	return chell_tx_commit(tx);
+	rc = chell_tx_commit(tx);
+	return rc ? rc : (int)slot;
 }
 
 /* ------------------------------------------------------------ opening */
-
-static const struct chell_region_layout pat_layout = {
-	.journals = 1, .journal_entries = PAT_JOURNAL_ENTRIES, .heap_size = PAT_HEAP_SIZE};
 
 static void free_patterns(struct warp_patterns *p)
 {
@@ -426,15 +472,14 @@ static void nap(void)
 	CHELL_SC(SYS_nanosleep, &ts, NULL, 0, 0, 0, 0);
 }
 
-/* Open the region itself for a store or a rebuild, waiting a little for a
- * reader's shared lock or another store (the persistence core takes the
- * lock without blocking). */
-static int region_open_wait(const char *path, bool create, struct chell_region **r, char *err, size_t errlen)
+/* Open the region itself for a store, waiting a little for a reader's
+ * shared lock or another store (the persistence core takes the lock
+ * without blocking). */
+static int region_open_wait(const char *path, struct chell_region **r, char *err, size_t errlen)
 {
 	int rc = -EAGAIN;
 	for (int tries = 0; tries < 200; tries++) {
-		rc = create ? chell_region_create(path, &pat_layout, r, err, errlen)
-			    : chell_region_open(path, r, err, errlen);
+		rc = chell_region_open(path, r, err, errlen);
 		if (rc != -EWOULDBLOCK && rc != -EAGAIN)
 			break;
 		nap();
@@ -442,16 +487,27 @@ static int region_open_wait(const char *path, bool create, struct chell_region *
 	return rc;
 }
 
-/* Make path an empty patterns file. */
+/* Make path an empty patterns file: a new file formatted under a
+ * temporary name, then renamed over path, so no process ever reads a
+ * half-formatted file and the damaged one is never written into (a
+ * process still reading it keeps its inode). */
 static int rebuild(const char *path)
 {
-	char err[256];
+	char err[256], tmp[4200];
 	struct chell_region *r;
-	int rc = region_open_wait(path, true, &r, err, sizeof err);
+	if ((size_t)snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)sys_getpid()) >= sizeof tmp)
+		return -ENAMETOOLONG;
+	sys_unlink(tmp);
+	struct chell_region_layout lay = pat_layout(PAT_ENTRIES);
+	int rc = chell_region_create(tmp, &lay, &r, err, sizeof err);
 	if (rc)
 		return rc;
-	rc = pat_format(r);
+	rc = pat_format(r, PAT_ENTRIES);
 	chell_region_close(r);
+	if (rc == 0)
+		rc = (int)CHELL_SC(SYS_renameat, AT_FDCWD, tmp, AT_FDCWD, path, 0, 0);
+	if (rc)
+		sys_unlink(tmp);
 	return rc;
 }
 
@@ -503,10 +559,14 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 	const struct pat_entry *e = pat_find(p->heap, id);
 	uint32_t k = 0;
 	if (e) {
+		/* The copy's entries were checked at open, not after a refresh
+		 * from another process's stores: bound and sanitise here. */
 		k = e->n < n ? e->n : n;
+		if (k > PAT_NODES)
+			k = PAT_NODES;
 		for (uint32_t j = 0; j < k; j++) {
 			if (states)
-				states[j] = pat_states(e)[j];
+				states[j] = pat_states(e)[j] < WARP_NSTATES ? pat_states(e)[j] : WARP_NORMAL;
 			if (succ)
 				succ[j] = pat_succ(e)[j] < n ? pat_succ(e)[j] : WARP_NODE_NONE;
 		}
@@ -521,6 +581,31 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 	}
 	pthread_mutex_unlock(&p->lock);
 	return k;
+}
+
+/* After a store into the region `heap` (entry `slot`): bring the copy up
+ * to date. Only the entry and the clock when nobody else stored since the
+ * copy was made; the whole heap (its root checked) when someone did. */
+static void refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, int slot, uint64_t clock_before)
+{
+	uint64_t mine;
+	chell_region_heap(p->mem, &mine);
+	struct pat_root *cr = (struct pat_root *)p->heap;
+	const struct pat_root *rr = (const struct pat_root *)heap;
+	if (mine == size && cr->clock == clock_before && cr->entries == rr->entries) {
+		uint64_t off = PAT_ROOT_SIZE + (uint64_t)slot * PAT_ENTRY_SIZE;
+		memcpy(p->heap + off, heap + off, PAT_ENTRY_SIZE);
+		cr->clock = rr->clock;
+	} else if (mine == size) {
+		memcpy(p->heap, heap, size);
+	} else {
+		/* another layout (the file was rebuilt): read it as at open */
+		char err[256];
+		uint8_t *img;
+		size_t len;
+		if (read_file(p->path, &img, &len, err, sizeof err) == 0)
+			adopt(p, img, len, err, sizeof err);
+	}
 }
 
 int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n, const uint8_t *states,
@@ -541,30 +626,31 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 		return 0;
 	}
 	struct chell_region *r;
-	int rc = region_open_wait(p->path, false, &r, err, sizeof err);
-	if (rc == 0) {
-		uint64_t size;
-		uint8_t *heap = chell_region_heap(r, &size);
-		rc = pat_validate(heap, size, err, sizeof err);
-		if (rc == 0)
-			rc = pat_store_region(r, id, n, states, succ, xf);
-		chell_region_close(r);
-	}
-	if (rc == -EUCLEAN || rc == -ENOENT) {
+	int rc = region_open_wait(p->path, &r, err, sizeof err);
+	for (int again = 0; again < 2; again++) {
+		if (rc == 0) {
+			uint64_t size;
+			uint8_t *heap = chell_region_heap(r, &size);
+			rc = pat_validate_root(heap, size, err, sizeof err);
+			if (rc == 0) {
+				uint64_t before = ((struct pat_root *)heap)->clock;
+				rc = pat_store_region(r, id, n, states, succ, xf);
+				if (rc >= 0) {
+					refresh(p, heap, size, rc, before);
+					rc = 0;
+				}
+			}
+			chell_region_close(r);
+		}
+		if (again || (rc != -EUCLEAN && rc != -ENOENT))
+			break;
 		/* Damaged (or removed) since we read it: start again empty. */
 		if (rc == -EUCLEAN)
 			warn_once(p->path, err);
 		rc = rebuild(p->path);
-		if (rc == 0 && region_open_wait(p->path, false, &r, err, sizeof err) == 0) {
-			rc = pat_store_region(r, id, n, states, succ, xf);
-			chell_region_close(r);
-		}
+		if (rc == 0)
+			rc = region_open_wait(p->path, &r, err, sizeof err);
 	}
-	/* Refresh the copy: other processes' stores become visible too. */
-	uint8_t *img;
-	size_t len;
-	if (read_file(p->path, &img, &len, err, sizeof err) == 0)
-		adopt(p, img, len, err, sizeof err);
 	pthread_mutex_unlock(&p->lock);
 	return rc;
 }
@@ -572,7 +658,7 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 void warp_patterns_each(struct warp_patterns *p, void (*fn)(void *arg, const struct pat_entry *e), void *arg)
 {
 	pthread_mutex_lock(&p->lock);
-	for (uint32_t i = 0; i < PAT_ENTRIES; i++) {
+	for (uint32_t i = 0; i < pat_entries(p->heap); i++) {
 		const struct pat_entry *e = pat_entry_at(p->heap, i);
 		if (e->ino)
 			fn(arg, e);

@@ -6,7 +6,7 @@
  * (chell/pmem.h); all fields are little-endian x86 integers.
  *
  *   heap offset 0     struct pat_root (64 bytes)
- *   heap offset 64    PAT_ENTRIES entries of PAT_ENTRY_SIZE bytes:
+ *   heap offset 64    root.entries entries of PAT_ENTRY_SIZE bytes:
  *                     struct pat_entry, then states[PAT_NODES] (one byte
  *                     per node, enum warp_state), then succ[PAT_NODES]
  *                     (uint32_t, WARP_NODE_NONE for none)
@@ -23,11 +23,12 @@
 
 #define PAT_MAGIC 0x3154415050524157ULL /* "WARPPAT1" */
 #define PAT_VERSION 1u
-#define PAT_ENTRIES 128u /* files remembered; the least recently stored goes */
+#define PAT_ENTRIES 1024u    /* files remembered (2.8 MB); the least recently stored goes */
+#define PAT_MAX_ENTRIES 65536u /* what a file may declare */
 #define PAT_NODES 512u   /* nodes per file (1 GB of 2 MB nodes); later ones are not kept */
 #define PAT_ROOT_SIZE 64u
 #define PAT_ENTRY_SIZE (sizeof(struct pat_entry) + PAT_NODES + 4u * PAT_NODES)
-#define PAT_HEAP_SIZE (PAT_ROOT_SIZE + (uint64_t)PAT_ENTRIES * PAT_ENTRY_SIZE)
+#define PAT_HEAP_SIZE(entries) (PAT_ROOT_SIZE + (uint64_t)(entries) * PAT_ENTRY_SIZE)
 #define PAT_JOURNAL_ENTRIES 256u /* 16 KB of undo: one entry plus the root */
 
 struct pat_root {
@@ -57,15 +58,26 @@ _Static_assert(sizeof(struct pat_root) == PAT_ROOT_SIZE, "root size");
 _Static_assert(sizeof(struct pat_entry) == 192, "entry header size");
 _Static_assert(PAT_ENTRY_SIZE % 64 == 0, "entries start on cache lines");
 
-/* Format an empty patterns heap on an open region (outside a transaction:
- * the region is new). 0 or -errno. */
-int pat_format(struct chell_region *r);
+/* Format an empty patterns heap of `entries` entries on an open region
+ * (one transaction). 0 or -errno. */
+int pat_format(struct chell_region *r, uint32_t entries);
+/* The region layout of a patterns file of `entries` entries. */
+struct chell_region_layout pat_layout(uint32_t entries);
 /* Check a heap: 0, or -EUCLEAN with the offending field named in field
  * ("root.magic", "entry[3].succ[17]", ...). */
 int pat_validate(const uint8_t *heap, uint64_t heap_size, char *field, size_t len);
-/* One store as a transaction on journal 0 of an open region. */
+/* The root alone (magic, crc, version, sizes against the heap): enough to
+ * walk the entries safely. */
+int pat_validate_root(const uint8_t *heap, uint64_t heap_size, char *field, size_t len);
+/* One store as a transaction on journal 0 of an open region whose root is
+ * valid: the index of the entry written (or found unchanged), or -errno. */
 int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n, const uint8_t *states,
 		     const uint32_t *succ, const struct warp_xfile xf[WARP_XFILE_SLOTS]);
+/* The number of entries of a validated heap. */
+static inline uint32_t pat_entries(const uint8_t *heap)
+{
+	return ((const struct pat_root *)heap)->entries;
+}
 /* The entry of id in a validated heap, or NULL. */
 const struct pat_entry *pat_find(const uint8_t *heap, struct warp_file_id id);
 static inline const uint8_t *pat_states(const struct pat_entry *e)
