@@ -335,6 +335,16 @@ int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n,
 
 /* ------------------------------------------------------------ opening */
 
+/* Recursive: a warp_patterns_each callback may load. */
+static void lock_init(struct warp_patterns *p)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&p->lock, &a);
+	pthread_mutexattr_destroy(&a);
+}
+
 static void free_patterns(struct warp_patterns *p)
 {
 	if (!p)
@@ -386,7 +396,7 @@ int warp_patterns_open_mem(const void *img, size_t len, struct warp_patterns **o
 		free(copy);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&p->lock, NULL);
+	lock_init(p);
 	memcpy(copy, img, len);
 	int rc = adopt(p, copy, len, err, errlen);
 	if (rc) {
@@ -456,7 +466,7 @@ int warp_patterns_open_ro(const char *path, struct warp_patterns **out, char *er
 		free(img);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&p->lock, NULL);
+	lock_init(p);
 	rc = adopt(p, img, len, err, errlen);
 	if (rc) {
 		free_patterns(p);
@@ -520,7 +530,7 @@ int warp_patterns_open(const char *path, struct warp_patterns **out)
 	struct warp_patterns *p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
-	pthread_mutex_init(&p->lock, NULL);
+	lock_init(p);
 	p->path = strdup(path);
 	if (!p->path) {
 		free_patterns(p);
