@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * chell_bench_tier FILE read|write SIZE COUNT: COUNT preads or pwrites of
- * SIZE bytes walking FILE (which must be at least 64 MB, or SIZE*COUNT),
- * timed in batches of COUNT/16; prints the median ns per call. A plain
- * program on the libc file API: scripts/bench_tier.py runs it under `chell
- * run` with and without a tier model and compares.
+ * chell_bench_tier FILE read|write SIZE MS START_NS: preads or pwrites of
+ * SIZE bytes walking FILE, for MS milliseconds from CLOCK_MONOTONIC time
+ * START_NS (0: now), counted in 32 windows of MS/32; prints the ns per
+ * call of each window, in order, on one line. Processes given one START_NS run their
+ * windows at the same moments, so a bandwidth they share is measured
+ * while they all use it. A plain program on the libc file API:
+ * scripts/bench_tier.py runs it under `chell run` with and without a tier
+ * model and compares.
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -20,36 +23,34 @@ static double now_ns(void)
 	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
-static int cmp(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 int main(int argc, char **argv)
 {
-	if (argc != 5) {
-		fprintf(stderr, "usage: chell_bench_tier FILE read|write SIZE COUNT\n");
+	if (argc != 6) {
+		fprintf(stderr, "usage: chell_bench_tier FILE read|write SIZE MS START_NS\n");
 		return 2;
 	}
 	int write_op = strcmp(argv[2], "write") == 0;
 	size_t size = strtoull(argv[3], NULL, 10);
-	long count = atol(argv[4]);
+	double window = atof(argv[4]) * 1e6 / 32, start = atof(argv[5]);
 	int fd = open(argv[1], O_RDWR);
 	off_t fsize = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
 	char *buf = aligned_alloc(4096, size);
-	if (fd < 0 || fsize < (off_t)size || !buf || count < 16) {
+	if (fd < 0 || fsize < (off_t)size || !buf || window <= 0) {
 		perror("chell_bench_tier");
 		return 1;
 	}
 	memset(buf, 'w', size);
-	enum { BATCHES = 16 };
+	enum { BATCHES = 32 };
 	double per[BATCHES];
-	long per_batch = count / BATCHES;
 	off_t off = 0;
+	while (now_ns() < start)
+		;
+	double t0 = start > 0 ? start : now_ns();
 	for (int b = 0; b < BATCHES; b++) {
-		double t0 = now_ns();
-		for (long i = 0; i < per_batch; i++) {
+		double end = t0 + window, t;
+		long calls = 0;
+		do {
+			calls++;
 			ssize_t r = write_op ? pwrite(fd, buf, size, off) : pread(fd, buf, size, off);
 			if (r != (ssize_t)size) {
 				perror("chell_bench_tier: I/O");
@@ -58,10 +59,12 @@ int main(int argc, char **argv)
 			off += (off_t)size;
 			if (off + (off_t)size > fsize)
 				off = 0;
-		}
-		per[b] = (now_ns() - t0) / (double)per_batch;
+		} while ((t = now_ns()) < end);
+		per[b] = (t - t0) / (double)calls;
+		t0 = t;
 	}
-	qsort(per, BATCHES, sizeof *per, cmp);
-	printf("%.1f\n", (per[BATCHES / 2 - 1] + per[BATCHES / 2]) / 2);
+	for (int b = 0; b < BATCHES; b++)
+		printf("%s%.1f", b ? " " : "", per[b]);
+	printf("\n");
 	return 0;
 }

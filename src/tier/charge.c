@@ -12,15 +12,25 @@
  * copy began (now - DRAM's time for the bytes), so a lone process waits
  * exactly `extra` and n processes moving data at once share the bandwidth.
  * The wait is a spin on CLOCK_MONOTONIC (the vDSO reads the TSC): sleeping
- * is microseconds too coarse. The time a call takes besides the wait (one
- * clock read) is taken off it.
+ * is tens of microseconds too coarse (timer slack, wake-up). Only a long
+ * wait (a large transfer on a slow device) sleeps first, to SLEEP_MARGIN
+ * before the deadline, then spins the rest: a process waiting for the
+ * emulated device leaves its CPU to the others meanwhile, as a process
+ * waiting for a real device would. The time a call takes besides the wait
+ * (one clock read) is taken off it.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
+#include "chell/sys.h"
 #include "internal.h"
+
+/* Waits longer than this sleep until SLEEP_MARGIN before their end (the
+ * default timer slack is 50 us, a wake-up some more). */
+#define SLEEP_OVER_NS 200000
+#define SLEEP_MARGIN_NS 100000
 
 bool chell_tier_active;
 __thread uint64_t chell_tier_tls_bytes;
@@ -77,6 +87,13 @@ void chell_tier_charge(bool write, size_t bytes, unsigned accesses)
 	uint64_t end = tier_reserve(&budget[write ? TIER_WRITE_CLOCK : 0], t0, (uint64_t)(c.dev_ns + 0.5));
 	uint64_t deadline = end + (uint64_t)(c.lat_ns + 0.5) - (uint64_t)(clock_ns + 0.5);
 	uint64_t t = now;
+	if (deadline > now + SLEEP_OVER_NS) {
+		/* raw: not a cancellation point; a signal (EINTR) just ends it early */
+		uint64_t wake = deadline - SLEEP_MARGIN_NS;
+		struct timespec ts = {(time_t)(wake / 1000000000u), (long)(wake % 1000000000u)};
+		CHELL_SC(SYS_clock_nanosleep, CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL, 0, 0);
+		t = tier_now_ns();
+	}
 	while (t < deadline) {
 		__builtin_ia32_pause();
 		t = tier_now_ns();
