@@ -4,7 +4,7 @@ A real program (tests/progs/tier_io.c) makes a fixed mix of reads and
 writes on a file on the tier; under `chell run` with a model, the tier's
 counters in stats.file must equal the calls that moved bytes and the bytes
 they moved, in every mode that charges them (the kernel path, direct
-mode). No timing is checked here: scripts/bench_tier.py measures the
+mode, cache mode's pool copies). No timing is checked here: scripts/bench_tier.py measures the
 delivered latency and bandwidth.
 """
 import json
@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from conftest import CHELL, PROGS, chell_cmd, run
+from conftest import CHELL, PROGS, chell_cmd, fresh_manager, run
 
 
 def expected(out):
@@ -82,3 +82,20 @@ def test_bad_settings_are_named(sets, message, workdir, tmp_path):
     r = run(chell_cmd("posix", [workdir], ["true"], extra))
     assert r.returncode != 0
     assert message in r.stderr.decode(), r.stderr.decode()
+
+
+def test_cache_mode_charges_pool_copies(tmp_path):
+    """Cache mode: every byte the client moved was a copy out of or into
+    the pool (the tier): the bytes match; a request that crosses a chunk
+    is two copies, so there may be more charged copies than calls."""
+    with fresh_manager() as m:
+        stats = tmp_path / "stats.%p.json"
+        r = run(m.cmd([PROGS / "tier_io", m.backing],
+                      ["--set", "tier.model=pcm", "--set", f"stats.file={stats}",
+                       "--set", f"tier.state={tmp_path}"]))
+        assert r.returncode == 0, r.stderr
+        want = expected(r.stdout.decode())
+        got = json.loads(next(tmp_path.glob("stats.*.json")).read_text())
+    assert got["tier_read_bytes"] == want["tier_read_bytes"]
+    assert got["tier_write_bytes"] == want["tier_write_bytes"]
+    assert got["tier_reads"] >= want["tier_reads"] and got["tier_writes"] >= want["tier_writes"]
