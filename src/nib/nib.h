@@ -326,6 +326,9 @@ void nib_tier_exit(void);
 /* Write one JSON record to stats.file ('%p' = pid): 0, or -1 (not set, or
  * it cannot be written: logged). Handlers' dumps and the tier's share it. */
 int chell_stats_write(const char *json, size_t n);
+/* A file-name setting's value with each "%p" replaced by the pid (cut at
+ * outlen); true if it had one (stats.file, trace.file, shadow.report). */
+bool chell_expand_pid(const char *tmpl, char *out, size_t outlen);
 
 /* ---- stacks.c ---- */
 struct chell_stack_spec;

@@ -48,22 +48,32 @@ bool chell_tier_file(const struct chell_file *f, int fd)
 	return sys_fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && router_dev_on_fast_mount(st.st_dev);
 }
 
+bool chell_expand_pid(const char *tmpl, char *out, size_t outlen)
+{
+	size_t n = 0;
+	bool pid = false;
+	for (const char *s = tmpl; *s && n + 1 < outlen; s++) {
+		if (s[0] == '%' && s[1] == 'p') {
+			n += (size_t)snprintf(out + n, outlen - n, "%d", (int)sys_getpid());
+			if (n >= outlen)
+				n = outlen - 1;
+			pid = true;
+			s++;
+		} else {
+			out[n++] = *s;
+		}
+	}
+	out[n] = '\0';
+	return pid;
+}
+
 int chell_stats_write(const char *json, size_t n)
 {
 	const char *spec = chell_setting("stats.file");
 	if (!spec || !spec[0])
 		return -1;
 	char path[4096];
-	size_t o = 0;
-	for (const char *s = spec; *s && o + 16 < sizeof(path); s++) {
-		if (s[0] == '%' && s[1] == 'p') {
-			o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)sys_getpid());
-			s++;
-		} else {
-			path[o++] = *s;
-		}
-	}
-	path[o] = 0;
+	chell_expand_pid(spec, path, sizeof path);
 	int fd = sys_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		chell_log("cannot write stats.file '%s': %s", path, strerror(-fd));

@@ -14,27 +14,19 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static unsigned long long r_ops, r_bytes, w_ops, w_bytes;
+static unsigned long long ops[2], bytes[2]; /* [0] reads, [1] writes */
 
-static void rd(ssize_t n)
+static void count(int write, ssize_t n)
 {
 	if (n < 0) {
-		perror("read");
+		perror(write ? "write" : "read");
 		exit(1);
 	}
 	if (n > 0)
-		r_ops++, r_bytes += (unsigned long long)n;
+		ops[write]++, bytes[write] += (unsigned long long)n;
 }
-
-static void wr(ssize_t n)
-{
-	if (n < 0) {
-		perror("write");
-		exit(1);
-	}
-	if (n > 0)
-		w_ops++, w_bytes += (unsigned long long)n;
-}
+#define rd(n) count(0, (n))
+#define wr(n) count(1, (n))
 
 int main(int argc, char **argv)
 {
@@ -72,7 +64,7 @@ int main(int argc, char **argv)
 	lseek(fd, -300, SEEK_END);
 	rd(read(fd, buf, 4096)); /* 300 */
 	close(fd);
-	printf("reads %llu read_bytes %llu writes %llu write_bytes %llu\n", r_ops, r_bytes, w_ops,
-	       w_bytes);
+	printf("reads %llu read_bytes %llu writes %llu write_bytes %llu\n", ops[0], bytes[0], ops[1],
+	       bytes[1]);
 	return 0;
 }
