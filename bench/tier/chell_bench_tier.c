@@ -2,8 +2,10 @@
 /*
  * chell_bench_tier FILE read|write SIZE MS START_NS: preads or pwrites of
  * SIZE bytes walking FILE, for MS milliseconds from CLOCK_MONOTONIC time
- * START_NS (0: now), counted in 32 windows of MS/32; prints the ns per
- * call of each window, in order, on one line. Processes given one START_NS run their
+ * START_NS (0: now), counted in 64 windows of MS/64; prints, for each
+ * window in order, "NS:PRE": ns per call, and the involuntary context
+ * switches the window suffered (a window another process preempted is
+ * not the model's: the driver leaves such windows out). Processes given one START_NS run their
  * windows at the same moments, so a bandwidth they share is measured
  * while they all use it. A plain program on the libc file API:
  * scripts/bench_tier.py runs it under `chell run` with and without a tier
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -23,6 +26,13 @@ static double now_ns(void)
 	return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
 }
 
+static long preemptions(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_THREAD, &ru);
+	return ru.ru_nivcsw;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 6) {
@@ -31,7 +41,7 @@ int main(int argc, char **argv)
 	}
 	int write_op = strcmp(argv[2], "write") == 0;
 	size_t size = strtoull(argv[3], NULL, 10);
-	double window = atof(argv[4]) * 1e6 / 32, start = atof(argv[5]);
+	double window = atof(argv[4]) * 1e6 / 64, start = atof(argv[5]);
 	int fd = open(argv[1], O_RDWR);
 	off_t fsize = fd >= 0 ? lseek(fd, 0, SEEK_END) : -1;
 	char *buf = aligned_alloc(4096, size);
@@ -40,7 +50,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	memset(buf, 'w', size);
-	enum { BATCHES = 32 };
+	enum { BATCHES = 64 };
+	long pre[BATCHES];
 	double per[BATCHES];
 	off_t off = 0;
 	while (now_ns() < start)
@@ -48,7 +59,7 @@ int main(int argc, char **argv)
 	double t0 = start > 0 ? start : now_ns();
 	for (int b = 0; b < BATCHES; b++) {
 		double end = t0 + window, t;
-		long calls = 0;
+		long calls = 0, iv0 = preemptions();
 		do {
 			calls++;
 			ssize_t r = write_op ? pwrite(fd, buf, size, off) : pread(fd, buf, size, off);
@@ -61,10 +72,11 @@ int main(int argc, char **argv)
 				off = 0;
 		} while ((t = now_ns()) < end);
 		per[b] = (t - t0) / (double)calls;
+		pre[b] = preemptions() - iv0;
 		t0 = t;
 	}
 	for (int b = 0; b < BATCHES; b++)
-		printf("%s%.1f", b ? " " : "", per[b]);
+		printf("%s%.1f:%ld", b ? " " : "", per[b], pre[b]);
 	printf("\n");
 	return 0;
 }

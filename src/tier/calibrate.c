@@ -16,8 +16,9 @@
  *   read bw    1 MB copies out of the buffer into a small hot one, the
  *              source walking the buffer: what a read() from the tier does;
  *   write bw   1 MB copies from a small hot buffer into the cold one;
- *   clock_ns   one CLOCK_MONOTONIC read, taken off each wait so the spin's
- *              own cost is not charged twice.
+ *   clock_ns   one CLOCK_MONOTONIC read (for the record: each process
+ *              measures what a whole charge costs besides its wait,
+ *              charge.c, and takes that off each wait).
  * Each figure is the median of many short samples (32 chains of 256 loads,
  * 64 copies), so a preemption on a shared machine does not move it.
  * Some 30-50 ms in all, most of it faulting the buffer in.

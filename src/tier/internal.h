@@ -39,7 +39,7 @@ int tier_settings(const struct chell_config *cfg, const char **model, struct che
 /* This machine's DRAM, for the transfers the tier model charges: latency
  * of a dependent load from memory not in any cache, bandwidth of 1 MB
  * copies from (read) and into (write) such memory, and clock_ns: the cost
- * of reading the clock (taken off each wait). */
+ * of reading the clock (for the record). */
 struct tier_dram {
 	struct chell_tier_figures f;
 	double clock_ns;
