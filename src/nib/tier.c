@@ -5,6 +5,7 @@
  * The model itself (presets, calibration, the shared budget, the charge)
  * is src/tier, which chelld links as well.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@ int nib_tier_init(char *err, size_t errlen)
 		return -1;
 	if (!chell_tier_active)
 		return 0;
+	/* each process's stats.file record counts its own charges only, so
+	 * `chell stat` can add the records of a process tree */
+	pthread_atfork(NULL, NULL, tier_counters_reset);
 	char **p = NULL;
 	int n = chell_config_paths(&chell_cfg, "tier.paths", &p);
 	if (n < 0) {

@@ -129,9 +129,14 @@ static double measure_overhead(void)
 			v[j] = v[j - 1];
 			v[j - 1] = t;
 		}
-	for (int w = 0; w < 2; w++) /* not the application's */
-		atomic_store(&n_ops[w], 0), atomic_store(&n_bytes[w], 0), atomic_store(&n_wait[w], 0);
+	tier_counters_reset(); /* not the application's */
 	return v[2];
+}
+
+void tier_counters_reset(void)
+{
+	for (int w = 0; w < 2; w++)
+		atomic_store(&n_ops[w], 0), atomic_store(&n_bytes[w], 0), atomic_store(&n_wait[w], 0);
 }
 
 void chell_tier_settle_slow(bool write, uint64_t mark, size_t bytes)

@@ -81,6 +81,8 @@ struct tier_counters {
 	uint64_t ops[2], bytes[2], wait_ns[2];
 };
 void tier_counters(struct tier_counters *out);
+/* Zero them (a forked child counts only its own charges). */
+void tier_counters_reset(void);
 /* ", \"tier_model\": \"pcm\", \"tier_reads\": N, ..." into buf: the keys
  * `chell stat` prints; "" when no model is active. Length written. */
 size_t chell_tier_json_fields(char *buf, size_t len);

@@ -99,3 +99,21 @@ def test_cache_mode_charges_pool_copies(tmp_path):
     assert got["tier_read_bytes"] == want["tier_read_bytes"]
     assert got["tier_write_bytes"] == want["tier_write_bytes"]
     assert got["tier_reads"] >= want["tier_reads"] and got["tier_writes"] >= want["tier_writes"]
+
+
+@pytest.mark.parametrize("mode", ["posix", "direct"])
+def test_forked_child_counts_its_own(mode, workdir, tmp_path):
+    """A child forked (no exec) after its parent's I/O writes only its own
+    charges: the records of a process tree add up to the bytes moved."""
+    f = workdir / "data"
+    f.write_bytes(b"z" * 300000)
+    prog = (f"import os\nopen({str(f)!r}, 'rb').read()\npid = os.fork()\n"
+            f"if pid == 0:\n    open({str(f)!r}, 'rb').read(); os._exit(0)\nos.waitpid(pid, 0)\n")
+    stats = tmp_path / "stats.%p.json"
+    r = run(chell_cmd(mode, [workdir], ["python3", "-c", prog],
+                      ["--set", "tier.model=pcm", "--set", f"stats.file={stats}",
+                       "--set", f"tier.state={tmp_path}"]))
+    assert r.returncode == 0, r.stderr
+    recs = [json.loads(p.read_text()) for p in tmp_path.glob("stats.*.json")]
+    assert len(recs) == 2
+    assert sorted(rec["tier_read_bytes"] for rec in recs) == [300000, 300000]
