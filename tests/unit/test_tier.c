@@ -44,20 +44,26 @@ static void test_presets(void **state)
 /* A config with the given "key=value" settings over the defaults. */
 static int load(struct chell_config *cfg, const char *const *kv, char *err, size_t n)
 {
-	char *env[16];
+	char *env[16], key[64];
 	int i = 0;
 	for (; kv[i]; i++) {
 		const char *eq = strchr(kv[i], '=');
-		int k = chell_setting_index(strndup(kv[i], (size_t)(eq - kv[i])));
+		snprintf(key, sizeof key, "%.*s", (int)(eq - kv[i]), kv[i]);
+		int k = chell_setting_index(key);
 		assert_true(k >= 0);
 		size_t len = strlen(chell_setting_defs[k].env) + strlen(eq) + 1;
 		env[i] = malloc(len);
 		snprintf(env[i], len, "%s%s", chell_setting_defs[k].env, eq);
 	}
 	env[i] = NULL;
-	return chell_config_load(cfg, env, err, n);
+	int r = chell_config_load(cfg, env, err, n);
+	while (i--)
+		free(env[i]);
+	return r;
 }
 
+/* tier_settings on a config of kv; *model copied into model_buf. */
+static char model_buf[32];
 static int settings(const char *const *kv, const char **model, struct chell_tier_figures *f,
 		    char *err, size_t n)
 {
@@ -65,8 +71,10 @@ static int settings(const char *const *kv, const char **model, struct chell_tier
 	int r = load(&cfg, kv, err, n);
 	if (r == 0) {
 		r = tier_settings(&cfg, model, f, err, n);
-		if (r == 0)
-			*model = strdup(*model);
+		if (r == 0) {
+			snprintf(model_buf, sizeof model_buf, "%s", *model);
+			*model = model_buf;
+		}
 	}
 	chell_config_free(&cfg);
 	return r;
