@@ -375,10 +375,11 @@ static inline void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n)
 }
 
 /* A shortcut moved n bytes of a file (write: into it): the tier model's
- * charge when the file is on the tier (mapped_local.tier). */
+ * charge when the file is on the tier (mapped_local.tier, never set
+ * without a model: one test of a byte the shortcut has in cache). */
 static inline void mapped_tier_fast(struct mapped_local *l, bool write, ssize_t n)
 {
-	if (unlikely(chell_tier_active) && l->tier && n > 0)
+	if (unlikely(l->tier) && n > 0)
 		chell_tier_charge(write, (size_t)n, 1);
 }
 
