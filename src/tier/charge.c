@@ -32,6 +32,9 @@
  * default timer slack is 50 us, a wake-up some more). */
 #define SLEEP_OVER_NS 200000
 #define SLEEP_MARGIN_NS 100000
+/* A reservation ending further ahead than this means a broken clock. */
+#define MAX_BACKLOG_NS 10000000000ull
+#define unlikely(x) __builtin_expect(!!(x), 0)
 
 bool chell_tier_active;
 __thread uint64_t chell_tier_tls_bytes;
@@ -85,6 +88,13 @@ static void charge_on(_Atomic uint64_t *busy, bool write, size_t bytes, unsigned
 	struct tier_cost c = tier_cost(&dev, &dram, write, bytes, accesses);
 	uint64_t t0 = now - (uint64_t)(c.dram_ns + 0.5);
 	uint64_t end = tier_reserve(busy, t0, (uint64_t)(c.dev_ns + 0.5));
+	if (unlikely(end > now + MAX_BACKLOG_NS)) {
+		/* no backlog of real transfers is that long: a clock another
+		 * program wrote nonsense into (the file is shared). Restart it
+		 * rather than wait for it. */
+		atomic_store_explicit(busy, now, memory_order_relaxed);
+		end = tier_reserve(busy, t0, (uint64_t)(c.dev_ns + 0.5));
+	}
 	uint64_t deadline = end + (uint64_t)(c.lat_ns + 0.5) - (uint64_t)(overhead_ns + 0.5);
 	uint64_t t = now;
 	if (deadline > now + SLEEP_OVER_NS) {
