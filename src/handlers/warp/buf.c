@@ -32,6 +32,7 @@
 #include <linux/stat.h>
 
 #include "warp.h"
+#include "chell/tier.h"
 
 __thread int warp_call_fd = -1;
 static struct warp_file *files;
@@ -249,8 +250,13 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 			if (alone) {
 				if (fd < 0 && w->hdr->magic != WARP_MAGIC)
 					break; /* a path call found a stale name: nothing to do */
-				if (fd >= 0)
+				if (fd >= 0) {
+					int saved = warp_call_fd;
+					warp_call_fd = fd;
 					recover(w, fd, bs, bn);
+					warp_patterns_apply(w); /* a fresh start: what earlier runs learnt */
+					warp_call_fd = saved;
+				}
 				sys_flock(w->bfd, LOCK_SH);
 			} else if (w->hdr->magic != WARP_MAGIC || w->hdr->version != WARP_VERSION) {
 				break; /* someone else's file of another version: not ours to use */
@@ -319,8 +325,7 @@ void warp_file_put(struct warp_file *w)
 			break;
 		}
 	pthread_mutex_unlock(&files_lock);
-	if (warp_prefetch_forget)
-		warp_prefetch_forget(w);
+	warp_prefetch_forget(w);
 	if (w->lfd >= 0)
 		warp_lease_detach(w, w->lfd_ofd);
 	warp_buf_last_close(w);
@@ -346,6 +351,7 @@ void warp_buf_last_close(struct warp_file *w)
 {
 	if (!w->hdr || sys_flock(w->bfd, LOCK_EX | LOCK_NB) < 0)
 		return;
+	warp_patterns_keep(w);
 	if (w->wfd >= 0 || !atomic_load(&w->hdr->dirty_blocks)) {
 		warp_flush_all(w, true);
 		char name[96];
@@ -401,7 +407,7 @@ int warp_blk_fill(struct warp_file *w, uint64_t b)
 	}
 	if (got < WARP_BLK) /* past the end: zeros, as the file reads when it grows */
 		memset(dst + got, 0, WARP_BLK - got);
-	warp_tier_charge(false, got);
+	chell_tier_read(got);
 	WCTR(fills, 1);
 	warp_blk_set_valid(w, b);
 	return 0;
@@ -467,7 +473,7 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 		if (from < to && to > mapped_fsize()) {
 			err = store_mapped(fd, from, w->data + from, (size_t)(to - from));
 			if (err == 0) {
-				warp_tier_charge(true, (size_t)(to - from));
+				chell_tier_write((size_t)(to - from));
 				WCTR(writeback_bytes, to - from);
 				from = to;
 			}
@@ -482,7 +488,7 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 				err = r < 0 ? (int)r : -EIO;
 				break;
 			}
-			warp_tier_charge(true, (size_t)r);
+			chell_tier_write((size_t)r);
 			WCTR(writeback_bytes, (uint64_t)r);
 			from += (uint64_t)r;
 		}
@@ -595,7 +601,8 @@ uint32_t warp_nnodes(struct warp_file *w)
 	struct mapped_inode *in = mapped_inode_find(w->dev, w->ino);
 	struct stat st;
 	uint64_t size = in ? mapped_isize(in) : 0;
-	if (!in && w->rfd >= 0 && sys_fstat(w->rfd, &st) == 0)
+	int fd = w->rfd >= 0 ? w->rfd : warp_call_fd;
+	if (!in && fd >= 0 && sys_fstat(fd, &st) == 0)
 		size = (uint64_t)st.st_size;
 	uint64_t n = (size + ((1ull << w->hdr->node_shift) - 1)) >> w->hdr->node_shift;
 	return n < WARP_MAX_NODES ? (uint32_t)n : WARP_MAX_NODES;

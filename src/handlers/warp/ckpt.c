@@ -22,8 +22,6 @@
 #include "warp.h"
 #include "chell/tier.h"
 
-#pragma weak chell_tier_device
-
 static struct chell_thread *thread;
 static struct warp_costs costs;
 static bool have_costs;
@@ -55,6 +53,7 @@ void warp_checkpoint(struct warp_file *w)
 		bytes[cur] += 1ull << h->node_shift;
 	}
 	chell_lock_release(&h->lock);
+	warp_patterns_keep(w);
 	for (int s = 0; s < WARP_NSTATES; s++) {
 		atomic_store_explicit(&warp_ctr.nodes[s], n[s], memory_order_relaxed);
 		atomic_store_explicit(&warp_ctr.node_bytes[s], bytes[s], memory_order_relaxed);
@@ -134,24 +133,66 @@ static void prefetch(void *file, uint32_t node, enum warp_state want)
 		WCTR(prefetch_used, 1);
 }
 
+struct warp_patterns *warp_pat;
+
+/* Patterns (brain.h): node states and successors of earlier runs, keyed by
+ * the file's identity. Only states that need nothing else are applied at
+ * once: buffered needs the lease (warp.outside=lease) and so becomes the
+ * node's state only at its first write. */
+void warp_patterns_apply(struct warp_file *w)
+{
+	uint32_t n = warp_nnodes(w);
+	if (!warp_pat || !n)
+		return;
+	uint8_t *states = calloc(n, 1);
+	uint32_t *succ = calloc(n, sizeof(*succ));
+	if (states && succ &&
+	    warp_patterns_load(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf)) {
+		for (uint32_t k = 0; k < n; k++) {
+			if (succ[k] != WARP_NODE_NONE && succ[k] < WARP_MAX_NODES)
+				warp_succ_set(&w->nodes[k], succ[k]);
+			if (states[k] == WARP_MAPPED || (states[k] == WARP_BUFFERED && !warp_lease_mode))
+				atomic_store(&w->nodes[k].state, states[k]);
+		}
+	}
+	free(states);
+	free(succ);
+}
+
+void warp_patterns_keep(struct warp_file *w)
+{
+	uint32_t n = warp_nnodes(w);
+	if (!warp_pat || !n)
+		return;
+	uint8_t *states = malloc(n);
+	uint32_t *succ = malloc(n * sizeof(*succ));
+	if (states && succ) {
+		for (uint32_t k = 0; k < n; k++) {
+			states[k] = atomic_load(&w->nodes[k].state);
+			succ[k] = warp_succ(&w->nodes[k]);
+		}
+		warp_patterns_store(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf);
+	}
+	free(states);
+	free(succ);
+}
+
 int warp_ckpt_start(void)
 {
 	static _Atomic int started;
 	if (atomic_exchange(&started, 1))
 		return 0;
-	if (warp_costs_init && warp_model_decide) {
-		struct warp_tier_figures f = {15, 15, 15, 10}; /* DRAM (warp.md Table I) */
-		if (&chell_tier_device && chell_tier_device()) {
-			const struct chell_tier_figures *d = chell_tier_device();
-			f = (struct warp_tier_figures){d->read_ns, d->write_ns, d->read_gbps, d->write_gbps};
-		}
-		warp_costs_init(&costs, &f);
-		policy.delta = (double)chell_setting_uint("warp.delta") / 100.0;
-		policy.confirm = (unsigned)chell_setting_uint("warp.confirm");
-		have_costs = true;
-	}
-	if (warp_prefetch_start)
-		warp_prefetch_start(prefetch);
+	/* the modelled tier's figures (DRAM's own without a model) */
+	const struct chell_tier_figures *d = chell_tier_device();
+	struct warp_tier_figures f = {d->read_ns, d->write_ns, d->read_gbps, d->write_gbps};
+	warp_costs_init(&costs, &f);
+	policy.delta = (double)chell_setting_uint("warp.delta") / 100.0;
+	policy.confirm = (unsigned)chell_setting_uint("warp.confirm");
+	have_costs = true;
+	warp_prefetch_start(prefetch);
+	const char *pp = chell_setting("warp.patterns");
+	if (pp[0] && warp_patterns_open(pp, &warp_pat) < 0)
+		warp_pat = NULL; /* said once by warp_patterns_open; speed only */
 	thread = chell_thread_start("warp", loop, NULL);
 	return thread ? 0 : -1;
 }

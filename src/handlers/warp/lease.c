@@ -64,6 +64,8 @@ bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 		 * there would close it, and closing any descriptor of the file
 		 * drops the process's POSIX locks on it */
 		d = chell_nofile_dup_high(c->fd);
+		if (d < 0) /* no room above the limit: where Chell's own go then */
+			d = sys_fcntl(c->fd, F_DUPFD_CLOEXEC, chell_internal_floor());
 		if (d < 0)
 			return false;
 		sys_fcntl(d, F_SETFD, FD_CLOEXEC);

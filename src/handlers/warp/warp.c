@@ -33,9 +33,6 @@
 #include "chell/tier.h"
 #include "../mapped/short.h"
 
-#pragma weak chell_tier_charge
-#pragma weak chell_tier_active
-
 unsigned warp_node_shift = 21;
 uint64_t warp_budget;
 uint64_t warp_checkpoint_ns;
@@ -45,6 +42,7 @@ int warp_lease_mode = 1;
 _Atomic uint64_t *warp_tree_bytes;
 struct warp_counters warp_ctr;
 
+
 /* Per-OFD state: the base's, and the state nodes start in (the open's
  * access mode, warp.md §III: read-only opens read-mapped, write-only ones
  * write-buffered). */
@@ -52,12 +50,6 @@ struct warp_ofd {
 	struct mapped_ofd m;
 	uint32_t hint; /* enum warp_state for nodes never accessed */
 };
-
-void warp_tier_charge(bool write, size_t bytes)
-{
-	if (&chell_tier_active && chell_tier_active && &chell_tier_charge && bytes)
-		chell_tier_charge(write, bytes, 1);
-}
 
 static struct mapped_ops warp_mapped;
 
@@ -126,28 +118,24 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 		nd->st.nr++;
 		nd->st.sr += n;
 	}
+	/* accuracy (warp.md §VI-D, brain.h): the node the records predicted
+	 * (the same node, or the previous one's successor), accessed as its
+	 * recorded state accelerates */
 	uint32_t prev = atomic_load_explicit(&w->prev_node, memory_order_relaxed);
+	uint32_t predicted = prev == (uint32_t)k ? prev
+			     : prev < WARP_MAX_NODES ? warp_succ(&w->nodes[prev]) : WARP_NODE_NONE;
+	struct mapped_stats *ms = mapped_stats_tls(MAPPED_STATS_WARP);
+	ms->accesses++;
+	ms->accurate += warp_access_accurate(predicted, (uint32_t)k, warp_state_of(w, k), write);
 	if (prev == (uint32_t)k)
 		return;
 	atomic_store_explicit(&w->prev_node, (uint32_t)k, memory_order_relaxed);
-	if (prev != WARP_NODE_NONE && prev < WARP_MAX_NODES) {
-		/* accuracy (warp.md §VI-D): the node the previous one predicted,
-		 * accessed as its recorded state accelerates */
-		enum warp_state s = warp_state_of(w, k);
-		bool hit = w->nodes[prev].succ == (uint32_t)k &&
-			   (write ? s == WARP_BUFFERED : s == WARP_MAPPED);
-		WCTR(accesses, 1);
-		if (hit)
-			WCTR(accurate, 1);
-		if (w->nodes[prev].succ != (uint32_t)k)
-			w->nodes[prev].succ = (uint32_t)k;
-	}
-	uint32_t next = nd->succ;
-	if (next != WARP_NODE_NONE && next != 0 && next < WARP_MAX_NODES && warp_prefetch_post) {
-		enum warp_state s = warp_state_of(w, next);
-		if (s == WARP_MAPPED && warp_prefetch_post(w, next, s))
-			WCTR(prefetch_issued, 1);
-	}
+	if (prev < WARP_MAX_NODES)
+		warp_succ_set(&w->nodes[prev], (uint32_t)k);
+	/* prefetch the predicted next node in its state, off this thread */
+	uint32_t next = warp_succ(nd);
+	if (next < WARP_MAX_NODES && next != (uint32_t)k && warp_state_of(w, next) == WARP_MAPPED)
+		warp_prefetch_post(w, next, WARP_MAPPED);
 }
 
 /* Buffered read of [p, p+len) into u, under the lock: valid blocks from the
@@ -170,7 +158,7 @@ static ssize_t buf_read(chell_ctx *c, struct warp_file *w, unsigned char *u, uin
 		} else {
 			r = sys_pread(c->fd, u + done, m, (off_t)q);
 			if (r > 0)
-				warp_tier_charge(false, (size_t)r);
+				chell_tier_read((size_t)r);
 		}
 		if (r < 0)
 			return done ? (ssize_t)done : r;
@@ -213,7 +201,7 @@ static ssize_t buf_write(struct warp_file *w, const unsigned char *u, uint64_t p
 						   (sys_fcntl(fd, F_GETFL, 0) & O_APPEND) ? RWF_NOAPPEND : 0);
 			if (r != (ssize_t)m)
 				return done ? (ssize_t)done : -EAGAIN;
-			warp_tier_charge(true, m);
+			chell_tier_write(m);
 			done += m;
 			continue;
 		}
@@ -261,7 +249,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 				struct iovec v = {u, len};
 				r = sys_pwritev2(c->fd, &v, 1, (off_t)p, mapped_at_pos_flags(c));
 				if (r > 0) {
-					warp_tier_charge(true, (size_t)r);
+					chell_tier_write((size_t)r);
 					WCTR(kernel_writes, 1);
 				}
 			} else {
@@ -278,7 +266,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 					WCTR(kernel_reads, 1);
 				}
 				if (r > 0)
-					warp_tier_charge(false, (size_t)r);
+					chell_tier_read((size_t)r);
 			}
 			atomic_fetch_sub(&h->tier_ops, 1);
 			return r;
@@ -398,7 +386,7 @@ static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			chell_lock_release(&in->lock);
 			atomic_fetch_sub(&w->hdr->tier_ops, 1);
 			if (r > 0) {
-				warp_tier_charge(true, (size_t)r);
+				chell_tier_write((size_t)r);
 				WCTR(kernel_writes, 1);
 			}
 			WSTAT(extends, 1);
@@ -468,7 +456,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, off_t off,
 			chell_offset_from_kernel(c->f->ofd, c->fd);
 		uint64_t end = mapped_inode_refresh(in, c->fd);
 		access_node(c, w, node_of(w, end ? end - 1 : 0), (size_t)r, true);
-		warp_tier_charge(true, (size_t)r);
+		chell_tier_write((size_t)r);
 		WCTR(kernel_writes, 1);
 	}
 	return r;

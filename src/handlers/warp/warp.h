@@ -20,7 +20,7 @@
  *   warp.c    the handler: its mapped_ops policy and operations
  *   buf.c     the shared buffer file: header, node records, block bitmaps,
  *             fill, write-back, invalidation, recovery after a kill
- *   tier.c    per-process mappings of the tier file (mapped reads)
+ *   tiermap.c per-process mappings of the tier file (mapped reads)
  *   ckpt.c    the background thread: checkpoints (warp_model_decide),
  *             idle write-back, reclaim, forced flips (warp.test_flip)
  *   wstats.c  counters and their JSON (stats.file)
@@ -46,7 +46,7 @@
 struct warp_node {
 	_Atomic uint8_t state;     /* enum warp_state */
 	uint8_t cand, streak, pad_; /* struct warp_hyst, kept with the node */
-	uint32_t succ;             /* the node accessed after this one (WARP_NODE_NONE) */
+	uint32_t succ1;            /* 1 + the node accessed after this one; 0: none (zeroed records) */
 	uint64_t last_use;         /* coarse ns of the last access */
 	struct warp_node_stats st; /* since the last checkpoint */
 	uint32_t valid;            /* blocks of the node valid in the buffer */
@@ -136,6 +136,15 @@ static inline enum warp_state warp_state_of(struct warp_file *w, uint64_t node)
 		return WARP_NORMAL;
 	return (enum warp_state)atomic_load_explicit(&w->nodes[node].state, memory_order_acquire);
 }
+static inline uint32_t warp_succ(const struct warp_node *n)
+{
+	return n->succ1 ? n->succ1 - 1 : WARP_NODE_NONE;
+}
+static inline void warp_succ_set(struct warp_node *n, uint32_t k)
+{
+	if (n->succ1 != k + 1)
+		n->succ1 = k + 1;
+}
 static inline bool warp_blk_valid(struct warp_file *w, uint64_t b)
 {
 	return (atomic_load_explicit(&w->valid[b >> 6], memory_order_relaxed) >> (b & 63)) & 1;
@@ -203,7 +212,7 @@ bool warp_lease_poll(struct warp_file *w);
 void warp_lease_after_fork(struct warp_file *w);
 void warp_lease_proc_end(void);
 
-/* ---- tier.c: mapped reads */
+/* ---- tiermap.c: mapped reads */
 /* Address of `off` in the tier's mapping if its node may be read through
  * it (dense), else NULL; fd: a readable descriptor of the file to map it. */
 const unsigned char *warp_tier_addr(struct warp_file *w, int fd, uint64_t off, uint32_t hole_gen);
@@ -226,27 +235,19 @@ struct warp_counters {
 	_Atomic uint64_t fills, writeback_bytes, writeback_extents, reclaims, flips, checkpoints;
 	_Atomic uint64_t nodes[WARP_NSTATES], node_bytes[WARP_NSTATES]; /* last checkpoint's census */
 	_Atomic uint64_t buffer_bytes_max, recovered_blocks;
-	_Atomic uint64_t accesses, accurate, prefetch_issued, prefetch_used, prefetch_wasted;
+	_Atomic uint64_t accesses, accurate, prefetch_used;
 	_Atomic uint64_t leases, lease_breaks;
 };
 extern struct warp_counters warp_ctr;
 #define WCTR(f, n) atomic_fetch_add_explicit(&warp_ctr.f, (n), memory_order_relaxed)
 void warp_stats_dump(void);
 
-/* ---- the tier model (include/chell/tier.h): charged after each byte move
- * the handler makes to or from the tier itself. Weak until the tier model
- * is linked in (then chell_tier_active decides). */
-void warp_tier_charge(bool write, size_t bytes);
-
-/* ---- the brain (brain.h), weak until linked */
-#pragma weak warp_model_decide
-#pragma weak warp_costs_init
-#pragma weak warp_state_name
-#pragma weak warp_context_hash
-#pragma weak warp_xfile_record
-#pragma weak warp_prefetch_start
-#pragma weak warp_prefetch_post
-#pragma weak warp_prefetch_forget
+/* ---- patterns (brain.h) of this process, NULL without warp.patterns */
+extern struct warp_patterns *warp_pat;
+/* A fresh buffer (no other user): states and successors as stored. */
+void warp_patterns_apply(struct warp_file *w);
+/* Keep w's stable states and successors (checkpoints, last close). */
+void warp_patterns_keep(struct warp_file *w);
 
 #define WSTAT(field, n) MSTAT(MAPPED_STATS_WARP, field, n)
 

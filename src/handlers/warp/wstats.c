@@ -14,7 +14,7 @@ static const struct mapped_stat_key keys[] = {
 	KEY("reads", reads), KEY("writes", writes), KEY("read_bytes", read_bytes),
 	KEY("write_bytes", write_bytes), KEY("kernel_fallbacks", kernel_fallbacks),
 	KEY("mmaps", mmaps), KEY("faults_caught", faults), KEY("extends", extends),
-	KEY("fsyncs", fsyncs),
+	KEY("fsyncs", fsyncs), KEY("accesses", accesses), KEY("accurate", accurate),
 };
 
 static void more(char *json, size_t *n, size_t cap)
@@ -24,8 +24,9 @@ static void more(char *json, size_t *n, size_t cap)
 	for (int a = 0; a < WARP_NSTATES; a++)
 		for (int b = 0; b < WARP_NSTATES; b++)
 			trans += atomic_load(&c->transitions[a][b]);
-	uint64_t acc = atomic_load(&c->accesses), ok = atomic_load(&c->accurate);
-	uint64_t issued = atomic_load(&c->prefetch_issued), used = atomic_load(&c->prefetch_used);
+	struct warp_prefetch_counts pc;
+	warp_prefetch_counts(&pc);
+	uint64_t used = atomic_load(&c->prefetch_used);
 	struct {
 		const char *k;
 		uint64_t v;
@@ -45,10 +46,10 @@ static void more(char *json, size_t *n, size_t cap)
 		{"writeback_bytes", atomic_load(&c->writeback_bytes)},
 		{"writeback_extents", atomic_load(&c->writeback_extents)},
 		{"leases", atomic_load(&c->leases)},
-		{"prefetch_issued", issued},
+		{"prefetch_issued", pc.posted},
 		{"prefetch_used", used},
-		{"prefetch_wasted", issued > used ? issued - used : 0},
-		{"accuracy_pct", acc ? ok * 100 / acc : 0},
+		{"prefetch_wasted", pc.posted > used ? pc.posted - used : 0},
+		{"prefetch_dropped", pc.dropped},
 	};
 	for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]) && *n < cap; i++)
 		*n += (size_t)snprintf(json + *n, cap - *n, ", \"%s\": %llu", kv[i].k, (unsigned long long)kv[i].v);
