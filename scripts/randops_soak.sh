@@ -3,7 +3,7 @@
 #
 #   scripts/randops_soak.sh --mode direct|cache|posix|trace|shadow --ops N
 #                           [--seed S] [--segment N] [--max-divergences D]
-#                           [--under-test direct|cache|trace]
+#                           [--under-test direct|cache|trace|warp]
 #                           [--keep] [-- GENERATOR ARGS]
 #
 #   --mode M     the mode under test (direct and cache are what issue 9 asks for)
@@ -78,8 +78,8 @@ posix | trace | shadow | direct | cache) ;;
 esac
 case $under in
 '') ;;
-direct | cache | trace) [[ $mode == shadow ]] || { echo "randops_soak.sh: --under-test goes with --mode shadow" >&2; exit 2; } ;;
-*) echo "randops_soak.sh: --under-test must be one of direct, cache, trace" >&2; exit 2 ;;
+direct | cache | trace | warp) [[ $mode == shadow ]] || { echo "randops_soak.sh: --under-test goes with --mode shadow" >&2; exit 2; } ;;
+*) echo "randops_soak.sh: --under-test must be one of direct, cache, trace, warp" >&2; exit 2 ;;
 esac
 [[ -n $ops ]] || { echo "randops_soak.sh: --ops is required" >&2; exit 2; }
 [[ -x $chell && -x $gen ]] || { echo "randops_soak.sh: $chell or $gen not built" >&2; exit 2; }

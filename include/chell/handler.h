@@ -394,6 +394,9 @@ struct chell_thread *chell_thread_start(const char *name, chell_thread_fn fn, vo
 bool chell_thread_stopping(const struct chell_thread *t);
 /* Sleep up to ns nanoseconds or until asked to stop; true if asked to stop. */
 bool chell_thread_wait(struct chell_thread *t, uint64_t ns);
+/* Make t's current or next chell_thread_wait return early (false): work
+ * was posted for it. Never blocks; async-signal-safe. */
+void chell_thread_wake(struct chell_thread *t);
 /* Make fd (any new descriptor) one of t's: internal, close-on-exec, closed
  * with the thread. Returns its (possibly new) number, or -errno. */
 int chell_thread_fd(struct chell_thread *t, int fd);

@@ -29,6 +29,10 @@ struct chell_tier_figures {
 
 /* Is a model active in this process? (tier.model != none) */
 extern bool chell_tier_active;
+/* Bytes this thread has been charged so far (both directions): a layer
+ * that charges a whole operation subtracts what the layers below it
+ * charged meanwhile (chell_tier_settle), so no byte is charged twice. */
+extern __thread uint64_t chell_tier_tls_bytes;
 
 /* The device's figures; DRAM's own as calibrated when no model is set. */
 const struct chell_tier_figures *chell_tier_device(void);
@@ -48,6 +52,25 @@ static inline void chell_tier_write(size_t bytes)
 {
 	if (__builtin_expect(chell_tier_active, 0))
 		chell_tier_charge(true, bytes, 1);
+}
+
+/* The name of the model in force ("none", "pcm", ..., "custom"). */
+const char *chell_tier_model(void);
+
+/* For a layer that charges whole operations (direct mode: every byte of
+ * its read or write moved to or from the tier, by a copy or by the
+ * kernel): take a mark before the operation, then settle its result: the
+ * bytes the layers below did not charge themselves (the posix handler
+ * charges its own kernel calls) are charged as one access. */
+static inline uint64_t chell_tier_mark(void)
+{
+	return __builtin_expect(chell_tier_active, 0) ? chell_tier_tls_bytes : 0;
+}
+void chell_tier_settle_slow(bool write, uint64_t mark, size_t bytes);
+static inline void chell_tier_settle(bool write, uint64_t mark, long result)
+{
+	if (__builtin_expect(chell_tier_active, 0) && result > 0)
+		chell_tier_settle_slow(write, mark, (size_t)result);
 }
 
 #endif

@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "chell/tier.h"
 #include "chelld/engine.h"
 
 unsigned chunk_nvalid(const struct slot *s)
@@ -223,6 +224,7 @@ static int fill_range(int fd, uint8_t *dst, uint64_t off, size_t len)
 			break; /* the file shrank meanwhile: the rest is a hole */
 		done += (size_t)n;
 	}
+	chell_tier_write(done); /* the pool is the emulated tier (docs/TIER.md) */
 	return 0;
 }
 

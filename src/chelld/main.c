@@ -32,6 +32,7 @@
 
 #include "chelld/engine.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
+#include "tier/internal.h" /* chell_tier_init */
 
 void chelld_log(const char *fmt, ...)
 {
@@ -234,6 +235,22 @@ static void print_durability(const char *pool)
 		printf("chelld: durability: fsync keeps data in this pool (not on the backing files):\n"
 		       "chelld:   it survives a power loss only as far as the pool's own storage does\n"
 		       "chelld:   (persistent memory with DAX); 'chell cache flush' writes it back.\n");
+}
+
+/* The tier model (docs/TIER.md): the pool is the emulated tier, so fills
+ * into it and write-back out of it are charged. Its settings come from the
+ * environment (CHELL_TIER_*, CHELL_CONFIG), as for the clients `chell
+ * cache start` runs beside it. 0 or an exit status. */
+static int configure_tier(void)
+{
+	struct chell_config tc = {0};
+	char err[512] = "";
+	if (chell_config_load(&tc, NULL, err, sizeof err) < 0)
+		fprintf(stderr, "chelld: warning: %s (the other settings apply)\n", err);
+	err[0] = 0;
+	int r = chell_tier_init(&tc, err, sizeof err);
+	chell_config_free(&tc);
+	return r < 0 ? fail(CHELLD_EXIT_USAGE, "%s", err) : 0;
 }
 
 /* Validate the configuration into cfg; 0 or an exit status. */
@@ -450,6 +467,8 @@ int main(int argc, char **argv)
 	int rc = configure(&cfg, pool, size, backing, nbacking, sock);
 	if (rc == 0)
 		rc = configure_cache(&cfg, &co);
+	if (rc == 0)
+		rc = configure_tier();
 	free(backing);
 	if (rc) {
 		free_config(&cfg);

@@ -25,6 +25,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "chell/tier.h"
 #include "chelld/engine.h"
 
 #define WB_MAX_EXTENT (1u << 20) /* 256 segments at most: under IOV_MAX */
@@ -76,6 +77,7 @@ static int write_extent(struct engine *c, int fd, const wb_plan *plan, const wb_
 	int rc = pwritev_all(fd, iov, n, e->backing_off);
 	if (rc == 0)
 		*bytes += len;
+	chell_tier_read(len); /* out of the pool, the emulated tier (docs/TIER.md) */
 	return rc;
 }
 

@@ -53,6 +53,7 @@ static const char *type_name(enum chell_setting_type t)
 	case CHELL_T_STACK: return "stack";
 	case CHELL_T_CHECKABLE: return "handler";
 	case CHELL_T_ROUTES: return "routes";
+	case CHELL_T_NUMBER: return "number";
 	}
 	return "?";
 }
@@ -95,6 +96,7 @@ static void md_type(const struct chell_setting_def *d)
 	case CHELL_T_ROUTES: fputs("rules `PREFIX=STACK`", stdout); return;
 	case CHELL_T_PATHLIST: fputs("path list", stdout); return;
 	case CHELL_T_UINT: fputs("unsigned integer", stdout); return;
+	case CHELL_T_NUMBER: fputs("decimal number", stdout); return;
 	case CHELL_T_BOOL: fputs("boolean", stdout); return;
 	default: fputs(type_name(d->type), stdout); return;
 	}

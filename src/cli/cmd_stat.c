@@ -15,7 +15,7 @@
 
 #include "cli.h"
 
-#define MAX_FIELDS 32
+#define MAX_FIELDS 48 /* a handler's counters, the tier model's (docs/TIER.md) */
 
 struct stat_rec {
 	char *keys[MAX_FIELDS];
@@ -143,6 +143,20 @@ static bool is_number(const char *s)
 	return true;
 }
 
+/* One table row: key, each process's value ("-" if it has none), total. */
+static void print_row(const struct stat_rec *recs, int nrec, const char *key, const char *total)
+{
+	printf("%-18s", key);
+	for (int r = 0; r < nrec; r++) {
+		const char *v = "-";
+		for (int j = 0; j < recs[r].n; j++)
+			if (!strcmp(recs[r].keys[j], key))
+				v = recs[r].vals[j];
+		printf(" %14s", v);
+	}
+	printf(" %14s\n", total);
+}
+
 int cmd_stat(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -228,18 +242,17 @@ int cmd_stat(int argc, char **argv)
 			printf(" %14s", pid);
 		}
 		printf(" %14s\n", "total");
+		/* the words first (mode, handler, the tier model in force), then
+		 * the counters with their total */
+		for (int k = 0; k < first->n; k++)
+			if (!is_number(first->vals[k]))
+				print_row(recs, nrec, first->keys[k], "");
 		for (int k = 0; k < first->n; k++) {
 			if (!is_number(first->vals[k]) || !strcmp(first->keys[k], "pid"))
 				continue;
-			printf("%-18s", first->keys[k]);
-			for (int r = 0; r < nrec; r++) {
-				const char *v = "-";
-				for (int j = 0; j < recs[r].n; j++)
-					if (!strcmp(recs[r].keys[j], first->keys[k]))
-						v = recs[r].vals[j];
-				printf(" %14s", v);
-			}
-			printf(" %14llu\n", tot[k]);
+			char total[24];
+			snprintf(total, sizeof total, "%llu", tot[k]);
+			print_row(recs, nrec, first->keys[k], total);
 		}
 	}
 	for (int r = 0; r < nrec; r++)

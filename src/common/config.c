@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,6 +364,16 @@ static int check_value(const struct chell_setting_def *d, const char *v, const c
 	}
 	case CHELL_T_ROUTES:
 		return check_routes(v, name, origin, err, errlen);
+	case CHELL_T_NUMBER: {
+		double x;
+		if (chell_parse_number(v, &x) == 0)
+			return 0;
+		set_err(err, errlen, origin,
+			"bad value '%.200s' for setting %s: expected a non-negative decimal number "
+			"such as 50, 0.5 or 2.25",
+			v, name);
+		return -1;
+	}
 	}
 	set_err(err, errlen, origin, "setting %s has an unknown type", name);
 	return -1;
@@ -840,6 +851,42 @@ uint64_t chell_config_u64(const struct chell_config *cfg, const char *key)
 	if (r)
 		abort();
 	return u;
+}
+
+int chell_parse_number(const char *v, double *out)
+{
+	/* By hand rather than strtod: the locale may spell the decimal point
+	 * ',', and strtod takes signs, exponents, hex, inf and nan. */
+	double x = 0, scale = 1;
+	bool dot = false, digits = false;
+	for (const char *p = v; *p; p++) {
+		if (*p == '.' && !dot) {
+			dot = true;
+		} else if (*p >= '0' && *p <= '9') {
+			digits = true;
+			if (dot)
+				x += (*p - '0') * (scale /= 10);
+			else
+				x = x * 10 + (*p - '0');
+		} else {
+			return -1;
+		}
+	}
+	if (!digits || x > 1e15)
+		return -1;
+	*out = x;
+	return 0;
+}
+
+double chell_config_num(const struct chell_config *cfg, const char *key)
+{
+	int i = must_index(cfg, key);
+	double x = -1;
+	if (chell_setting_defs[i].type != CHELL_T_NUMBER)
+		abort(); /* the caller's bug: the registry says otherwise */
+	if (*cfg->values[i] && chell_parse_number(cfg->values[i], &x))
+		abort(); /* validated at load */
+	return x;
 }
 
 /*

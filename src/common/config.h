@@ -29,6 +29,7 @@ enum chell_setting_type {
 	CHELL_T_STACK,    /* a handler stack: NAME or shadow:NAME (registry.h) */
 	CHELL_T_CHECKABLE,/* a handler shadow can check (registry.def) */
 	CHELL_T_ROUTES,   /* PREFIX=STACK rules, ':'-separated; repeated keys in a file append */
+	CHELL_T_NUMBER,   /* non-negative decimal number, a fraction allowed: 0.5, 350, 2.25 */
 };
 
 struct chell_setting_def {
@@ -69,9 +70,14 @@ int chell_config_check(const char *key, const char *value, const char *origin, c
 const char *chell_config_str(const struct chell_config *cfg, const char *key);
 int chell_config_bool(const struct chell_config *cfg, const char *key);
 uint64_t chell_config_u64(const struct chell_config *cfg, const char *key); /* UINT and SIZE */
+/* A NUMBER; -1 when it is unset (""). */
+double chell_config_num(const struct chell_config *cfg, const char *key);
 /* Split a PATHLIST: returns the number of entries, *out is a malloc'd NULL-terminated array. */
 int chell_config_paths(const struct chell_config *cfg, const char *key, char ***out);
 
+/* The one number parser (NUMBER): digits, at most one '.', then digits;
+ * 0 or -1 malformed. No sign, exponent, inf or nan, whatever the locale. */
+int chell_parse_number(const char *v, double *out);
 /* The one size parser (see config.c): 0, -1 malformed, -2 too large. */
 int chell_parse_size(const char *v, uint64_t *out);
 

@@ -6,8 +6,42 @@
  * call (c->op), so errors come out exactly as without Chell.
  */
 #include "../nib/nib.h"
+#include "chell/tier.h"
 
 #define RET(expr) ({ long r_ = (long)(expr); r_ < 0 ? -(long)errno : r_; })
+
+/*
+ * The tier model (docs/TIER.md): the kernel's reads and writes of a file on
+ * the emulated tier cost the modelled device's time as well, so every mode
+ * is compared on the same device. Whether the file is on the tier is asked
+ * once per file and process and kept as a tag in this layer's local slot
+ * (posix keeps nothing else there; the hub zeroes it for each new file).
+ * Only the file's own bottom layer charges: shadow runs its reference
+ * copy's calls through posix at its own layer, and they are not the
+ * application's I/O.
+ */
+#define PX_TIER_NO ((void *)1)
+#define PX_TIER_YES ((void *)2)
+__attribute__((noinline)) static void px_tier_charge(chell_ctx *c, bool write, long r)
+{
+	if (r <= 0 || !c->f || c->layer != c->f->stack->depth - 1)
+		return;
+	void **tag = &c->f->local[c->layer];
+	void *t = __atomic_load_n(tag, __ATOMIC_RELAXED);
+	if (!t) { /* threads racing here store the same answer */
+		t = chell_tier_file(c->f, c->fd) ? PX_TIER_YES : PX_TIER_NO;
+		__atomic_store_n(tag, t, __ATOMIC_RELAXED);
+	}
+	if (t == PX_TIER_YES)
+		chell_tier_charge(write, (size_t)r, 1);
+}
+
+static inline ssize_t px_tier(chell_ctx *c, bool write, ssize_t r)
+{
+	if (unlikely(chell_tier_active))
+		px_tier_charge(c, write, r);
+	return r;
+}
 
 static int px_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_t mode)
 {
@@ -19,7 +53,7 @@ static int px_close(chell_ctx *c)
 	return (int)RET(REAL(close)(c->fd));
 }
 
-static ssize_t px_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+static ssize_t px_kread(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	switch (c->op) {
 	case CHELL_OP_READ: return RET(REAL(read)(c->fd, iov[0].iov_base, iov[0].iov_len));
@@ -30,7 +64,12 @@ static ssize_t px_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off
 	}
 }
 
-static ssize_t px_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+static ssize_t px_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	return px_tier(c, false, px_kread(c, iov, cnt, off, flags));
+}
+
+static ssize_t px_kwrite(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	switch (c->op) {
 	case CHELL_OP_WRITE: return RET(REAL(write)(c->fd, iov[0].iov_base, iov[0].iov_len));
@@ -39,6 +78,11 @@ static ssize_t px_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t of
 	case CHELL_OP_PWRITEV: return RET(REAL(pwritev64)(c->fd, iov, cnt, off));
 	default: return RET(REAL(pwritev64v2)(c->fd, iov, cnt, off, flags));
 	}
+}
+
+static ssize_t px_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	return px_tier(c, true, px_kwrite(c, iov, cnt, off, flags));
 }
 
 static off_t px_lseek(chell_ctx *c, off_t off, int whence)

@@ -540,18 +540,7 @@ chell_ctx shadow_ref_ctx(const struct shadow_op *o)
 
 static void expand_report_path(char *out, size_t outlen)
 {
-	size_t n = 0;
-	for (const char *s = report_tmpl; *s && n + 1 < outlen; s++) {
-		if (s[0] == '%' && s[1] == 'p') {
-			n += (size_t)snprintf(out + n, outlen - n, "%d", (int)sys_getpid());
-			if (n >= outlen)
-				n = outlen - 1;
-			s++;
-		} else {
-			out[n++] = *s;
-		}
-	}
-	out[n] = '\0';
+	chell_expand_pid(report_tmpl, out, outlen);
 }
 
 static void __attribute__((noreturn)) diverge_text(const struct shadow_op *o, const char *msg)

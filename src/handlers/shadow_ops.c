@@ -188,15 +188,17 @@ static struct shadow_local *verify_fds(struct shadow_op *o)
 
 /* Read the primary at pos as the application would see it, and the shadow. */
 /* The handler under test keeps written data where the kernel does not see
- * it yet (cache mode: in the pool until write-back), so a write-only or
+ * it yet (cache mode: in the pool until write-back; warp: in its buffer), so a write-only or
  * O_DIRECT description's data cannot be read back through a kernel
  * descriptor; the comparison at the last close (after cache mode's
  * write-back) checks it. */
-extern const struct chell_handler chell_cache_handler;
+extern const struct chell_handler chell_cache_handler, chell_warp_handler;
 static int below_keeps_data(chell_ctx *c)
 {
-	return c->layer + 1 < c->f->stack->depth &&
-	       c->f->stack->handlers[c->layer + 1] == &chell_cache_handler;
+	if (c->layer + 1 >= c->f->stack->depth)
+		return 0;
+	const struct chell_handler *h = c->f->stack->handlers[c->layer + 1];
+	return h == &chell_cache_handler || h == &chell_warp_handler; /* warp: its write buffer */
 }
 
 /*

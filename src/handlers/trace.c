@@ -34,18 +34,7 @@ static int open_trace_file(void)
 		return 0; /* no stderr at all is not an error: lines are dropped */
 	}
 	char path[4096];
-	size_t o = 0;
-	per_pid_file = false;
-	for (const char *s = spec; *s && o + 16 < sizeof(path); s++) {
-		if (s[0] == '%' && s[1] == 'p') {
-			o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)sys_getpid());
-			per_pid_file = true;
-			s++;
-		} else {
-			path[o++] = *s;
-		}
-	}
-	path[o] = 0;
+	per_pid_file = chell_expand_pid(spec, path, sizeof(path));
 	int fd = sys_open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		chell_log("cannot open trace.file '%s': %s", path, strerror(-fd));

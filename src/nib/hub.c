@@ -106,6 +106,12 @@ __attribute__((constructor(101))) static void chell_init(void)
 		return;
 	}
 	log_level_from_config();
+	/* The tier model before any handler starts: they ask it which files
+	 * it charges. */
+	if (nib_tier_init(err, sizeof(err)) < 0) {
+		init_failed(err);
+		return;
+	}
 	/* The routing rules and their stacks (stacks.c), then each handler in
 	 * use starts, once, whatever the number of rules that use it. */
 	err[0] = 0;
@@ -320,6 +326,8 @@ void hub_proc_event(enum chell_op ev, long arg)
 	if (!chell_active)
 		return;
 	stacks_proc_event(ev, arg);
+	if (ev == CHELL_OP_EXIT)
+		nib_tier_exit(); /* after the handlers, which may have written stats.file */
 }
 
 void hub_process_exit(void)

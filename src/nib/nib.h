@@ -311,6 +311,24 @@ int router_init(char *err, size_t errlen);
 /* Is the file abs on device dev served? Always when routed by prefix; by
  * mount type, only on a fast-tier mount (re-reads the mount table for a new dev). */
 bool router_dev_fast(const char *abs, dev_t dev);
+/* Is dev a tmpfs or DAX mount (the fast tier)? */
+bool router_dev_on_fast_mount(dev_t dev);
+
+/* ---- tier.c: the tier model in the Nib (src/tier, docs/TIER.md) ---- */
+/* Start it from chell_cfg; 0 or -1 with a message naming the setting. */
+int nib_tier_init(char *err, size_t errlen);
+/* Is the file open as f (kernel fd `fd`) on the emulated tier? tier.paths,
+ * else a tmpfs or DAX mount. Asked once per file by the layers that charge. */
+bool chell_tier_file(const struct chell_file *f, int fd);
+/* At exit, after the handlers: the tier's counters into stats.file when no
+ * handler wrote it (posix, trace). */
+void nib_tier_exit(void);
+/* Write one JSON record to stats.file ('%p' = pid): 0, or -1 (not set, or
+ * it cannot be written: logged). Handlers' dumps and the tier's share it. */
+int chell_stats_write(const char *json, size_t n);
+/* A file-name setting's value with each "%p" replaced by the pid (cut at
+ * outlen); true if it had one (stats.file, trace.file, shadow.report). */
+bool chell_expand_pid(const char *tmpl, char *out, size_t outlen);
 
 /* ---- stacks.c ---- */
 struct chell_stack_spec;

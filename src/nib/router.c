@@ -176,10 +176,16 @@ bool router_dev_fast(const char *abs, dev_t dev)
 	const struct chell_route *rule = chell_routes_match(&routes, abs);
 	if (!rule || !rule->by_mount)
 		return true; /* routed by prefix: any file system */
+	return router_dev_on_fast_mount(dev);
+}
+
+bool router_dev_on_fast_mount(dev_t dev)
+{
 	int r = dev_fast(atomic_load_explicit(&mtab, memory_order_acquire), dev);
 	if (r >= 0)
 		return r == 1;
-	/* A device the table has never seen: something was mounted since. */
+	/* A device the table has never seen: something was mounted since (or
+	 * no table yet: no rule routes by mount type, the tier model asks). */
 	pthread_mutex_lock(&mtab_mutex);
 	for (int i = 0; i < nunknown && i < UNKNOWN_DEVS; i++)
 		if (unknown_devs[i] == dev) {

@@ -38,7 +38,7 @@ struct chell_thread {
 	chell_thread_fn fn;
 	void *arg;
 	pthread_t thr;
-	_Atomic uint32_t stop;  /* futex word: 1 = asked to stop */
+	_Atomic uint32_t stop;  /* futex word: 1 = asked to stop, 2 = woken (chell_thread_wake) */
 	bool running;           /* a thread exists (joinable), under threads_mutex */
 	bool wanted;            /* restart after fork / failed exec (not chell_thread_stop'ped) */
 	int fds[THREAD_MAX_FDS];/* its internal descriptors, -1 when free */
@@ -124,15 +124,26 @@ CHELL_EXPORT struct chell_thread *chell_thread_start(const char *name, chell_thr
 
 CHELL_EXPORT bool chell_thread_stopping(const struct chell_thread *t)
 {
-	return atomic_load_explicit(&((struct chell_thread *)t)->stop, memory_order_acquire) != 0;
+	return atomic_load_explicit(&((struct chell_thread *)t)->stop, memory_order_acquire) == 1;
 }
 
 CHELL_EXPORT bool chell_thread_wait(struct chell_thread *t, uint64_t ns)
 {
 	struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+	/* A wake that came before the wait is not lost: the word is 2 then,
+	 * and FUTEX_WAIT (which sleeps only while it is 0) returns at once. */
 	if (!chell_thread_stopping(t))
 		CHELL_SC(SYS_futex, &t->stop, FUTEX_WAIT_PRIVATE, 0, &ts, 0, 0);
+	uint32_t woken = 2;
+	atomic_compare_exchange_strong(&t->stop, &woken, 0);
 	return chell_thread_stopping(t);
+}
+
+CHELL_EXPORT void chell_thread_wake(struct chell_thread *t)
+{
+	uint32_t idle = 0;
+	if (atomic_compare_exchange_strong(&t->stop, &idle, 2))
+		CHELL_SC(SYS_futex, &t->stop, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 }
 
 CHELL_EXPORT int chell_thread_fd(struct chell_thread *t, int fd)

@@ -12,7 +12,7 @@ import pytest
 
 from conftest import CHELL, LIBCHELL, run
 
-SUBCOMMANDS = ["run", "config", "version", "help"]
+SUBCOMMANDS = ["run", "config", "version", "help", "warp"]
 # What `chell run` preloads: the directory resolved, the name kept (not the
 # versioned file the build's libchell.so symlink points to).
 PRELOADED = str(LIBCHELL.parent.resolve() / LIBCHELL.name)

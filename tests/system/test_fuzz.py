@@ -35,3 +35,17 @@ def test_fuzz_cache_pool_runs_clean():
     m = re.search(r"cache_pool: (\d+) executions in", r.stdout)
     assert m, r.stdout + r.stderr[-2000:]
     assert int(m.group(1)) > 0
+
+
+WARP_PATTERNS_SECONDS = 10
+
+
+def test_fuzz_warp_patterns_runs_clean():
+    """WARP's patterns file (opener, loads, stores: src/handlers/warp/patterns.c)."""
+    r = subprocess.run([str(REPO / "scripts" / "fuzz.sh"), "--target", "warp_patterns", "--seconds",
+                        str(WARP_PATTERNS_SECONDS)],
+                       capture_output=True, text=True, timeout=WARP_PATTERNS_SECONDS + 240)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    m = re.search(r"warp_patterns: (\d+) executions in", r.stdout)
+    assert m, r.stdout + r.stderr[-2000:]
+    assert int(m.group(1)) > 0

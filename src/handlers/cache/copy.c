@@ -24,6 +24,7 @@
 #include <ucontext.h>
 
 #include "cache.h"
+#include "chell/tier.h"
 
 const struct chell_persist_ops *cache_persist;
 static __thread volatile int tls_in;
@@ -116,6 +117,8 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 	}
 	__asm__ volatile("" ::: "memory");
 	tls_in = 0;
+	if (r == COPY_HIT) /* out of the guard: the tier model's charge (docs/TIER.md) */
+		chell_tier_read(n); /* zero-copy (dst NULL) lends the same bytes */
 	return r;
 }
 
@@ -237,6 +240,8 @@ __attribute__((noinline)) int cache_copy_in(unsigned char *base, size_t off, con
 	}
 	__asm__ volatile("" ::: "memory");
 	tls_in = 0;
+	if (r == COPY_HIT)
+		chell_tier_write(n);
 	return r;
 }
 
@@ -273,6 +278,8 @@ __attribute__((noinline)) int cache_copy_overwrite(unsigned char *base, size_t o
 	}
 	__asm__ volatile("" ::: "memory");
 	tls_in = 0;
+	if (r == COPY_HIT)
+		chell_tier_write(n);
 	return r;
 }
 

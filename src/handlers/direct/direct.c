@@ -485,6 +485,7 @@ static struct mapped_ops direct_mapped = {
 	.kernel_io = kernel_io,
 	.append = append,
 	.write_at = write_at,
+	.tier_ops = true, /* every byte moves to or from the file itself */
 };
 
 /* ------------------------------------------------------- offset and size */
@@ -609,6 +610,7 @@ static ssize_t direct_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 	}
 	DSTAT(zero_copy, 1);
 	DSTAT(read_bytes, n);
+	mapped_tier_fast(l, false, (ssize_t)n); /* the caller reads the tier's bytes */
 	*buf = a;
 	return (ssize_t)n;
 }

@@ -45,6 +45,7 @@ static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off
 	struct mapped_stats *s = direct_stats_tls();
 	s->reads++;
 	s->read_bytes += n;
+	mapped_tier_fast(l, false, (ssize_t)n);
 	return (ssize_t)n;
 }
 
@@ -65,6 +66,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 		/* the page went away after we claimed the range: the kernel answers */
 		ssize_t k = sys_pread(fd, buf, n, (off_t)pos);
 		mapped_fast_unclaim(f, pos, n, k);
+		mapped_tier_fast(l, false, k);
 		DSTAT(faults, 1);
 		DSTAT(kernel_fallbacks, 1);
 		return k;
@@ -73,6 +75,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 	struct mapped_stats *s = direct_stats_tls();
 	s->reads++;
 	s->read_bytes += n;
+	mapped_tier_fast(l, false, (ssize_t)n);
 	return (ssize_t)n;
 }
 
@@ -114,6 +117,7 @@ static ssize_t grow(struct mapped_local *l, int fd, const void *buf, size_t n, u
 	s->writes++;
 	if (r > 0)
 		s->write_bytes += (uint64_t)r;
+	mapped_tier_fast(l, true, r);
 	return r;
 }
 
@@ -133,6 +137,7 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 	struct mapped_stats *s = direct_stats_tls();
 	s->writes++;
 	s->write_bytes += n;
+	mapped_tier_fast(l, true, (ssize_t)n);
 	return (ssize_t)n;
 }
 
@@ -151,6 +156,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 		s->kernel_fallbacks++;
 		if (r > 0)
 			s->write_bytes += (uint64_t)r;
+		mapped_tier_fast(l, true, r);
 		return r < 0 ? -errno : r;
 	}
 	if (!l || n == 0)
@@ -173,6 +179,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	if (unlikely(!mapped_copy(a, buf, n, &fault))) {
 		ssize_t k = sys_pwrite(fd, buf, n, (off_t)pos);
 		mapped_fast_unclaim(f, pos, n, k);
+		mapped_tier_fast(l, true, k);
 		atomic_fetch_add((_Atomic uint32_t *)&l->inode->hole_gen, 1);
 		DSTAT(faults, 1);
 		DSTAT(kernel_fallbacks, 1);
@@ -182,6 +189,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 	struct mapped_stats *s = direct_stats_tls();
 	s->writes++;
 	s->write_bytes += n;
+	mapped_tier_fast(l, true, (ssize_t)n);
 	return (ssize_t)n;
 }
 

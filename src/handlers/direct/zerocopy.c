@@ -116,6 +116,7 @@ ssize_t direct_commit_write_buf(chell_ctx *c, const void *buf, size_t len)
 		DSTAT(writes, 1);
 		DSTAT(zero_copy, 1);
 		DSTAT(write_bytes, len);
+		mapped_tier_fast(l, true, r); /* the caller stored them in the tier */
 	}
 	return r;
 }

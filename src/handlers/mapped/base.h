@@ -33,6 +33,7 @@
 #include "../../nib/nib.h"
 #include "chell/chunk.h"
 #include "chell/pmem.h"
+#include "chell/tier.h"
 #include "mapped.h"
 
 /* Newer than some installed kernel headers (linux/mman.h): chunks of
@@ -180,8 +181,9 @@ struct mapped_stats {
 	uint64_t kernel_fallbacks, mmaps, faults, extends, fsyncs, zero_copy;
 	uint64_t read_hits, write_hits, read_misses, write_misses;
 	uint64_t remaps, syncs, bypassed, overwrites;
+	uint64_t accesses, accurate; /* warp: node accesses, accurate prefetches */
 };
-enum { MAPPED_STATS_DIRECT, MAPPED_STATS_CACHE, MAPPED_STATS_HANDLERS };
+enum { MAPPED_STATS_DIRECT, MAPPED_STATS_CACHE, MAPPED_STATS_WARP, MAPPED_STATS_HANDLERS };
 extern __thread struct mapped_stats *mapped_tls_stats[MAPPED_STATS_HANDLERS];
 struct mapped_stats *mapped_stats_slow(unsigned id);
 static inline struct mapped_stats *mapped_stats_tls(unsigned id)
@@ -200,6 +202,9 @@ struct mapped_stats_spec {
 	const char *handler; /* a "handler" key with this value; NULL: none */
 	const struct mapped_stat_key *keys;
 	unsigned nkeys;
+	/* More keys of the handler's own, appended as ", \"k\": v" pairs
+	 * into json[*n..cap) (NULL: none). */
+	void (*more)(char *json, size_t *n, size_t cap);
 };
 void mapped_stats_sum(unsigned id, struct mapped_stats *out);
 /* At exit: the totals as one JSON object into stats.file ('%p' = pid). */
@@ -232,6 +237,9 @@ struct mapped_local {
 	 * write: what the lseek shortcut prefetches for (mapped_fast_seek). A
 	 * hint only; threads may race on it. */
 	bool seek_for_write;
+	/* The tier model charges this file's reads and writes as whole
+	 * operations (mapped_ops.tier_ops, the file on the tier). */
+	bool tier;
 };
 
 /* A handler's policy, called by the shared operations. */
@@ -259,6 +267,13 @@ struct mapped_ops {
 	ssize_t (*write_at)(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t total);
 	/* Before the kernel is asked for holes (SEEK_DATA/SEEK_HOLE); may be NULL. */
 	void (*settle)(chell_ctx *c);
+	/* Every byte of the policy's reads and writes moves to or from the
+	 * file itself, by a copy or by the kernel (direct): for a file on the
+	 * emulated tier, the base charges whole operations to the tier model
+	 * (chell_tier_settle: what the posix layer below charged itself is
+	 * not charged again). A policy that serves some bytes from elsewhere
+	 * (cache's pool, a DRAM buffer) charges its own copies instead. */
+	bool tier_ops;
 	/* Status flags (O_APPEND or 0) with which the kernel keeps the
 	 * description's offset: read, write and lseek at the position are
 	 * the kernel's there (the handler's appends are the kernel's, which
@@ -365,6 +380,15 @@ static inline void mapped_read_unclaim(chell_ctx *c, uint64_t pos, size_t n)
 {
 	uint64_t expect = pos + n;
 	atomic_compare_exchange_strong(mapped_offset(c), &expect, pos);
+}
+
+/* A shortcut moved n bytes of a file (write: into it): the tier model's
+ * charge when the file is on the tier (mapped_local.tier, never set
+ * without a model: one test of a byte the shortcut has in cache). */
+static inline void mapped_tier_fast(struct mapped_local *l, bool write, ssize_t n)
+{
+	if (unlikely(l->tier) && n > 0)
+		chell_tier_charge(write, (size_t)n, 1);
 }
 
 /* ---- the shortcuts (chell_fast_ops) of the handlers on the base: what

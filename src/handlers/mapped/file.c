@@ -70,6 +70,7 @@ int mapped_attach(chell_ctx *c, int count_open, const struct mapped_ops *ops)
 	l->file = file;
 	l->inode = in;
 	l->ops = ops;
+	l->tier = ops->tier_ops && chell_tier_active && chell_tier_file(c->f, c->fd);
 	c->f->local[c->layer] = l;
 	d->dev = st.st_dev;
 	d->ino = st.st_ino;
@@ -223,7 +224,7 @@ static int checked_flags(chell_ctx *c, const struct iovec *iov, ssize_t total, o
 	return flags ? mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, write) : 0;
 }
 
-ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+static ssize_t read_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	if (!mapped_active(c) || (off == -1 && mapped_kernel_offset(c)))
 		return chell_down_read(c, iov, cnt, off, flags);
@@ -289,7 +290,7 @@ ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, i
 
 /* ----------------------------------------------------------------- write */
 
-ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+static ssize_t write_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	if (!mapped_active(c))
 		return chell_down_write(c, iov, cnt, off, flags);
@@ -346,6 +347,33 @@ ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, 
 		}
 	}
 	return r;
+}
+
+/* With the tier model on (docs/TIER.md): the operation, then the charge of
+ * the bytes it moved that the posix layer below did not charge itself. */
+__attribute__((noinline)) static ssize_t tier_op(chell_ctx *c, const struct iovec *iov, int cnt,
+						 off_t off, int flags, bool write)
+{
+	uint64_t mark = chell_tier_mark();
+	ssize_t r = write ? write_op(c, iov, cnt, off, flags) : read_op(c, iov, cnt, off, flags);
+	struct mapped_local *l = L(c);
+	if (l && l->tier)
+		chell_tier_settle(write, mark, r);
+	return r;
+}
+
+ssize_t mapped_read(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (likely(!chell_tier_active))
+		return read_op(c, iov, cnt, off, flags);
+	return tier_op(c, iov, cnt, off, flags, false);
+}
+
+ssize_t mapped_write(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
+{
+	if (likely(!chell_tier_active))
+		return write_op(c, iov, cnt, off, flags);
+	return tier_op(c, iov, cnt, off, flags, true);
 }
 
 /* ------------------------------------------------------- offset and size */

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base.h"
+#include "tier/internal.h"
 
 struct stats_block {
 	struct mapped_stats s;
@@ -59,20 +60,9 @@ void mapped_stats_dump(const struct mapped_stats_spec *spec)
 	const char *spec_path = chell_setting("stats.file");
 	if (!spec_path || !spec_path[0] || !blocks)
 		return;
-	char path[4096];
-	size_t o = 0;
-	for (const char *s = spec_path; *s && o + 16 < sizeof(path); s++) {
-		if (s[0] == '%' && s[1] == 'p') {
-			o += (size_t)snprintf(path + o, sizeof(path) - o, "%d", (int)sys_getpid());
-			s++;
-		} else {
-			path[o++] = *s;
-		}
-	}
-	path[o] = 0;
 	struct mapped_stats t;
 	mapped_stats_sum(spec->id, &t);
-	char json[2048];
+	char json[4096];
 	size_t n = (size_t)snprintf(json, sizeof(json), "{\"pid\": %d, \"mode\": \"%s\"", (int)sys_getpid(),
 				    chell_mode_stack ? chell_mode_stack->mode : "?");
 	if (spec->handler)
@@ -80,14 +70,12 @@ void mapped_stats_dump(const struct mapped_stats_spec *spec)
 	for (unsigned i = 0; i < spec->nkeys && n < sizeof(json); i++)
 		n += (size_t)snprintf(json + n, sizeof(json) - n, ", \"%s\": %llu", spec->keys[i].key,
 				      (unsigned long long)*(const uint64_t *)((const char *)&t + spec->keys[i].off));
+	if (spec->more && n < sizeof(json))
+		spec->more(json, &n, sizeof(json));
 	if (n + 3 > sizeof(json))
 		return; /* cannot happen: the keys are few and fixed */
+	/* the tier model's counters beside the handler's (docs/TIER.md) */
+	n += chell_tier_json_fields(json + n, sizeof(json) - n - 3);
 	n += (size_t)snprintf(json + n, sizeof(json) - n, "}\n");
-	int fd = sys_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		chell_log("cannot write stats.file '%s': %s", path, strerror(-fd));
-		return;
-	}
-	sys_write_all(fd, json, n);
-	sys_close(fd);
+	chell_stats_write(json, n);
 }

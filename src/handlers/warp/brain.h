@@ -56,6 +56,19 @@ struct warp_tier_figures {
 /* Fill *c from the tier figures and the locating costs measured once per
  * process on this machine (calib.c; cached). */
 void warp_costs_init(struct warp_costs *c, const struct warp_tier_figures *t);
+/* The locating costs of this machine (calib.c): measured at the first call
+ * of the process (a few hundred microseconds), or read from the cache file
+ * /dev/shm/chell-warp-calib-<boot id> another process of this boot wrote. */
+struct warp_locate {
+	double syscall_ns; /* a system call that moves 1 byte (pread on tmpfs) */
+	double fault_ns;   /* first touch of a page of a fresh shared mapping */
+	double tlb_ns;     /* a load from a populated mapping, new page each time */
+	double lookup_ns;  /* finding a block in a DRAM buffer (index + dirty bit) */
+	double dram_gbps;  /* memcpy bandwidth of DRAM, GB/s */
+};
+const struct warp_locate *warp_calibrate(void);
+/* The same costs from given locating figures (unit tests, hand-computed). */
+void warp_costs_from(struct warp_costs *c, const struct warp_tier_figures *t, const struct warp_locate *l);
 
 /* T = N_r*L_r + S_r/B_r + N_w*L_w + S_w/B_w for state s (warp.md eq. 1). */
 double warp_model_time(const struct warp_costs *c, enum warp_state s, const struct warp_node_stats *st);
@@ -113,6 +126,23 @@ struct warp_accuracy {
 	uint64_t accesses, accurate; /* accuracy = accurate / accesses */
 	uint64_t issued, used, wasted; /* prefetches */
 };
+/* `predicted` is the node the records named for this access, looked up
+ * BEFORE warp_succ_record updates them: the previous node itself when the
+ * access stays in it, succ[prev] when it moves to another node, the
+ * cross-file hint node on the first access to a file (WARP_NODE_NONE when
+ * nothing was predicted). The type matches when a read finds the node
+ * recorded as mapped and a write finds it buffered; a node recorded normal
+ * was not prefetched, so no access to it is an accurate prefetch. */
+static inline bool warp_access_accurate(uint32_t predicted, uint32_t node, enum warp_state recorded, bool write)
+{
+	return predicted == node && node != WARP_NODE_NONE &&
+	       recorded == (write ? WARP_BUFFERED : WARP_MAPPED);
+}
+static inline void warp_accuracy_note(struct warp_accuracy *a, bool accurate)
+{
+	a->accesses++;
+	a->accurate += accurate;
+}
 
 /* ---- prefetch: one background thread per process (chell_thread_start:
  * signals blocked, restarted in a forked child). The data path posts
@@ -125,6 +155,12 @@ typedef void (*warp_prefetch_fn)(void *file, uint32_t node, enum warp_state want
 int warp_prefetch_start(warp_prefetch_fn fn); /* 0 or -errno; idempotent */
 bool warp_prefetch_post(void *file, uint32_t node, enum warp_state want);
 void warp_prefetch_forget(void *file);
+/* Counters of this process (a forked child inherits its parent's):
+ * hints posted, dropped because the queue was full, and run. */
+struct warp_prefetch_counts {
+	uint64_t posted, dropped, run;
+};
+void warp_prefetch_counts(struct warp_prefetch_counts *out);
 
 /* ---- patterns persisted across restarts: stable states, successors and
  * cross-file tuples keyed by file identity, in a small region on the

@@ -1,0 +1,637 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The shared buffer of a WARP file (warp.h, docs/WARP.md "Buffer
+ * coherence"): one file on /dev/shm per tier file, named by its identity,
+ * /dev/shm/chell-warp.<dev>.<ino>, mapped whole by every process under
+ * Chell that has the tier file open:
+ *
+ *   [header 4 KB][node records][valid bitmap][dirty bitmap][data ...]
+ *
+ * Block b of the tier file is buffered at data + b * 4 KB (the data area is
+ * sparse: only valid blocks take memory). Every change of the bitmaps, of
+ * the buffered bytes and of a node's state is made under the header's lock
+ * (a chell_lock: futex based, shared, recovered if its holder died), so a
+ * buffered write is visible at once to every process mapping the file.
+ *
+ * Liveness is an flock: every process that maps the buffer holds LOCK_SH on
+ * its descriptor of it. An opener that gets LOCK_EX is alone: a buffer left
+ * by a killed process is written back first (if it still belongs to the
+ * same tier file: device, inode and birth time match), then reset. The
+ * last user writes everything back and removes the file.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sched.h>
+#include <signal.h>
+#include <time.h>
+#include <linux/falloc.h>
+#include <linux/stat.h>
+
+#include "warp.h"
+#include "chell/tier.h"
+
+__thread int warp_call_fd = -1;
+static struct warp_file *files;
+static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int sys_flock(int fd, int op)
+{
+	int r;
+	do
+		r = (int)CHELL_SC(SYS_flock, fd, op, 0, 0, 0, 0);
+	while (r == -EINTR);
+	return r;
+}
+
+/* In a forked child: the buffer files' descriptors are the parent's open
+ * file descriptions, and flock locks belong to those, so the child would
+ * count as the parent (and could think itself the last user while the
+ * parent still works on the buffer). Each gets a description of its own,
+ * with its own LOCK_SH, at the same number. */
+void warp_files_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	files_lock = fresh;
+	for (struct warp_file *w = files; w; w = w->next) {
+		char path[CHELL_FD_PATH_MAX];
+		int n = chell_internal_openat(AT_FDCWD, chell_fd_path(path, w->bfd), O_RDWR | O_CLOEXEC, 0);
+		if (n < 0)
+			continue; /* keeps the parent's: the last close may then be wrong about being last */
+		sys_flock(n, LOCK_SH);
+		sys_dup3(n, w->bfd, O_CLOEXEC);
+		sys_close(n);
+		warp_lease_after_fork(w);
+	}
+}
+
+
+/* Size the buffer file. ftruncate obeys RLIMIT_FSIZE, which limits the
+ * application's files, not Chell's: under a smaller limit the call fails
+ * (the file is then not buffered) and the SIGXFSZ the kernel sends the
+ * thread is taken back, unless one was pending already. */
+static int size_buffer(int fd)
+{
+	sigset_t x, old, pend;
+	sigemptyset(&x);
+	sigaddset(&x, SIGXFSZ);
+	sigpending(&pend);
+	bool had = sigismember(&pend, SIGXFSZ);
+	pthread_sigmask(SIG_BLOCK, &x, &old);
+	int r = sys_ftruncate(fd, (off_t)WARP_MAP_BYTES);
+	if (r == -EFBIG && !had) {
+		struct timespec zero = {0, 0};
+		sigtimedwait(&x, NULL, &zero);
+	}
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return r;
+}
+
+static void buf_name(char *out, size_t n, uint64_t dev, uint64_t ino)
+{
+	snprintf(out, n, "/dev/shm/chell-warp.%llx.%llu", (unsigned long long)dev, (unsigned long long)ino);
+}
+
+/* The tier file's birth time (its identity beyond dev/ino, which a new
+ * file may reuse after a delete); 0 where the file system has none. */
+static void birth(int fd, int64_t *sec, int64_t *nsec)
+{
+	struct statx sx;
+	*sec = *nsec = 0;
+	if (CHELL_SC(SYS_statx, fd, "", AT_EMPTY_PATH, STATX_BTIME, &sx, 0) == 0 && (sx.stx_mask & STATX_BTIME)) {
+		*sec = sx.stx_btime.tv_sec;
+		*nsec = sx.stx_btime.tv_nsec;
+	}
+}
+
+/* A descriptor of the tier file for Chell's own reads and write-backs
+ * (fills, the checkpoint thread, which has no application descriptor):
+ * read-write if the process may, else read-only; -1 if neither. */
+static int tier_fd(int fd, bool *writable, bool *noatime)
+{
+	char path[CHELL_FD_PATH_MAX];
+	chell_fd_path(path, fd);
+	int t = chell_internal_openat(AT_FDCWD, path, O_RDWR | O_CLOEXEC | O_NOATIME, 0);
+	*noatime = t >= 0;
+	if (t == -EPERM)
+		t = chell_internal_openat(AT_FDCWD, path, O_RDWR | O_CLOEXEC, 0);
+	*writable = t >= 0;
+	if (t < 0) {
+		t = chell_internal_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NOATIME, 0);
+		*noatime = t >= 0;
+		if (t == -EPERM)
+			t = chell_internal_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+	}
+	return t >= 0 ? chell_internal_fd(t, 1) : -1;
+}
+
+static void init_hdr(struct warp_file *w, int64_t bs, int64_t bn)
+{
+	struct warp_hdr *h = w->hdr;
+	memset(h, 0, sizeof(*h));
+	h->dev = w->dev;
+	h->ino = w->ino;
+	h->btime_sec = bs;
+	h->btime_nsec = bn;
+	h->node_shift = warp_node_shift; /* the node records were punched to zeros */
+	h->version = WARP_VERSION;
+	atomic_thread_fence(memory_order_release);
+	h->magic = WARP_MAGIC;
+}
+
+/* Alone on the buffer file (LOCK_EX): write back what a killed user left,
+ * if it is this tier file's, and start afresh. */
+static void recover(struct warp_file *w, int fd, int64_t bs, int64_t bn)
+{
+	struct warp_hdr *h = w->hdr;
+	if (h->magic == WARP_MAGIC && h->version == WARP_VERSION && atomic_load(&h->dirty_blocks)) {
+		bool wr = false, na;
+		int t = -1;
+		if (h->dev == w->dev && h->ino == w->ino && (bs | bn) && h->btime_sec == bs &&
+		    h->btime_nsec == bn)
+			t = w->wfd >= 0 ? w->wfd : tier_fd(fd, &wr, &na);
+		if (t >= 0 && t != w->wfd && !wr) {
+			chell_internal_close(t);
+			t = -1;
+		}
+		if (t >= 0) {
+			uint64_t before = atomic_load(&h->dirty_blocks);
+			int e = warp_writeback(w, t, 0, WARP_MAX_BLOCKS);
+			if (t != w->wfd)
+				chell_internal_close(t);
+			if (e == 0) {
+				WCTR(recovered_blocks, before);
+				chell_info("warp: wrote back %llu blocks a killed process left buffered",
+					   (unsigned long long)before);
+			}
+		} else {
+			chell_log("warp: a buffer left by a killed process no longer matches its file; "
+				  "dropped (%llu blocks)", (unsigned long long)atomic_load(&h->dirty_blocks));
+		}
+	}
+	/* empty the data and bitmaps, keep the size (sparse) */
+	CHELL_SC(SYS_fallocate, w->bfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, WARP_MAP_BYTES, 0, 0);
+	init_hdr(w, bs, bn);
+}
+
+static void file_free(struct warp_file *w)
+{
+	warp_tier_unmap_all(w);
+	if (w->map)
+		munmap(w->map, WARP_MAP_BYTES);
+	if (w->bfd >= 0)
+		chell_internal_close(w->bfd);
+	if (w->rfd >= 0 && w->rfd != w->wfd && w->rfd != w->lfd)
+		chell_internal_close(w->rfd);
+	if (w->wfd >= 0 && w->wfd != w->lfd)
+		chell_internal_close(w->wfd);
+	if (w->lfd >= 0)
+		chell_internal_close(w->lfd);
+	free(w);
+}
+
+/* Open and map the buffer file of (dev, ino); fd is a descriptor of the
+ * tier file. */
+static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool create)
+{
+	struct warp_file *w = calloc(1, sizeof(*w));
+	if (!w)
+		return NULL;
+	w->dev = dev;
+	w->ino = ino;
+	w->refs = 1;
+	w->bfd = w->rfd = w->wfd = -1;
+	atomic_store(&w->prev_node, WARP_NODE_NONE);
+	w->lfd = -1;
+	if (fd >= 0 && !warp_lease_mode) {
+		/* warp.outside=trust: descriptors of Chell's own for fills and the
+		 * checkpoint thread's write-backs (a lease would count them) */
+		bool wr, na;
+		w->rfd = tier_fd(fd, &wr, &na);
+		if (wr)
+			w->wfd = w->rfd;
+		w->fill_ok = w->rfd >= 0 && na;
+	}
+	char name[96];
+	buf_name(name, sizeof(name), dev, ino);
+	for (int attempt = 0; attempt < 8; attempt++) {
+		int b = chell_internal_openat(AT_FDCWD, name, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
+		if (b < 0)
+			break;
+		w->bfd = chell_internal_fd(b, 1);
+		if (w->bfd < 0)
+			break;
+		bool alone = sys_flock(w->bfd, LOCK_EX | LOCK_NB) == 0;
+		if (!alone)
+			sys_flock(w->bfd, LOCK_SH);
+		/* the name may have been removed (and made again) by a last user
+		 * between our open and our lock: then start over on the new one */
+		struct stat a, n;
+		if (sys_fstat(w->bfd, &a) == 0 && sys_fstatat(AT_FDCWD, name, &n, 0) == 0 &&
+		    a.st_ino == n.st_ino && a.st_dev == n.st_dev) {
+			if ((uint64_t)a.st_size < WARP_MAP_BYTES && size_buffer(w->bfd) < 0)
+				break;
+			void *m = REAL(mmap64)(NULL, WARP_MAP_BYTES, PROT_READ | PROT_WRITE,
+					       MAP_SHARED | MAP_NORESERVE, w->bfd, 0);
+			if (m == MAP_FAILED)
+				break;
+			w->map = m;
+			w->hdr = (struct warp_hdr *)w->map;
+			w->nodes = (struct warp_node *)(w->map + WARP_NODES_OFF);
+			w->valid = (_Atomic uint64_t *)(w->map + WARP_VALID_OFF);
+			w->dirty = (_Atomic uint64_t *)(w->map + WARP_DIRTY_OFF);
+			w->data = w->map + WARP_DATA_OFF;
+			int64_t bs = 0, bn = 0;
+			if (fd >= 0)
+				birth(fd, &bs, &bn);
+			if (alone) {
+				if (fd < 0 && w->hdr->magic != WARP_MAGIC)
+					break; /* a path call found a stale name: nothing to do */
+				if (fd >= 0) {
+					int saved = warp_call_fd;
+					warp_call_fd = fd;
+					recover(w, fd, bs, bn);
+					warp_patterns_apply(w); /* a fresh start: what earlier runs learnt */
+					warp_call_fd = saved;
+				}
+				sys_flock(w->bfd, LOCK_SH);
+			} else if (w->hdr->magic != WARP_MAGIC || w->hdr->version != WARP_VERSION) {
+				break; /* someone else's file of another version: not ours to use */
+			}
+			return w;
+		}
+		chell_internal_close(w->bfd);
+		w->bfd = -1;
+	}
+	file_free(w);
+	return NULL;
+}
+
+struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
+{
+	pthread_mutex_lock(&files_lock);
+	struct warp_file *w;
+	for (w = files; w; w = w->next)
+		if (w->dev == dev && w->ino == ino)
+			break;
+	if (w) {
+		w->refs++;
+		pthread_mutex_unlock(&files_lock);
+		return w;
+	}
+	w = file_open(fd, dev, ino, true);
+	if (w) {
+		w->next = files;
+		files = w;
+	}
+	pthread_mutex_unlock(&files_lock);
+	return w;
+}
+
+struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino)
+{
+	pthread_mutex_lock(&files_lock);
+	struct warp_file *w;
+	for (w = files; w; w = w->next)
+		if (w->dev == dev && w->ino == ino)
+			break;
+	if (w) {
+		w->refs++;
+		pthread_mutex_unlock(&files_lock);
+		return w;
+	}
+	w = file_open(-1, dev, ino, false);
+	if (w) {
+		w->next = files;
+		files = w;
+	}
+	pthread_mutex_unlock(&files_lock);
+	return w;
+}
+
+void warp_file_put(struct warp_file *w)
+{
+	pthread_mutex_lock(&files_lock);
+	if (--w->refs > 0) {
+		pthread_mutex_unlock(&files_lock);
+		return;
+	}
+	for (struct warp_file **pp = &files; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+	pthread_mutex_unlock(&files_lock);
+	warp_prefetch_forget(w);
+	if (w->lfd >= 0)
+		warp_lease_detach(w, w->lfd_ofd);
+	warp_buf_last_close(w);
+	file_free(w);
+}
+
+void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg)
+{
+	pthread_mutex_lock(&files_lock);
+	for (struct warp_file *w = files; w; w = w->next) {
+		w->refs++;
+		pthread_mutex_unlock(&files_lock);
+		fn(w, arg);
+		pthread_mutex_lock(&files_lock);
+		w->refs--; /* never the last: a descriptor holds one */
+	}
+	pthread_mutex_unlock(&files_lock);
+}
+
+/* The last process on the machine using the buffer writes everything back
+ * and removes it; others leave it to whoever is last. */
+void warp_buf_last_close(struct warp_file *w)
+{
+	if (!w->hdr || sys_flock(w->bfd, LOCK_EX | LOCK_NB) < 0)
+		return;
+	warp_patterns_keep(w);
+	if (w->wfd >= 0 || !atomic_load(&w->hdr->dirty_blocks)) {
+		warp_flush_all(w, true);
+		char name[96];
+		buf_name(name, sizeof(name), w->dev, w->ino);
+		struct stat a, n;
+		if (!atomic_load(&w->hdr->dirty_blocks) && sys_fstat(w->bfd, &a) == 0 &&
+		    sys_fstatat(AT_FDCWD, name, &n, 0) == 0 && a.st_ino == n.st_ino)
+			sys_unlink(name);
+	}
+	sys_flock(w->bfd, LOCK_SH);
+}
+
+/* --------------------------------------------------------------- blocks */
+
+static void tree_bytes(int64_t d)
+{
+	if (warp_tree_bytes) {
+		uint64_t now = atomic_fetch_add(warp_tree_bytes, (uint64_t)d) + (uint64_t)d;
+		uint64_t max = atomic_load_explicit(&warp_ctr.buffer_bytes_max, memory_order_relaxed);
+		if (d > 0 && now > max)
+			atomic_store_explicit(&warp_ctr.buffer_bytes_max, now, memory_order_relaxed);
+	}
+}
+
+void warp_blk_set_valid(struct warp_file *w, uint64_t b)
+{
+	uint64_t bit = 1ull << (b & 63);
+	if (atomic_fetch_or(&w->valid[b >> 6], bit) & bit)
+		return;
+	atomic_fetch_add(&w->hdr->valid_blocks, 1);
+	uint64_t k = (b << WARP_BLK_SHIFT) >> w->hdr->node_shift;
+	if (k < WARP_MAX_NODES)
+		w->nodes[k].valid++;
+	tree_bytes((int64_t)WARP_BLK);
+}
+
+int warp_blk_fill(struct warp_file *w, uint64_t b)
+{
+	int fd = warp_rfd(w);
+	if (fd < 0)
+		return -EBADF;
+	unsigned char *dst = w->data + b * WARP_BLK;
+	size_t got = 0;
+	while (got < WARP_BLK) {
+		ssize_t r = sys_pread(fd, dst + got, WARP_BLK - got, (off_t)(b * WARP_BLK + got));
+		if (r == -EINTR)
+			continue;
+		if (r < 0)
+			return (int)r;
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	if (got < WARP_BLK) /* past the end: zeros, as the file reads when it grows */
+		memset(dst + got, 0, WARP_BLK - got);
+	chell_tier_read(got);
+	WCTR(fills, 1);
+	warp_blk_set_valid(w, b);
+	return 0;
+}
+
+void warp_blk_mark_dirty(struct warp_file *w, uint64_t b)
+{
+	uint64_t bit = 1ull << (b & 63);
+	if (!(atomic_fetch_or(&w->dirty[b >> 6], bit) & bit))
+		atomic_fetch_add(&w->hdr->dirty_blocks, 1);
+}
+
+/* Store [from, from+len) of the tier file through a shared mapping: write()
+ * obeys RLIMIT_FSIZE, which is the application's limit on its own writes,
+ * not on bytes it wrote earlier inside it (a buffered write below the
+ * limit whose block reaches past it). A fault (the file shrank meanwhile)
+ * leaves the rest: those bytes are gone from the file anyway. */
+static int store_mapped(int fd, uint64_t from, const unsigned char *src, size_t len)
+{
+	uint64_t base = from & ~(uint64_t)4095;
+	size_t span = (size_t)(from - base) + len;
+	void *m = REAL(mmap64)(NULL, span, PROT_WRITE, MAP_SHARED, fd, (off_t)base);
+	if (m == MAP_FAILED)
+		return -errno;
+	int fault;
+	mapped_copy((unsigned char *)m + (from - base), src, len, &fault);
+	munmap(m, span);
+	return 0;
+}
+
+/* Dirty blocks of [lo, hi) in order, each run of consecutive ones one
+ * pwrite, cut at the tier file's size (a block past it was truncated away
+ * and is dropped). */
+int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
+{
+	if (!atomic_load(&w->hdr->dirty_blocks))
+		return 0;
+	if (fd < 0)
+		return -EBADF;
+	struct stat st;
+	if (sys_fstat(fd, &st) < 0)
+		return -EIO;
+	uint64_t size = (uint64_t)st.st_size;
+	/* a duplicate of an O_APPEND description (the lease's) appends: at pos */
+	int rwf = (sys_fcntl(fd, F_GETFL, 0) & O_APPEND) ? RWF_NOAPPEND : 0;
+	if (hi > WARP_MAX_BLOCKS)
+		hi = WARP_MAX_BLOCKS;
+	int err = 0;
+	uint64_t b = lo;
+	while (b < hi) {
+		uint64_t word = atomic_load(&w->dirty[b >> 6]) >> (b & 63);
+		if (!word) {
+			b = (b | 63) + 1;
+			continue;
+		}
+		b += (uint64_t)__builtin_ctzll(word);
+		if (b >= hi)
+			break;
+		uint64_t e = b;
+		while (e < hi && warp_blk_dirty(w, e))
+			e++;
+		uint64_t from = b * WARP_BLK, to = e * WARP_BLK < size ? e * WARP_BLK : size;
+		if (from < to && to > mapped_fsize()) {
+			err = store_mapped(fd, from, w->data + from, (size_t)(to - from));
+			if (err == 0) {
+				chell_tier_write((size_t)(to - from));
+				WCTR(writeback_bytes, to - from);
+				from = to;
+			}
+		}
+		while (from < to && !err) {
+			struct iovec v = {w->data + from, (size_t)(to - from)};
+			ssize_t r = rwf ? sys_pwritev2(fd, &v, 1, (off_t)from, rwf)
+					: sys_pwrite(fd, w->data + from, (size_t)(to - from), (off_t)from);
+			if (r == -EINTR)
+				continue;
+			if (r <= 0) {
+				err = r < 0 ? (int)r : -EIO;
+				break;
+			}
+			chell_tier_write((size_t)r);
+			WCTR(writeback_bytes, (uint64_t)r);
+			from += (uint64_t)r;
+		}
+		if (err)
+			return err; /* the rest stays dirty */
+		WCTR(writeback_extents, 1);
+		for (uint64_t i = b; i < e; i++) {
+			uint64_t bit = 1ull << (i & 63);
+			if (atomic_fetch_and(&w->dirty[i >> 6], ~bit) & bit)
+				atomic_fetch_sub(&w->hdr->dirty_blocks, 1);
+		}
+		b = e;
+	}
+	return 0;
+}
+
+void warp_invalidate(struct warp_file *w, uint64_t lo, uint64_t hi)
+{
+	if (hi > WARP_MAX_BLOCKS)
+		hi = WARP_MAX_BLOCKS;
+	if (lo >= hi || !atomic_load(&w->hdr->valid_blocks))
+		return;
+	uint64_t dropped = 0;
+	for (uint64_t b = lo; b < hi;) {
+		uint64_t word = atomic_load(&w->valid[b >> 6]) >> (b & 63);
+		if (!word) {
+			b = (b | 63) + 1;
+			continue;
+		}
+		b += (uint64_t)__builtin_ctzll(word);
+		if (b >= hi)
+			break;
+		uint64_t bit = 1ull << (b & 63);
+		atomic_fetch_and(&w->valid[b >> 6], ~bit);
+		if (atomic_fetch_and(&w->dirty[b >> 6], ~bit) & bit)
+			atomic_fetch_sub(&w->hdr->dirty_blocks, 1);
+		atomic_fetch_sub(&w->hdr->valid_blocks, 1);
+		uint64_t k = (b << WARP_BLK_SHIFT) >> w->hdr->node_shift;
+		if (k < WARP_MAX_NODES && w->nodes[k].valid)
+			w->nodes[k].valid--;
+		dropped++;
+		b++;
+	}
+	if (!dropped)
+		return;
+	tree_bytes(-(int64_t)(dropped * WARP_BLK));
+	WCTR(reclaims, 1);
+	CHELL_SC(SYS_fallocate, w->bfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+		 WARP_DATA_OFF + lo * WARP_BLK, (hi - lo) * WARP_BLK, 0, 0);
+}
+
+/* Blocks [lo, hi) of node k */
+static void node_blocks(struct warp_file *w, uint64_t k, uint64_t *lo, uint64_t *hi)
+{
+	*lo = (k << w->hdr->node_shift) >> WARP_BLK_SHIFT;
+	*hi = ((k + 1) << w->hdr->node_shift) >> WARP_BLK_SHIFT;
+}
+
+/* How long a change to buffered waits for tier calls in flight (a killed
+ * process may have left the count up for good: then the node stays). */
+#define WAIT_TIER_SPINS 20000
+
+int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
+{
+	if (k >= WARP_MAX_NODES)
+		return -EAGAIN;
+	struct warp_node *n = &w->nodes[k];
+	enum warp_state cur = (enum warp_state)atomic_load(&n->state);
+	if (cur == s)
+		return 0;
+	if (s == WARP_BUFFERED) {
+		/* with leases: only a process holding a duplicate of the leased
+		 * description (which keeps the lease alive) starts buffering */
+		if (atomic_load(&w->hdr->no_buffer) ||
+		    (warp_lease_mode && (!atomic_load(&w->hdr->leased) || w->lfd < 0)))
+			return -EAGAIN;
+		/* Calls that saw the old state may still be moving bytes of the
+		 * tier: the buffer may fill a block only after they are done.
+		 * They count themselves in tier_ops before they look at the
+		 * state (seq_cst on both sides): either they see buffered, or we
+		 * see them. */
+		if (mapped_tick() < atomic_load(&w->hdr->refuse_until))
+			return -EAGAIN;
+		atomic_store(&n->state, (uint8_t)s);
+		int spins = 0;
+		while (atomic_load(&w->hdr->tier_ops) != 0) {
+			if (++spins > WAIT_TIER_SPINS) {
+				atomic_store(&n->state, (uint8_t)cur);
+				atomic_store(&w->hdr->refuse_until, mapped_tick() + 1000000000ull);
+				return -EAGAIN;
+			}
+			sched_yield();
+		}
+	} else {
+		if (cur == WARP_BUFFERED) {
+			uint64_t lo, hi;
+			node_blocks(w, k, &lo, &hi);
+			if (warp_writeback(w, warp_wfd(w), lo, hi) < 0)
+				return -EAGAIN; /* cannot write back from here: stays buffered */
+			warp_invalidate(w, lo, hi);
+		}
+		atomic_store(&n->state, (uint8_t)s);
+	}
+	WCTR(transitions[cur][s], 1);
+	return 0;
+}
+
+uint32_t warp_nnodes(struct warp_file *w)
+{
+	struct mapped_inode *in = mapped_inode_find(w->dev, w->ino);
+	struct stat st;
+	uint64_t size = in ? mapped_isize(in) : 0;
+	int fd = w->rfd >= 0 ? w->rfd : warp_call_fd;
+	if (!in && fd >= 0 && sys_fstat(fd, &st) == 0)
+		size = (uint64_t)st.st_size;
+	uint64_t n = (size + ((1ull << w->hdr->node_shift) - 1)) >> w->hdr->node_shift;
+	return n < WARP_MAX_NODES ? (uint32_t)n : WARP_MAX_NODES;
+}
+
+int warp_flush_all(struct warp_file *w, bool drop)
+{
+	chell_lock_acquire(&w->hdr->lock);
+	int r = warp_writeback(w, warp_wfd(w), 0, WARP_MAX_BLOCKS);
+	if (r == 0 && drop)
+		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
+	chell_lock_release(&w->hdr->lock);
+	return r;
+}
+
+int warp_disable_buffer(struct warp_file *w)
+{
+	if (w->lfd >= 0)
+		warp_lease_release(w); /* written back, nothing buffered */
+	chell_lock_acquire(&w->hdr->lock);
+	atomic_store(&w->hdr->no_buffer, 1);
+	int r = warp_writeback(w, warp_wfd(w), 0, WARP_MAX_BLOCKS);
+	if (r == 0) {
+		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
+		uint32_t nn = warp_nnodes(w);
+		for (uint32_t k = 0; k < nn; k++)
+			if (atomic_load(&w->nodes[k].state) == WARP_BUFFERED)
+				warp_set_state(w, k, WARP_NORMAL);
+	}
+	chell_lock_release(&w->hdr->lock);
+	return r;
+}

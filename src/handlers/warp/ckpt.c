@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * WARP's background thread (one per process, chell_thread_start: restarted
+ * in a forked child, stopped before exec and at exit) and the checkpoint
+ * (warp.md Algorithm 1, WARP CHECKPOINT):
+ *
+ *   every warp.checkpoint_ms, for each file this process has open (one
+ *   process of all those mapping a buffer does it, hdr->last_ckpt):
+ *     write back the dirty blocks;
+ *     for each accessed node, warp_model_decide (brain.h: the benefit
+ *     model with its hysteresis) and apply the state it returns;
+ *     count the nodes per state (chell stat);
+ *   and at each pass, buffered nodes unused for warp.idle_ms are written
+ *   back and their buffer reclaimed.
+ *
+ * Sync calls (fsync, fdatasync) run a checkpoint of their file as well.
+ * warp.test_flip forces state changes at random points (tests).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "warp.h"
+#include "chell/tier.h"
+
+static struct chell_thread *thread;
+static struct warp_costs costs;
+static bool have_costs;
+static struct warp_policy policy;
+
+void warp_checkpoint(struct warp_file *w)
+{
+	struct warp_hdr *h = w->hdr;
+	uint64_t n[WARP_NSTATES] = {0}, bytes[WARP_NSTATES] = {0};
+	chell_lock_acquire(&h->lock);
+	atomic_store(&h->last_ckpt, mapped_tick());
+	warp_writeback(w, w->wfd, 0, WARP_MAX_BLOCKS);
+	uint32_t nn = warp_nnodes(w);
+	for (uint32_t k = 0; k < nn; k++) {
+		struct warp_node *nd = &w->nodes[k];
+		enum warp_state cur = (enum warp_state)atomic_load(&nd->state);
+		if (have_costs && (nd->st.nr | nd->st.nw | nd->streak)) {
+			struct warp_hyst hy = {nd->cand, nd->streak};
+			struct warp_node_stats st = nd->st;
+			enum warp_state want = warp_model_decide(&costs, &policy, cur, &hy, &st);
+			nd->cand = hy.candidate;
+			nd->streak = hy.streak;
+			if (want != cur && warp_set_state(w, k, want) == 0)
+				cur = want;
+		}
+		if (nd->st.nr | nd->st.nw)
+			memset(&nd->st, 0, sizeof(nd->st));
+		n[cur]++;
+		bytes[cur] += 1ull << h->node_shift;
+	}
+	chell_lock_release(&h->lock);
+	warp_patterns_keep(w);
+	for (int s = 0; s < WARP_NSTATES; s++) {
+		atomic_store_explicit(&warp_ctr.nodes[s], n[s], memory_order_relaxed);
+		atomic_store_explicit(&warp_ctr.node_bytes[s], bytes[s], memory_order_relaxed);
+	}
+	WCTR(checkpoints, 1);
+}
+
+/* Buffered nodes nobody touched for warp.idle_ms: written back, their
+ * buffer reclaimed (the state stays: the next write fills again). */
+static void idle_reclaim(struct warp_file *w, uint64_t now)
+{
+	struct warp_hdr *h = w->hdr;
+	if (!atomic_load(&h->valid_blocks))
+		return;
+	chell_lock_acquire(&h->lock);
+	uint32_t nn = warp_nnodes(w);
+	for (uint32_t k = 0; k < nn; k++) {
+		struct warp_node *nd = &w->nodes[k];
+		if (!nd->valid || now - nd->last_use < warp_idle_ns)
+			continue;
+		uint64_t lo = ((uint64_t)k << h->node_shift) >> WARP_BLK_SHIFT;
+		uint64_t hi = ((uint64_t)(k + 1) << h->node_shift) >> WARP_BLK_SHIFT;
+		if (warp_writeback(w, w->wfd, lo, hi) == 0)
+			warp_invalidate(w, lo, hi);
+	}
+	chell_lock_release(&h->lock);
+}
+
+static void pass(struct warp_file *w, void *arg)
+{
+	uint64_t now = *(uint64_t *)arg;
+	struct warp_hdr *h = w->hdr;
+	if (w->wfd < 0 && w->rfd < 0)
+		return; /* let go (a lease): the kernel's */
+	uint64_t last = atomic_load(&h->last_ckpt);
+	if (now - last >= warp_checkpoint_ns && atomic_compare_exchange_strong(&h->last_ckpt, &last, now))
+		warp_checkpoint(w);
+	if (warp_idle_ns)
+		idle_reclaim(w, now);
+}
+
+static void poll_one(struct warp_file *w, void *arg)
+{
+	if (warp_lease_poll(w))
+		*(bool *)arg = true;
+}
+
+/* How soon a lease break is noticed: the other process's open waits that
+ * long (plus the write-back) before it reads the file. */
+#define LEASE_POLL_NS 1000000ull
+
+static void loop(struct chell_thread *t, void *arg)
+{
+	uint64_t period = warp_checkpoint_ns ? warp_checkpoint_ns : 100000000ull;
+	if (warp_idle_ns && warp_idle_ns / 2 < period)
+		period = warp_idle_ns / 2;
+	uint64_t next = mapped_tick() + period;
+	bool leases = false;
+	while (!chell_thread_wait(t, leases && period > LEASE_POLL_NS ? LEASE_POLL_NS : period)) {
+		leases = false;
+		if (warp_lease_mode)
+			warp_files_each(poll_one, &leases);
+		uint64_t now = mapped_tick();
+		if (now >= next) {
+			warp_files_each(pass, &now);
+			next = now + period;
+		}
+	}
+}
+
+/* The prefetch thread's work (brain.h): prepare node k for state `want`
+ * off the application's path. Mapped: map its node (and check it dense). */
+static void prefetch(void *file, uint32_t node, enum warp_state want)
+{
+	struct warp_file *w = file;
+	if (want == WARP_MAPPED && w->rfd >= 0 && warp_tier_addr(w, w->rfd, (uint64_t)node << w->hdr->node_shift, w->hole_gen))
+		WCTR(prefetch_used, 1);
+}
+
+struct warp_patterns *warp_pat;
+
+/* Patterns (brain.h): node states and successors of earlier runs, keyed by
+ * the file's identity. Only states that need nothing else are applied at
+ * once: buffered needs the lease (warp.outside=lease) and so becomes the
+ * node's state only at its first write. */
+void warp_patterns_apply(struct warp_file *w)
+{
+	uint32_t n = warp_nnodes(w);
+	if (!warp_pat || !n)
+		return;
+	uint8_t *states = calloc(n, 1);
+	uint32_t *succ = calloc(n, sizeof(*succ));
+	if (states && succ &&
+	    warp_patterns_load(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf)) {
+		for (uint32_t k = 0; k < n; k++) {
+			if (succ[k] != WARP_NODE_NONE && succ[k] < WARP_MAX_NODES)
+				warp_succ_set(&w->nodes[k], succ[k]);
+			if (states[k] == WARP_MAPPED || (states[k] == WARP_BUFFERED && !warp_lease_mode))
+				atomic_store(&w->nodes[k].state, states[k]);
+		}
+	}
+	free(states);
+	free(succ);
+}
+
+void warp_patterns_keep(struct warp_file *w)
+{
+	uint32_t n = warp_nnodes(w);
+	if (!warp_pat || !n)
+		return;
+	uint8_t *states = malloc(n);
+	uint32_t *succ = malloc(n * sizeof(*succ));
+	if (states && succ) {
+		for (uint32_t k = 0; k < n; k++) {
+			states[k] = atomic_load(&w->nodes[k].state);
+			succ[k] = warp_succ(&w->nodes[k]);
+		}
+		warp_patterns_store(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf);
+	}
+	free(states);
+	free(succ);
+}
+
+int warp_ckpt_start(void)
+{
+	static _Atomic int started;
+	if (atomic_exchange(&started, 1))
+		return 0;
+	/* the modelled tier's figures (DRAM's own without a model) */
+	const struct chell_tier_figures *d = chell_tier_device();
+	struct warp_tier_figures f = {d->read_ns, d->write_ns, d->read_gbps, d->write_gbps};
+	warp_costs_init(&costs, &f);
+	policy.delta = (double)chell_setting_uint("warp.delta") / 100.0;
+	policy.confirm = (unsigned)chell_setting_uint("warp.confirm");
+	have_costs = true;
+	warp_prefetch_start(prefetch);
+	const char *pp = chell_setting("warp.patterns");
+	if (pp[0] && warp_patterns_open(pp, &warp_pat) < 0)
+		warp_pat = NULL; /* said once by warp_patterns_open; speed only */
+	thread = chell_thread_start("warp", loop, NULL);
+	return thread ? 0 : -1;
+}
+
+void warp_maybe_flip(chell_ctx *c, struct warp_file *w, uint64_t k)
+{
+	static __thread uint64_t x;
+	if (!x)
+		x = 0x9e3779b97f4a7c15ull ^ ((uint64_t)chell_tid() << 17) ^ mapped_tick();
+	x ^= x << 13;
+	x ^= x >> 7;
+	x ^= x << 17;
+	if (x % 1000000u >= warp_flip_ppm || k >= WARP_MAX_NODES)
+		return;
+	enum warp_state s = (enum warp_state)((x >> 32) % WARP_NSTATES);
+	if (s == WARP_BUFFERED && !warp_lease_ok(w, c))
+		return;
+	chell_lock_acquire(&w->hdr->lock);
+	if (warp_set_state(w, k, s) == 0)
+		WCTR(flips, 1);
+	chell_lock_release(&w->hdr->lock);
+}
