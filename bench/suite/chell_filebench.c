@@ -250,30 +250,24 @@ static const struct flowop fl_fileserver[] = {
 	{"closefile3", F_CLOSE, 1, 0, 0},	 {"deletefile1", F_DELETE, 0, 0, 0},
 	{"statfile1", F_STAT, 0, 0, 0},
 };
+/* openfileN, readfileN, closefileN: the unit webserver repeats 10 times and
+ * webproxy 5 times. */
+#define OPEN_READ_CLOSE(n)                                                                          \
+	{"openfile" #n, F_OPEN, 1, 0, 0}, {"readfile" #n, F_READWHOLE, 1, 0, 0},                    \
+	{                                                                                           \
+		"closefile" #n, F_CLOSE, 1, 0, 0                                                    \
+	}
 static const struct flowop fl_webserver[] = {
-	{"openfile1", F_OPEN, 1, 0, 0},	 {"readfile1", F_READWHOLE, 1, 0, 0},  {"closefile1", F_CLOSE, 1, 0, 0},
-	{"openfile2", F_OPEN, 1, 0, 0},	 {"readfile2", F_READWHOLE, 1, 0, 0},  {"closefile2", F_CLOSE, 1, 0, 0},
-	{"openfile3", F_OPEN, 1, 0, 0},	 {"readfile3", F_READWHOLE, 1, 0, 0},  {"closefile3", F_CLOSE, 1, 0, 0},
-	{"openfile4", F_OPEN, 1, 0, 0},	 {"readfile4", F_READWHOLE, 1, 0, 0},  {"closefile4", F_CLOSE, 1, 0, 0},
-	{"openfile5", F_OPEN, 1, 0, 0},	 {"readfile5", F_READWHOLE, 1, 0, 0},  {"closefile5", F_CLOSE, 1, 0, 0},
-	{"openfile6", F_OPEN, 1, 0, 0},	 {"readfile6", F_READWHOLE, 1, 0, 0},  {"closefile6", F_CLOSE, 1, 0, 0},
-	{"openfile7", F_OPEN, 1, 0, 0},	 {"readfile7", F_READWHOLE, 1, 0, 0},  {"closefile7", F_CLOSE, 1, 0, 0},
-	{"openfile8", F_OPEN, 1, 0, 0},	 {"readfile8", F_READWHOLE, 1, 0, 0},  {"closefile8", F_CLOSE, 1, 0, 0},
-	{"openfile9", F_OPEN, 1, 0, 0},	 {"readfile9", F_READWHOLE, 1, 0, 0},  {"closefile9", F_CLOSE, 1, 0, 0},
-	{"openfile10", F_OPEN, 1, 0, 0}, {"readfile10", F_READWHOLE, 1, 0, 0}, {"closefile10", F_CLOSE, 1, 0, 0},
-	{"appendlog", F_APPENDRAND, 2, 1, 1},
+	OPEN_READ_CLOSE(1), OPEN_READ_CLOSE(2), OPEN_READ_CLOSE(3), OPEN_READ_CLOSE(4),
+	OPEN_READ_CLOSE(5), OPEN_READ_CLOSE(6), OPEN_READ_CLOSE(7), OPEN_READ_CLOSE(8),
+	OPEN_READ_CLOSE(9), OPEN_READ_CLOSE(10), {"appendlog", F_APPENDRAND, 2, 1, 1},
 };
 static const struct flowop fl_webproxy[] = {
-	{"deletefile1", F_DELETE, 0, 0, 0},   {"createfile1", F_CREATE, 1, 0, 0},
-	{"appendfilerand1", F_APPENDRAND, 1, 0, 1}, {"closefile1", F_CLOSE, 1, 0, 0},
-	{"openfile2", F_OPEN, 1, 0, 0},	      {"readfile2", F_READWHOLE, 1, 0, 0},
-	{"closefile2", F_CLOSE, 1, 0, 0},     {"openfile3", F_OPEN, 1, 0, 0},
-	{"readfile3", F_READWHOLE, 1, 0, 0},  {"closefile3", F_CLOSE, 1, 0, 0},
-	{"openfile4", F_OPEN, 1, 0, 0},	      {"readfile4", F_READWHOLE, 1, 0, 0},
-	{"closefile4", F_CLOSE, 1, 0, 0},     {"openfile5", F_OPEN, 1, 0, 0},
-	{"readfile5", F_READWHOLE, 1, 0, 0},  {"closefile5", F_CLOSE, 1, 0, 0},
-	{"openfile6", F_OPEN, 1, 0, 0},	      {"readfile6", F_READWHOLE, 1, 0, 0},
-	{"closefile6", F_CLOSE, 1, 0, 0},
+	{"deletefile1", F_DELETE, 0, 0, 0},
+	{"createfile1", F_CREATE, 1, 0, 0},
+	{"appendfilerand1", F_APPENDRAND, 1, 0, 1},
+	{"closefile1", F_CLOSE, 1, 0, 0},
+	OPEN_READ_CLOSE(2), OPEN_READ_CLOSE(3), OPEN_READ_CLOSE(4), OPEN_READ_CLOSE(5), OPEN_READ_CLOSE(6),
 };
 static const struct flowop fl_varmail[] = {
 	{"deletefile1", F_DELETE, 0, 0, 0},   {"createfile2", F_CREATE, 1, 0, 0},
