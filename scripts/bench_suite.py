@@ -41,7 +41,6 @@ import json
 import os
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -50,7 +49,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
-from bench_cache import build_info, cpu_busy, machine_info, update_doc  # noqa: E402  (shared machinery)
+from bench_cache import (build_info, cpu_busy, flat_numbers, fmt, log, machine_info, median,  # noqa: E402
+                         ratio, update_doc)  # the shared machinery of the benchmark scripts
 
 DOC_BEGIN = "<!-- bench_suite: begin generated tables -->"
 DOC_END = "<!-- bench_suite: end generated tables -->"
@@ -79,23 +79,6 @@ PROFILES = {
                   sysbench_size=8 * MB, sysbench_s=1, cat_size=16 * MB, cat_reps=1,
                   grep_tree=str(REPO / "src" / "common"), make_every=40),
 }
-
-
-def log(msg):
-    print(msg, file=sys.stderr, flush=True)
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def ratio(a, b):
-    return a / b if a is not None and b not in (None, 0) else None
-
-
-def fmt(v, spec=".2f", dash="-"):
-    return dash if v is None else format(v, spec)
 
 
 def human(n):
@@ -393,19 +376,6 @@ def run_program(arms, prof, prog, arm, preset, rnd, stats):
 
 # ---------------------------------------------------------------- warp observability
 
-def flat(d, prefix=""):
-    out = {}
-    if isinstance(d, dict):
-        for k, v in d.items():
-            out.update(flat(v, f"{prefix}{k}."))
-    elif isinstance(d, list):
-        for i, v in enumerate(d):
-            out.update(flat(v, f"{prefix}{i}."))
-    elif isinstance(d, (int, float)) and not isinstance(d, bool):
-        out[prefix[:-1]] = d
-    return out
-
-
 WARP_WORDS = ("warp", "accura", "prefetch", "node", "transition", "writeback", "write_back", "buffer")
 
 
@@ -427,7 +397,7 @@ def collect_stats(arms, stats_glob_dir):
     except ValueError:
         return {"error": "chell stat printed no JSON"}
     total = data.get("total", data) if isinstance(data, dict) else data
-    f = flat(total)
+    f = flat_numbers(total)
     keep = {k: v for k, v in f.items() if any(w in k.lower() for w in WARP_WORDS)}
     # an accuracy the handler computed (a fraction or a percentage), else
     # accurate / accesses (the paper's definition, brain.h's counters)
@@ -727,14 +697,14 @@ def markdown(res):
                 if sp and v:
                     cell += f" ±{(sp[1] - sp[0]) / 2 / v:.0%}"
                 cells.append(cell)
-            cells.append(fmt(r["vs_kernel_path"].get("direct")))
+            cells.append(fmt(r["vs_kernel_path"].get("direct"), ".2f"))
             cells.append(r["best_static"] or "-")
             if "warp" in have:
                 acc = r["accuracy"].get("warp")
-                cells += [fmt(r["vs_kernel_path"].get("warp")), fmt(r["vs_best_static"].get("warp")),
+                cells += [fmt(r["vs_kernel_path"].get("warp"), ".2f"), fmt(r["vs_best_static"].get("warp"), ".2f"),
                           "-" if acc is None else f"{acc:.1%}"]
             if "cache" in have:
-                cells.append(fmt(r["cache_vs_pagecache"]))
+                cells.append(fmt(r["cache_vs_pagecache"], ".2f"))
             L.append("| " + " | ".join(cells) + " |")
         L.append("")
     if any(r["spread"] for r in res["summary"]):

@@ -393,6 +393,19 @@ static void rm_tree(const char *root)
 			;
 }
 
+/* Release the threads waiting at `start`, let them run for --seconds, raise
+ * the stop flag; the start time (the caller joins the threads). */
+static uint64_t timed_phase(pthread_barrier_t *start)
+{
+	pthread_barrier_wait(start);
+	uint64_t t0 = bu_now_ns();
+	struct timespec nap = {(time_t)opt.seconds, (long)((opt.seconds - floor(opt.seconds)) * 1e9)};
+	while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
+		;
+	atomic_store(&stop_flag, 1);
+	return t0;
+}
+
 /* ------------------------------------------------------------ file I/O helpers */
 
 /* Write [off, off+len) of a file with the pattern of phase ph, iosize at a
@@ -496,6 +509,41 @@ static uint32_t phase_of(struct fileset *fs, size_t i)
 	return ph;
 }
 
+/* createfile (create) or openfile: pick a file that does not exist / does
+ * and open it into the flowop's descriptor slot, the open timed into h (NULL:
+ * webserver's log, opened untimed on first use). False when nothing could
+ * be picked. */
+static bool open_flowop(struct tstate *t, const struct flowop *f, bool create, struct hist *h)
+{
+	struct fileset *fs = &t->r->sets[f->set];
+	char path[4096];
+	size_t i = pick(fs, t, (unsigned)f->set, !create);
+	if (i == SIZE_MAX)
+		return false;
+	if (create) {
+		pthread_mutex_lock(&fs->lock);
+		fs->e[i].gen++;
+		pthread_mutex_unlock(&fs->lock);
+	}
+	entry_path(fs, i, path, sizeof path);
+	int flags = create ? O_RDWR | O_CREAT : fs->readonly ? O_RDONLY : O_RDWR;
+	uint64_t t0 = bu_now_ns();
+	int fd = open(path, flags, 0644);
+	uint64_t dt = bu_now_ns() - t0;
+	if (fd < 0) {
+		note_error(create ? "create" : "open", path);
+		unbusy(fs, i, create ? 0 : -1, 0);
+		return true;
+	}
+	t->fd[f->fd] = fd;
+	t->fdset[f->fd] = f->set;
+	t->fdent[f->fd] = i;
+	unbusy(fs, i, create ? 1 : -1, 1);
+	if (h)
+		hist_add(h, dt);
+	return true;
+}
+
 /* One flowop; false when it could not run (nothing to pick: not an error,
  * filebench retries the flow). */
 static bool do_flowop(struct tstate *t, size_t k)
@@ -508,49 +556,10 @@ static bool do_flowop(struct tstate *t, size_t k)
 	int slot = f->fd;
 
 	switch (f->op) {
-	case F_CREATE: {
-		size_t i = pick(fs, t, (unsigned)f->set, false);
-		if (i == SIZE_MAX)
-			return false;
-		pthread_mutex_lock(&fs->lock);
-		fs->e[i].gen++;
-		pthread_mutex_unlock(&fs->lock);
-		entry_path(fs, i, path, sizeof path);
-		t0 = bu_now_ns();
-		int fd = open(path, O_RDWR | O_CREAT, 0644);
-		uint64_t dt = bu_now_ns() - t0;
-		if (fd < 0) {
-			note_error("create", path);
-			unbusy(fs, i, 0, 0);
-			return true;
-		}
-		t->fd[slot] = fd;
-		t->fdset[slot] = f->set;
-		t->fdent[slot] = i;
-		unbusy(fs, i, 1, 1);
-		hist_add(&t->h[k], dt);
-		return true;
-	}
-	case F_OPEN: {
-		size_t i = pick(fs, t, (unsigned)f->set, true);
-		if (i == SIZE_MAX)
-			return false;
-		entry_path(fs, i, path, sizeof path);
-		t0 = bu_now_ns();
-		int fd = open(path, fs->readonly ? O_RDONLY : O_RDWR);
-		uint64_t dt = bu_now_ns() - t0;
-		if (fd < 0) {
-			note_error("open", path);
-			unbusy(fs, i, -1, 0);
-			return true;
-		}
-		t->fd[slot] = fd;
-		t->fdset[slot] = f->set;
-		t->fdent[slot] = i;
-		unbusy(fs, i, -1, 1);
-		hist_add(&t->h[k], dt);
-		return true;
-	}
+	case F_CREATE:
+		return open_flowop(t, f, true, &t->h[k]);
+	case F_OPEN:
+		return open_flowop(t, f, false, &t->h[k]);
 	case F_CLOSE: {
 		if (t->fd[slot] < 0)
 			return false;
@@ -617,22 +626,8 @@ static bool do_flowop(struct tstate *t, size_t k)
 	 * append opens its file on first use and keeps it (filebench's
 	 * filesetup). */
 	if (t->fd[slot] < 0) {
-		if (f->op != F_APPENDRAND || slot != 2)
+		if (f->op != F_APPENDRAND || slot != 2 || !open_flowop(t, f, false, NULL) || t->fd[slot] < 0)
 			return false;
-		size_t i = pick(fs, t, (unsigned)f->set, true);
-		if (i == SIZE_MAX)
-			return false;
-		entry_path(fs, i, path, sizeof path);
-		int fd = open(path, O_RDWR);
-		if (fd < 0) {
-			note_error("open", path);
-			unbusy(fs, i, -1, 0);
-			return true;
-		}
-		t->fd[slot] = fd;
-		t->fdset[slot] = f->set;
-		t->fdent[slot] = i;
-		unbusy(fs, i, -1, 1);
 	}
 	struct fileset *ofs = &t->r->sets[t->fdset[slot]];
 	size_t i = t->fdent[slot];
@@ -865,12 +860,7 @@ static int run_personality(const struct personality *p)
 		if (pthread_create(&t->th, NULL, pers_thread, t))
 			bu_fail("pthread_create");
 	}
-	pthread_barrier_wait(&r.start);
-	uint64_t start = bu_now_ns();
-	struct timespec nap = {(time_t)opt.seconds, (long)((opt.seconds - floor(opt.seconds)) * 1e9)};
-	while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
-		;
-	atomic_store(&stop_flag, 1);
+	uint64_t start = timed_phase(&r.start);
 	for (unsigned i = 0; i < r.threads; i++)
 		pthread_join(ts[i].th, NULL);
 	double el = (double)(bu_now_ns() - start) / 1e9;
@@ -1056,12 +1046,7 @@ static int run_sweep(bool write)
 			if (pthread_create(&t->th, NULL, sweep_thread, t))
 				bu_fail("pthread_create");
 		}
-		pthread_barrier_wait(&s.start);
-		uint64_t start = bu_now_ns();
-		struct timespec nap = {(time_t)opt.seconds, (long)((opt.seconds - floor(opt.seconds)) * 1e9)};
-		while (nanosleep(&nap, &nap) != 0 && errno == EINTR)
-			;
-		atomic_store(&stop_flag, 1);
+		uint64_t start = timed_phase(&s.start);
 		struct hist h = {0};
 		uint64_t ops = 0, bytes = 0;
 		for (unsigned i = 0; i < s.threads; i++) {
