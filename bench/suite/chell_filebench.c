@@ -943,6 +943,10 @@ static void *sweep_thread(void *arg)
 	/* randwrite: thread i owns the blocks b with b % threads == i, so no
 	 * two threads write one block and each block's last phase is known. */
 	uint64_t mine = (nblk + s->threads - 1 - t->id) / s->threads;
+	if (s->write && mine == 0) { /* more threads than blocks: this one idles */
+		close(fd);
+		return NULL;
+	}
 	while (!atomic_load_explicit(&stop_flag, memory_order_relaxed)) {
 		uint64_t t0 = bu_now_ns();
 		if (s->write) {
