@@ -901,9 +901,21 @@ static int run_personality(const struct personality *p)
 	printf("  ],\n");
 	print_common_tail();
 	fflush(stdout);
-	if (!opt.keep)
-		for (unsigned s = 0; s < r.nsets; s++)
+	for (unsigned s = 0; s < r.nsets; s++) {
+		if (!opt.keep)
 			rm_tree(r.sets[s].root);
+		free(r.sets[s].root);
+		free(r.sets[s].e);
+	}
+	for (unsigned i = 0; i < r.threads; i++) {
+		free(ts[i].h);
+		free(ts[i].bytes);
+		free(ts[i].buf);
+	}
+	free(ts);
+	free(fh);
+	free(fb);
+	free(pat);
 	return atomic_load(&errors) || atomic_load(&mismatches) ? 1 : 0;
 }
 
@@ -1106,6 +1118,10 @@ static int run_sweep(bool write)
 	fflush(stdout);
 	if (!opt.keep && unlink(s.path) != 0)
 		note_error("unlink", s.path);
+	free(s.path);
+	free(s.blk_phase);
+	free(ts);
+	free(pat);
 	return atomic_load(&errors) || atomic_load(&mismatches) ? 1 : 0;
 }
 

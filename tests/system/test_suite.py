@@ -140,13 +140,25 @@ def test_generator_usage(workdir):
     assert run([GEN, "fileserver"]).returncode == 2  # --dir is required
 
 
+def asan_build():
+    """Is the build sanitized? (its programs link libasan)"""
+    r = run(["ldd", GEN])
+    return b"libasan" in r.stdout
+
+
 def test_runner_smoke(tmp_path):
     """The runner end to end in its tiny configuration: every workload under
     every arm this build has, the report files, and the discovery of what is
     missing (warp, tier presets) reported rather than failed."""
     assert run([sys.executable, RUNNER, "--help"]).returncode == 0
     out = tmp_path / "out"
-    res = run([sys.executable, RUNNER, "--smoke", "--build", BUILD, "--out", out], timeout=600)
+    only = []
+    if asan_build():
+        # coreutils cat calls aligned_alloc(4096, n) with n not a multiple
+        # of 4096, which gcc 12's libasan aborts on (scripts/test.sh,
+        # ASAN_DESELECT): not a Chell bug, so cat is left out under ASan.
+        only = ["--only", "fileserver,webserver,webproxy,varmail,seqread,randwrite,postmark,dbench,sysbench,grep,make"]
+    res = run([sys.executable, RUNNER, "--smoke", "--build", BUILD, "--out", out, *only], timeout=600)
     assert res.returncode == 0, res.stderr.decode()[-4000:]
     data = json.loads((out / "suite.json").read_text())
     assert not data["failed"] and all(e["ok"] for e in data["runs"])
@@ -159,7 +171,8 @@ def test_runner_smoke(tmp_path):
     if not disc["tier"]:
         assert disc["tier_presets"] == ["none"]
     workloads = {r["workload"] for r in data["summary"]}
-    expected = {"fileserver", "webserver", "webproxy", "varmail", "seqread", "randwrite", "cat", "grep", "make"}
+    expected = {"fileserver", "webserver", "webproxy", "varmail", "seqread", "randwrite", "grep", "make"}
+    expected |= set() if only else {"cat"}
     expected |= {p for p in ("postmark", "dbench", "sysbench")
                  if not any(u["what"] == p for u in data["unavailable"])}
     assert expected <= workloads
