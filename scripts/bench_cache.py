@@ -1050,14 +1050,16 @@ def plot(path, res):
     return True
 
 
-def update_doc(doc, md):
+def update_doc(doc, md, begin=DOC_BEGIN, end=DOC_END):
+    """Replace what lies between the markers begin and end in doc by md
+    (scripts/bench_suite.py uses it with its own markers)."""
     text = doc.read_text()
-    if DOC_BEGIN not in text or DOC_END not in text:
-        log(f"{doc}: no '{DOC_BEGIN}' ... '{DOC_END}' markers: not updated")
+    if begin not in text or end not in text:
+        log(f"{doc}: no '{begin}' ... '{end}' markers: not updated")
         return False
-    head, rest = text.split(DOC_BEGIN, 1)
-    _, tail = rest.split(DOC_END, 1)
-    doc.write_text(head + DOC_BEGIN + "\n" + md + "\n" + DOC_END + tail)
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    doc.write_text(head + begin + "\n" + md + "\n" + end + tail)
     return True
 
 
