@@ -85,6 +85,11 @@ void *chell_htab_claim(struct chell_ptx *t, const struct chell_htab *h, uint32_t
  * their home position allows (Knuth 6.4, algorithm R). */
 int chell_htab_delete(struct chell_ptx *t, const struct chell_htab *h, uint32_t i);
 
+/* CRC32C (Castagnoli), the usual ~0 pre/post conditioning: crc32c(0, ...)
+ * over "123456789" is 0xE3069283. Chain calls by passing the previous
+ * result. Picks the SSE4.2 instruction when the CPU has it. */
+uint32_t chell_crc32c(uint32_t crc, const void *buf, size_t len);
+
 /* A 64-bit mix of two words (splitmix-style finaliser). */
 uint64_t chell_hash64(uint64_t a, uint64_t b);
 
