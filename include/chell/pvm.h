@@ -32,7 +32,9 @@
  * stores to it; pvm_create / pvm_delete / pvm_resize / pvm_rename /
  * pvm_restore join the open transaction (allocation and free inside a
  * transaction). Outside a transaction each of those calls is a transaction
- * of its own. Nested begins flatten: only the outermost commit commits, and
+ * of its own. An object created inside a transaction may be filled through
+ * its pointer without pvm_tx_add: its pages are new (nothing to undo) and
+ * are made durable by the commit. Nested begins flatten: only the outermost commit commits, and
  * an error inside makes the outermost commit abort and return that error.
  *
  * Threads and processes. Every call is thread-safe. One transaction at a

@@ -102,6 +102,11 @@ static int tx_finish(struct pvm_app *a)
 		if (r)
 			a->err = r;
 	}
+	/* Objects created in this transaction were filled by the caller
+	 * without undo records: their bytes must be durable with the commit
+	 * (whose first drain orders these flushes). */
+	for (size_t i = 0; !a->err && i < a->nfresh; i++)
+		pvm_flush_new(a->p, a->p->heap + a->fresh[i].page * PVM_PAGE, a->fresh[i].count * PVM_PAGE);
 	if (a->t.tx) {
 		if (a->err && !a->t.err)
 			a->t.err = a->err;
@@ -111,6 +116,7 @@ static int tx_finish(struct pvm_app *a)
 		rc = a->err;
 	unlock_all(a);
 	a->nfrees = 0;
+	a->nfresh = 0;
 	a->ntouched = 0;
 	a->err = 0;
 	a->depth = 0;
@@ -191,20 +197,23 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 	return -ENOSPC;
 }
 
-static int free_pages(struct pvm_app *a, uint64_t off, uint64_t bytes)
+static int push_extent(struct pvm_free **v, size_t *n, size_t *cap, uint64_t off, uint64_t bytes)
 {
-	if (!bytes)
-		return 0;
-	if (a->nfrees == a->capfrees) {
-		size_t nc = a->capfrees ? a->capfrees * 2 : 16;
-		struct pvm_free *f = realloc(a->frees, nc * sizeof(*f));
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		struct pvm_free *f = realloc(*v, nc * sizeof(*f));
 		if (!f)
 			return -ENOMEM;
-		a->frees = f;
-		a->capfrees = nc;
+		*v = f;
+		*cap = nc;
 	}
-	a->frees[a->nfrees++] = (struct pvm_free){off / PVM_PAGE, pages_of(bytes)};
+	(*v)[(*n)++] = (struct pvm_free){off / PVM_PAGE, pages_of(bytes)};
 	return 0;
+}
+
+static int free_pages(struct pvm_app *a, uint64_t off, uint64_t bytes)
+{
+	return bytes ? push_extent(&a->frees, &a->nfrees, &a->capfrees, off, bytes) : 0;
 }
 
 /* Allocate pages for `bytes`, fill them from src (or zero), make them
@@ -502,6 +511,7 @@ void pvm_app_close(struct pvm_app *a)
 	release_journal(a->p, a->journal);
 	pthread_mutex_destroy(&a->txm);
 	free(a->frees);
+	free(a->fresh);
 	free(a->touched);
 	free(a);
 }
@@ -621,6 +631,8 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 			rc = count_objects(a, 1);
 		}
 	}
+	if (!rc && size)
+		rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, off, size);
 	rc = tx_leave(a, rc);
 	if (!rc && ptr)
 		*ptr = off ? a->p->heap + off : NULL;

@@ -132,6 +132,8 @@ struct pvm_app {
 	uint64_t held[PVM_NLOCKS / 64];
 	struct pvm_free *frees;   /* deferred to the end of the transaction */
 	size_t nfrees, capfrees;
+	struct pvm_free *fresh;   /* objects created in this transaction: flushed at commit */
+	size_t nfresh, capfresh;
 	uint64_t *touched;        /* name hashes snapshotted in this transaction */
 	size_t ntouched, captouched;
 };
