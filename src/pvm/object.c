@@ -21,6 +21,7 @@
 
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 
 static uint64_t pages_of(uint64_t bytes)
@@ -439,6 +440,7 @@ static int claim_journal(struct pvm_pool *p, uint32_t *out)
 			rc = 0;
 		}
 		if (rc == 0) {
+			*pvm_claim_pid(p, j) = (int32_t)getpid();
 			p->claimed[j] = 1;
 			pthread_mutex_unlock(&p->local);
 			*out = j;

@@ -23,6 +23,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -79,7 +80,41 @@ static void *plain_memcpy(void *ctx, void *dst, const void *src, size_t n)
 
 /* ------------------------------------------------------------ locks */
 
-/* Roll back the journal of every client that died holding its claim. */
+/* Roll back the journal of every client that died holding its claim.
+ *
+ * A lock of the dead process can report EOWNERDEAD before the kernel has
+ * marked the rest of its robust list (the waker runs on another CPU while
+ * the exit path goes on down the list), so a claim can still look held by
+ * the dead process here. Its recorded pid tells: if that process is gone
+ * or exiting, wait for the claim (the kernel hands it over owner-dead)
+ * instead of skipping it - otherwise its stale undo image would be applied
+ * later, over what others committed meanwhile. (Found by chell_pvm_killer.) */
+static int pid_exiting(pid_t pid)
+{
+	char path[64], buf[512];
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* "pid (comm) S ppid pgrp session tty tpgid flags ...": comm may hold
+	 * anything, so count from its closing parenthesis. */
+	char *q = strrchr(buf, ')');
+	if (!q)
+		return 0;
+	char state = 0;
+	unsigned long flags = 0;
+	if (sscanf(q + 1, " %c %*d %*d %*d %*d %*d %lu", &state, &flags) != 2)
+		return 0;
+	return state == 'Z' || state == 'X' || (flags & 0x4 /* PF_EXITING */);
+}
+
 static void recover_dead(struct pvm_pool *p)
 {
 	pthread_mutex_t *rm = pvm_mutex(p, PVM_M_RECOVERY);
@@ -92,6 +127,11 @@ static void recover_dead(struct pvm_pool *p)
 			continue;
 		pthread_mutex_t *cm = pvm_mutex(p, PVM_M_CLAIM(j));
 		int c = pthread_mutex_trylock(cm);
+		if (c == EBUSY) {
+			pid_t owner = (pid_t)*pvm_claim_pid(p, j);
+			if (owner > 0 && owner != getpid() && pid_exiting(owner))
+				c = pthread_mutex_lock(cm);
+		}
 		if (c == EOWNERDEAD) {
 			chell_journal_recover(p->r, j);
 			pthread_mutex_consistent(cm);

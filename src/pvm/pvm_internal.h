@@ -143,6 +143,13 @@ static inline pthread_mutex_t *pvm_mutex(struct pvm_pool *p, uint32_t i)
 	/* 0: metadata, 1: recovery, 2..: journal claims, then object stripes. */
 	return (pthread_mutex_t *)(p->heap + p->shared_off + (uint64_t)i * PVM_MUTEX_STRIDE);
 }
+/* The pid of the process holding journal claim j, in the spare bytes of
+ * the claim's mutex slot (kept after it dies: recovery needs it). */
+static inline volatile int32_t *pvm_claim_pid(struct pvm_pool *p, uint32_t j)
+{
+	return (volatile int32_t *)((uint8_t *)pvm_mutex(p, 2u + j) + 48);
+}
+_Static_assert(sizeof(pthread_mutex_t) <= 48, "a mutex slot keeps 16 spare bytes");
 #define PVM_M_META 0u
 #define PVM_M_RECOVERY 1u
 #define PVM_M_CLAIM(j) (2u + (j))
