@@ -5,8 +5,9 @@
 #   scripts/fuzz.sh [--seconds N] [--target NAME] [--build-only]
 #
 #   --seconds N   how long to fuzz (default 60)
-#   --target      fuzz target in tests/fuzz: region_open (default) or
-#                 cache_pool (meta.pool images and chunk control pages)
+#   --target      fuzz target in tests/fuzz: region_open (default),
+#                 cache_pool (meta.pool images and chunk control pages) or
+#                 pvm_pool (pVM pool images)
 #   --build-only  build out/fuzz/fuzz_<target> and stop
 #
 # The library is compiled by CMake into build-fuzz/ with
@@ -30,7 +31,7 @@ while [[ $# -gt 0 ]]; do
 	--seconds) seconds=${2:?--seconds needs a number}; shift ;;
 	--target) target=${2:?--target needs a name}; shift ;;
 	--build-only) build_only=1 ;;
-	-h | --help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "fuzz.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -52,6 +53,9 @@ incs=()
 if [[ $target == cache_pool ]]; then
 	libs=(chell_cache_verify chelld_pool chell_cachemeta chell_cachepolicy chell_pmem)
 	incs=(-I"$repo/src/cli" -I"$repo/src/cache/meta")
+fi
+if [[ $target == pvm_pool ]]; then
+	libs=(chell_pvm_static chell_pmem)
 fi
 echo "fuzz.sh: building ${libs[*]} with clang in $bdir" >&2
 if ! { cmake -S "$repo" -B "$bdir" -G Ninja -DCMAKE_C_COMPILER=clang \
