@@ -37,6 +37,8 @@ int cmd_pool(int argc, char **argv);
 void cmd_pool_usage(FILE *f);
 int cmd_cache(int argc, char **argv);
 void cmd_cache_usage(FILE *f);
+int cmd_pvm(int argc, char **argv);
+void cmd_pvm_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */
