@@ -63,6 +63,11 @@ static inline void chell_persist(const struct chell_persist_ops *ops, const void
  */
 int chell_pmem_fd_is_dax(int fd);
 
+/* Map len bytes of fd shared, read-write: with MAP_SYNC when the file
+ * system allows it (*dax = 1: cache flushes make stores durable), else a
+ * plain shared mapping (*dax = 0). MAP_FAILED with errno on failure. */
+void *chell_pmem_map_shared(int fd, size_t len, int *dax);
+
 /* ------------------------------------------------------------ regions */
 
 #define CHELL_REGION_MAGIC "CHELLPM1"    /* 8 bytes at offset 0 */

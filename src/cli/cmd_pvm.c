@@ -180,16 +180,7 @@ static const struct sub subs[] = {
 const char *pvm_default_pool(void)
 {
 	static char pool[4096];
-	struct chell_config cfg = {0};
-	char err[4096 + 256];
-	if (chell_config_load(&cfg, NULL, err, sizeof err)) {
-		cli_err("%s", err);
-		chell_config_free(&cfg);
-		return NULL;
-	}
-	snprintf(pool, sizeof pool, "%s", chell_config_str(&cfg, "pvm.pool"));
-	chell_config_free(&cfg);
-	return pool;
+	return cli_setting_str("pvm.pool", pool, sizeof pool);
 }
 
 int pvm_open_pool(struct pvm_opts *o, int create)

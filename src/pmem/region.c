@@ -25,6 +25,15 @@
 #define MAP_SYNC 0x80000
 #endif
 
+void *chell_pmem_map_shared(int fd, size_t len, int *dax)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+	*dax = p != MAP_FAILED;
+	if (p == MAP_FAILED)
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p;
+}
+
 /* Non-DAX file mappings sit in the page cache: cache-line flushes do not
  * make them durable, msync does. Flush is then a no-op and every drain
  * writes the mapping back (the kernel only writes the dirty pages). */
@@ -274,16 +283,16 @@ static int map_file(const char *path, int create, uint64_t size, struct chell_re
 		size = (uint64_t)st.st_size;
 	}
 	r->len = (size_t)size;
-	void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, r->fd, 0);
-	if (p != MAP_FAILED) {
+	int dax;
+	void *p = chell_pmem_map_shared(r->fd, r->len, &dax);
+	if (p == MAP_FAILED) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (dax) {
 		r->ops = *chell_persist_default(); /* DAX: cache flushes reach media */
 	} else {
-		p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-		if (p == MAP_FAILED) {
-			rc = -errno;
-			snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
-			goto fail;
-		}
 		r->ops.flush = pm_nop_flush;
 		r->ops.drain = pm_msync_drain;
 		r->ops.memcpy_nodrain = pm_plain_memcpy;

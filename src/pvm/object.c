@@ -641,24 +641,35 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 	return rc;
 }
 
-int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *info)
+/* Look `name` up with the metadata lock taken for the lookup (*brief:
+ * release it with meta_unbrief once done with *d). */
+static int lookup(struct pvm_app *a, const char *name, int *brief, struct pvm_odesc **d)
 {
 	size_t len;
-	int brief;
-	if (!a)
-		return -EINVAL;
 	int rc = check_name(name, &len);
 	if (rc)
 		return rc;
-	rc = meta_brief(a, &brief);
+	rc = meta_brief(a, brief);
 	if (rc)
 		return rc;
 	uint32_t s = find_name(a, name, len, NULL);
 	if (s == UINT32_MAX) {
-		meta_unbrief(a, brief);
+		meta_unbrief(a, *brief);
 		return -ENOENT;
 	}
-	struct pvm_odesc *d = &tab_of(a).d[s];
+	*d = &tab_of(a).d[s];
+	return 0;
+}
+
+int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *info)
+{
+	int brief;
+	struct pvm_odesc *d;
+	if (!a)
+		return -EINVAL;
+	int rc = lookup(a, name, &brief, &d);
+	if (rc)
+		return rc;
 	fill_info(a, d, info);
 	uint8_t *data = d->cap ? a->p->heap + d->off : NULL;
 	if (data && (d->flags & PVM_F_PROTECTED))
@@ -961,22 +972,13 @@ int pvm_set_history(struct pvm_app *a, const char *name, unsigned n)
 
 int pvm_history(struct pvm_app *a, const char *name, struct pvm_version *v, unsigned max)
 {
-	size_t len;
 	int brief;
+	struct pvm_odesc *d;
 	if (!a || (!v && max))
 		return -EINVAL;
-	int rc = check_name(name, &len);
+	int rc = lookup(a, name, &brief, &d);
 	if (rc)
 		return rc;
-	rc = meta_brief(a, &brief);
-	if (rc)
-		return rc;
-	uint32_t s = find_name(a, name, len, NULL);
-	if (s == UINT32_MAX) {
-		meta_unbrief(a, brief);
-		return -ENOENT;
-	}
-	struct pvm_odesc *d = &tab_of(a).d[s];
 	unsigned n = 0;
 	if (d->hist_off) {
 		struct pvm_hent *h = hist_block(a, d);

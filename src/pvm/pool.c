@@ -27,13 +27,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#ifndef MAP_SHARED_VALIDATE
-#define MAP_SHARED_VALIDATE 0x03
-#endif
-#ifndef MAP_SYNC
-#define MAP_SYNC 0x80000
-#endif
-
 #define DEF_MAX (1ull << 30)
 #define DEF_INITIAL (16ull << 20)
 #define DEF_JOURNALS 16u
@@ -445,17 +438,15 @@ static void pool_path(const char *path, char *buf, size_t len)
 static int map_pool(struct pvm_pool *p, const char *path, uint64_t total, char *err, size_t errlen)
 {
 	p->map_len = (size_t)total;
-	void *m = mmap(NULL, p->map_len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, p->fd, 0);
-	if (m != MAP_FAILED) {
-		p->dax = 1;
+	void *m = chell_pmem_map_shared(p->fd, p->map_len, &p->dax);
+	if (m == MAP_FAILED) {
+		int e = errno;
+		pvm_err(err, errlen, "cannot map %s (%llu bytes): %s", path, (unsigned long long)total, strerror(e));
+		return -e;
+	}
+	if (p->dax) {
 		p->ops = *chell_persist_default();
 	} else {
-		m = mmap(NULL, p->map_len, PROT_READ | PROT_WRITE, MAP_SHARED, p->fd, 0);
-		if (m == MAP_FAILED) {
-			int e = errno;
-			pvm_err(err, errlen, "cannot map %s (%llu bytes): %s", path, (unsigned long long)total, strerror(e));
-			return -e;
-		}
 		struct statfs sf;
 		if (fstatfs(p->fd, &sf) == 0 && sf.f_type == TMPFS_MAGIC) {
 			/* tmpfs: memory is the medium; cache flushes order stores
