@@ -99,15 +99,17 @@ static int tx_finish(struct pvm_app *a)
 	int rc = 0;
 	/* Deferred frees, in the same transaction (the bitmap words logged). */
 	for (size_t i = 0; !a->err && i < a->nfrees; i++) {
-		int r = chell_bm_set_run(&a->t, a->p->bm_off, (uint32_t)a->frees[i].page, (uint32_t)a->frees[i].count, 0);
+		int r = chell_bm_set_run(&a->t, a->p->bm_off, (uint32_t)(a->frees[i].off / PVM_PAGE),
+					 (uint32_t)pages_of(a->frees[i].len), 0);
 		if (r)
 			a->err = r;
 	}
-	/* Objects created in this transaction were filled by the caller
-	 * without undo records: their bytes must be durable with the commit
-	 * (whose first drain orders these flushes). */
+	/* New pages (and claimed table slots) were written without undo
+	 * records - by us or, for objects created here, by the caller: their
+	 * bytes must be durable with the commit (whose first drain orders
+	 * these flushes). */
 	for (size_t i = 0; !a->err && i < a->nfresh; i++)
-		pvm_flush_new(a->p, a->p->heap + a->fresh[i].page * PVM_PAGE, a->fresh[i].count * PVM_PAGE);
+		pvm_flush_new(a->p, a->p->heap + a->fresh[i].off, a->fresh[i].len);
 	if (a->t.tx) {
 		if (a->err && !a->t.err)
 			a->t.err = a->err;
@@ -163,9 +165,11 @@ static void meta_unbrief(struct pvm_app *a, int brief)
 		pthread_mutex_unlock(pvm_mutex(a->p, PVM_M_META));
 }
 
-static int stripe_hold(struct pvm_app *a, uint64_t nh)
+/* Lock the stripe of the object whose name hashes (before any collision
+ * step) to h. */
+static int stripe_hold(struct pvm_app *a, uint64_t h)
 {
-	uint32_t s = (uint32_t)chell_hash64(a->idx, nh) & (PVM_NLOCKS - 1);
+	uint32_t s = (uint32_t)chell_hash64(a->idx, h) & (PVM_NLOCKS - 1);
 	if (a->held[s / 64] >> (s % 64) & 1)
 		return 0;
 	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_OBJ(a->p, s)), a->nheld > 0 || a->meta_held);
@@ -198,17 +202,17 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 	return -ENOSPC;
 }
 
-static int push_extent(struct pvm_free **v, size_t *n, size_t *cap, uint64_t off, uint64_t bytes)
+static int push_extent(struct pvm_extent **v, size_t *n, size_t *cap, uint64_t off, uint64_t len)
 {
 	if (*n == *cap) {
 		size_t nc = *cap ? *cap * 2 : 16;
-		struct pvm_free *f = realloc(*v, nc * sizeof(*f));
+		struct pvm_extent *f = realloc(*v, nc * sizeof(*f));
 		if (!f)
 			return -ENOMEM;
 		*v = f;
 		*cap = nc;
 	}
-	(*v)[(*n)++] = (struct pvm_free){off / PVM_PAGE, pages_of(bytes)};
+	(*v)[(*n)++] = (struct pvm_extent){off, len};
 	return 0;
 }
 
@@ -217,8 +221,10 @@ static int free_pages(struct pvm_app *a, uint64_t off, uint64_t bytes)
 	return bytes ? push_extent(&a->frees, &a->nfrees, &a->capfrees, off, bytes) : 0;
 }
 
-/* Allocate pages for `bytes`, fill them from src (or zero), make them
- * durable; *off = heap offset (0 for 0 bytes). */
+/* Allocate pages for `bytes`, fill them from src (srclen bytes) and zeros
+ * up to `bytes` (what lies past it in the last page is not part of
+ * anything: a resize in place zeroes it, logged); they are flushed at the
+ * commit. *off = heap offset (0 for 0 bytes). */
 static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint64_t srclen, uint64_t *off)
 {
 	*off = 0;
@@ -229,13 +235,11 @@ static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint
 	if (rc)
 		return rc;
 	uint8_t *d = a->p->heap + page * PVM_PAGE;
-	uint64_t cap = pages_of(bytes) * PVM_PAGE;
 	if (srclen)
 		memcpy(d, src, srclen);
-	memset(d + srclen, 0, cap - srclen);
-	pvm_flush_new(a->p, d, cap);
+	memset(d + srclen, 0, bytes - srclen);
 	*off = page * PVM_PAGE;
-	return 0;
+	return push_extent(&a->fresh, &a->nfresh, &a->capfresh, *off, bytes);
 }
 
 /* ------------------------------------------------------------ tables */
@@ -268,6 +272,33 @@ static int od_used(const void *s)
 static struct chell_htab htab_of(struct pvm_app *a, const struct tab *t)
 {
 	return (struct chell_htab){a->p->heap, t->off, sizeof(struct pvm_odesc), t->mask, od_home, od_used, NULL};
+}
+
+/* Claim a free slot for hash nh: only its `used` word is logged (a
+ * rollback makes the slot free again; what else it then holds is ignored,
+ * as in every free slot); the rest is written without undo and flushed
+ * at the commit. Returns the zeroed slot, NULL with the error in t.err. */
+static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh)
+{
+	struct tab t = tab_of(a);
+	uint32_t i = home_of(nh) & t.mask;
+	for (uint32_t k = 0; k <= t.mask; k++, i = (i + 1) & t.mask) {
+		struct pvm_odesc *d = &t.d[i];
+		if (d->used)
+			continue;
+		if (!chell_ptx_add(&a->t, t.off + (uint64_t)i * sizeof(*d) + offsetof(struct pvm_odesc, name_len), 8))
+			return NULL;
+		memset(d, 0, sizeof(*d));
+		d->nh = nh;
+		int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
+		if (rc) {
+			a->t.err = rc;
+			return NULL;
+		}
+		return d;
+	}
+	a->t.err = -EUCLEAN; /* full: the load bound was broken */
+	return NULL;
 }
 
 /* Slot holding hash nh, or UINT32_MAX. */
@@ -341,7 +372,6 @@ static int table_room(struct pvm_app *a)
 			j = (j + 1) & nt.mask;
 		nt.d[j] = old.d[i];
 	}
-	pvm_flush_new(a->p, nt.d, (size_t)slots * sizeof(struct pvm_odesc));
 	struct pvm_aent *le = log_field(a, e, offsetof(struct pvm_aent, objects));
 	if (!le)
 		return a->t.err;
@@ -615,14 +645,10 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 	if (!rc)
 		rc = alloc_filled(a, size, NULL, 0, &off);
 	if (!rc) {
-		struct tab t = tab_of(a);
-		struct chell_htab h = htab_of(a, &t);
-		struct pvm_odesc *d = chell_htab_claim(&a->t, &h, home_of(nh), NULL);
+		struct pvm_odesc *d = claim_desc(a, nh);
 		if (!d) {
 			rc = a->t.err;
 		} else {
-			memset(d, 0, sizeof(*d));
-			d->nh = nh;
 			d->off = off;
 			d->size = size;
 			d->cap = pages_of(size) * PVM_PAGE;
@@ -633,8 +659,6 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 			rc = count_objects(a, 1);
 		}
 	}
-	if (!rc && size)
-		rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, off, size);
 	rc = tx_leave(a, rc);
 	if (!rc && ptr)
 		*ptr = off ? a->p->heap + off : NULL;
@@ -680,43 +704,31 @@ int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *i
 	return 0;
 }
 
-/* Look the object up and lock it for this transaction; *slot is valid
- * while the metadata lock is held (always on return when hold_meta). */
-static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint32_t *slot)
+/* Lock the object for this transaction and look it up. The stripe comes
+ * from the name's own hash (before any collision step), so it is known
+ * without a lookup; *slot is valid while the metadata lock is held (always
+ * on return when hold_meta), *copy (if not NULL) gets the descriptor. */
+static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint32_t *slot, struct pvm_odesc *copy)
 {
 	size_t len;
+	int brief;
 	int rc = check_name(name, &len);
+	if (!rc)
+		rc = stripe_hold(a, pvm_name_hash(&a->guid, name, len));
+	if (!rc && hold_meta)
+		rc = meta_hold(a);
+	if (!rc)
+		rc = meta_brief(a, &brief);
 	if (rc)
 		return rc;
-	if (hold_meta && (rc = meta_hold(a)))
-		return rc;
-	for (;;) {
-		int brief;
-		rc = meta_brief(a, &brief);
-		if (rc)
-			return rc;
-		uint32_t s = find_name(a, name, len, NULL);
-		uint64_t nh = s == UINT32_MAX ? 0 : tab_of(a).d[s].nh;
-		meta_unbrief(a, brief);
-		if (s == UINT32_MAX)
-			return -ENOENT;
-		rc = stripe_hold(a, nh);
-		if (rc)
-			return rc;
-		/* Again under the lock: it may have gone or been renamed. */
-		rc = meta_brief(a, &brief);
-		if (rc)
-			return rc;
-		s = find_name(a, name, len, NULL);
-		int same = s != UINT32_MAX && tab_of(a).d[s].nh == nh;
-		meta_unbrief(a, brief);
-		if (same) {
-			*slot = s;
-			return 0;
-		}
-		if (s == UINT32_MAX)
-			return -ENOENT;
-	}
+	uint32_t s = find_name(a, name, len, NULL);
+	if (s != UINT32_MAX && copy)
+		*copy = tab_of(a).d[s];
+	meta_unbrief(a, brief);
+	if (s == UINT32_MAX)
+		return -ENOENT;
+	*slot = s;
+	return 0;
 }
 
 int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
@@ -726,18 +738,10 @@ int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
 		return -EINVAL;
 	if (!in_tx(a))
 		return -EINVAL;
+	struct pvm_odesc d;
 	int rc = tx_enter(a);
 	if (!rc)
-		rc = lock_object(a, name, 0, &s);
-	struct pvm_odesc d;
-	if (!rc) {
-		int brief;
-		rc = meta_brief(a, &brief);
-		if (!rc) {
-			d = tab_of(a).d[s];
-			meta_unbrief(a, brief);
-		}
-	}
+		rc = lock_object(a, name, 0, &s, &d);
 	if (!rc && (d.flags & PVM_F_PROTECTED))
 		rc = -EPERM;
 	if (!rc && (off > d.size || len > d.size - off))
@@ -773,7 +777,7 @@ int pvm_write(struct pvm_app *a, const char *name, uint64_t off, const void *buf
 /* Common start of the calls that change an object's description. */
 static int begin_change(struct pvm_app *a, const char *name, uint32_t *s, struct pvm_odesc **d)
 {
-	int rc = lock_object(a, name, 1, s);
+	int rc = lock_object(a, name, 1, s, NULL);
 	if (rc)
 		return rc;
 	*d = &tab_of(a).d[*s];
@@ -897,12 +901,10 @@ int pvm_rename(struct pvm_app *a, const char *from, const char *to)
 	}
 	if (!rc) {
 		find_name(a, to, len, &nh);
-		rc = stripe_hold(a, nh);
+		rc = stripe_hold(a, pvm_name_hash(&a->guid, to, len));
 	}
 	if (!rc) {
-		struct tab t = tab_of(a);
-		struct chell_htab h = htab_of(a, &t);
-		d = chell_htab_claim(&a->t, &h, home_of(nh), NULL);
+		d = claim_desc(a, nh);
 		if (!d) {
 			rc = a->t.err;
 		} else {
@@ -923,7 +925,7 @@ int pvm_protect(struct pvm_app *a, const char *name, int on)
 		return -EINVAL;
 	int rc = tx_enter(a);
 	if (!rc)
-		rc = lock_object(a, name, 1, &s);
+		rc = lock_object(a, name, 1, &s, NULL);
 	struct pvm_odesc *d = rc ? NULL : &tab_of(a).d[s];
 	if (!rc) {
 		uint32_t *f = log_field(a, &d->flags, 4);
@@ -947,7 +949,7 @@ int pvm_set_history(struct pvm_app *a, const char *name, unsigned n)
 		return -EINVAL;
 	int rc = tx_enter(a);
 	if (!rc)
-		rc = lock_object(a, name, 1, &s);
+		rc = lock_object(a, name, 1, &s, NULL);
 	d = rc ? NULL : &tab_of(a).d[s];
 	if (!rc)
 		rc = drop_history(a, d, n);

@@ -489,7 +489,13 @@ int pvm_pool_create(const char *path, const struct pvm_pool_opts *opts, struct p
 	rc = chell_region_size(&pl.lay, &hdr, &total);
 	if (rc)
 		goto fail;
-	if (ftruncate(p->fd, (off_t)(hdr + pl.initial_pages * PVM_PAGE)) < 0) {
+	/* Allocated, not just sized: a full tmpfs then fails here, not with
+	 * SIGBUS at a later store (and the first touch of a page is cheap). */
+	int fa = posix_fallocate(p->fd, 0, (off_t)(hdr + pl.initial_pages * PVM_PAGE));
+	if (fa == EOPNOTSUPP || fa == EINVAL)
+		fa = ftruncate(p->fd, (off_t)(hdr + pl.initial_pages * PVM_PAGE)) < 0 ? errno : 0;
+	if (fa) {
+		errno = fa;
 		rc = -errno;
 		pvm_err(err, errlen, "cannot size %s: %s", file, strerror(errno));
 		goto fail;
@@ -625,8 +631,15 @@ int pvm_grow(struct pvm_app *a, uint64_t pages)
 	if (fstat(p->fd, &st) < 0)
 		return -errno;
 	uint64_t len = p->heap_file_off + want * PVM_PAGE;
-	if ((uint64_t)st.st_size < len && ftruncate(p->fd, (off_t)len) < 0)
-		return -errno;
+	if ((uint64_t)st.st_size < len) {
+		/* Allocate the new space (see pvm_pool_create); file systems
+		 * without fallocate just get a longer file. */
+		int fa = posix_fallocate(p->fd, st.st_size, (off_t)len - st.st_size);
+		if (fa == EOPNOTSUPP || fa == EINVAL)
+			fa = ftruncate(p->fd, (off_t)len) < 0 ? errno : 0;
+		if (fa)
+			return -fa;
+	}
 	uint64_t *c = chell_ptx_add(&a->t, offsetof(struct pvm_root, cur_pages), 8);
 	if (!c)
 		return a->t.err;

@@ -112,8 +112,8 @@ struct pvm_pool {
 	pthread_mutex_t local;    /* claimed[] */
 };
 
-struct pvm_free {
-	uint64_t page, count;
+struct pvm_extent {           /* heap bytes [off, off+len) */
+	uint64_t off, len;
 };
 
 struct pvm_app {
@@ -130,9 +130,9 @@ struct pvm_app {
 	int meta_held;
 	uint32_t nheld;
 	uint64_t held[PVM_NLOCKS / 64];
-	struct pvm_free *frees;   /* deferred to the end of the transaction */
+	struct pvm_extent *frees;   /* deferred to the end of the transaction */
 	size_t nfrees, capfrees;
-	struct pvm_free *fresh;   /* objects created in this transaction: flushed at commit */
+	struct pvm_extent *fresh;  /* new pages written without undo: flushed at commit */
 	size_t nfresh, capfresh;
 	uint64_t *touched;        /* name hashes snapshotted in this transaction */
 	size_t ntouched, captouched;
