@@ -187,12 +187,19 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 	struct pvm_pool *p = a->p;
 	for (int tries = 0; tries < 2; tries++) {
 		uint64_t cur = p->root->cur_pages;
-		uint32_t s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)p->data_page, (uint32_t)n);
+		/* Next fit from where this process last allocated: the pages
+		 * before it are mostly in use, scanning them each time made
+		 * allocation linear in the pool's population. */
+		uint64_t hint = p->alloc_hint < p->data_page || p->alloc_hint >= cur ? p->data_page : p->alloc_hint;
+		uint32_t s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)hint, (uint32_t)n);
+		if (s != CHELL_BM_NONE && s < p->data_page) /* wrapped into the reserved pages */
+			s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)p->data_page, (uint32_t)n);
 		if (s != CHELL_BM_NONE && s >= p->data_page) {
 			int rc = chell_bm_set_run(&a->t, p->bm_off, s, (uint32_t)n, 1);
 			if (rc)
 				return rc;
 			*page = s;
+			p->alloc_hint = s + n;
 			return 0;
 		}
 		int rc = pvm_grow(a, cur + n);

@@ -71,6 +71,21 @@ static void *plain_memcpy(void *ctx, void *dst, const void *src, size_t n)
 	return memcpy(dst, src, n);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+/* Map the pages of [off, off+len) of the file into this process now: an
+ * object's pages are then not faulted in one by one at first touch (one
+ * fault per page-aligned object would dominate creating small ones). The
+ * space was allocated (posix_fallocate), so this only maps it. Best effort:
+ * kernels before 5.14 do not know the advice. */
+static void populate(struct pvm_pool *p, uint64_t off, uint64_t len)
+{
+	if (p->map && len)
+		(void)madvise(p->map + off, (size_t)len, MADV_POPULATE_WRITE);
+}
+
 /* ------------------------------------------------------------ locks */
 
 /* Roll back the journal of every client that died holding its claim.
@@ -523,6 +538,7 @@ int pvm_pool_create(const char *path, const struct pvm_pool_opts *opts, struct p
 	rc = pool_attach(p, 1, err, errlen);
 	if (rc)
 		goto fail;
+	populate(p, 0, p->heap_file_off + p->root->cur_pages * PVM_PAGE);
 	ofd_lock(p->fd, F_RDLCK, 1, 1);
 	ofd_lock(p->fd, F_UNLCK, 0, 1);
 	*out = p;
@@ -606,6 +622,7 @@ int pvm_pool_open(const char *path, struct pvm_pool **out, char *err, size_t err
 	if (alone)
 		ofd_lock(p->fd, F_RDLCK, 1, 1);
 	ofd_lock(p->fd, F_UNLCK, 0, 1);
+	populate(p, 0, p->heap_file_off + p->root->cur_pages * PVM_PAGE);
 	*out = p;
 	return 0;
 fail:
@@ -639,6 +656,7 @@ int pvm_grow(struct pvm_app *a, uint64_t pages)
 			fa = ftruncate(p->fd, (off_t)len) < 0 ? errno : 0;
 		if (fa)
 			return -fa;
+		populate(p, (uint64_t)st.st_size, len - (uint64_t)st.st_size);
 	}
 	uint64_t *c = chell_ptx_add(&a->t, offsetof(struct pvm_root, cur_pages), 8);
 	if (!c)

@@ -109,6 +109,7 @@ struct pvm_pool {
 	uint64_t max_pages, bm_off, apps_off, data_page, shared_off;
 	uint32_t max_apps, nlocks, journals;
 	uint8_t *claimed;         /* journals this process holds */
+	uint64_t alloc_hint;      /* next-fit start (under the metadata lock) */
 	pthread_mutex_t local;    /* claimed[] */
 };
 
