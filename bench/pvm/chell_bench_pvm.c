@@ -20,7 +20,9 @@
  *   kv --system pvm|leveldb [--sync 0|1] --dir DIR --num N
  *       db_bench-style fillseq, fillrandom, fillsync (N/10 ops), overwrite,
  *       readrandom with 16-byte keys and 100-byte values; pVM: one object
- *       per key, named by the key, every write a committed transaction.
+ *       per key, named by the key, every write a committed transaction; the
+ *       pool is created at the size the run needs (allocated), as the
+ *       libpmemobj pool of `objects` is.
  *   snappy --system pvm|files --dir DIR --corpus LIST
  *       compress every file named in LIST (one path a line, read into
  *       memory first) with snappy and store the output as an object or a
@@ -419,7 +421,7 @@ static int cmd_kv(void)
 	if (!strcmp(sys_name, "pvm")) {
 		snprintf(path, sizeof path, "%s/kv.pvm", dir);
 		unlink(path);
-		struct pvm_pool_opts o = {.max_size = (num * 2 + 1024) * 4096 * 2 + (64 << 20), .journals = 4,
+		struct pvm_pool_opts o = {.max_size = (num * 2 + 1024) * 4096 * 2 + (64 << 20), .initial_size = (num * 2 + 1024) * 4096 * 2 + (64 << 20), .journals = 4,
 					  .journal_entries = 4096};
 		if (pvm_pool_create(path, &o, &pp, err, sizeof err) ||
 		    pvm_app_open(pp, "kv", NULL, PVM_APP_CREATE, &a, err, sizeof err))
