@@ -210,3 +210,17 @@ def test_sigkill_of_writers_sharing_a_pool(pool):
     for w in range(3):
         if os.path.exists(f"{pool}.ack{w}"):
             os.unlink(f"{pool}.ack{w}")
+
+
+def test_shared_library_exports_the_header_calls_only():
+    import subprocess
+    from conftest import BUILD
+    lib = BUILD / "lib" / "libchell-pvm.so"
+    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True).stdout
+    exported = {l.split()[-1] for l in out.splitlines() if l.split()[-1].startswith("pvm_")}
+    header = open(os.path.join(os.path.dirname(__file__), "..", "..", "include", "chell", "pvm.h")).read()
+    declared = set(re.findall(r"^\w[\w ]*?\**(pvm_\w+)\(", header, re.M))
+    assert exported == declared
+    others = [l.split()[-1] for l in out.splitlines() if not l.split()[-1].startswith("pvm_")
+              and l.split()[1] in "TDB"]
+    assert not others, others
