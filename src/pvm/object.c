@@ -58,9 +58,13 @@ const struct pvm_guid *pvm_app_guid(const struct pvm_app *a)
 
 /* ------------------------------------------------------------ transactions */
 
+/* Is this thread inside the handle's transaction? Other threads read
+ * depth and owner while the owner changes them: atomically, and only the
+ * owner ever sees its own id there. */
 static int in_tx(const struct pvm_app *a)
 {
-	return a->depth > 0 && pthread_equal(a->owner, pthread_self());
+	return __atomic_load_n(&a->depth, __ATOMIC_ACQUIRE) > 0 &&
+	       pthread_equal(__atomic_load_n(&a->owner, __ATOMIC_RELAXED), pthread_self());
 }
 
 /* Enter the handle's transaction (begin or nest). Always paired with
@@ -72,8 +76,8 @@ static int tx_enter(struct pvm_app *a)
 		return a->err ? -ECANCELED : 0;
 	}
 	pthread_mutex_lock(&a->txm);
-	a->owner = pthread_self();
-	a->depth = 1;
+	__atomic_store_n(&a->owner, pthread_self(), __ATOMIC_RELAXED);
+	__atomic_store_n(&a->depth, 1, __ATOMIC_RELEASE);
 	a->err = chell_ptx_begin(&a->t, a->p->r, a->journal);
 	return a->err;
 }
@@ -122,7 +126,7 @@ static int tx_finish(struct pvm_app *a)
 	a->nfresh = 0;
 	a->ntouched = 0;
 	a->err = 0;
-	a->depth = 0;
+	__atomic_store_n(&a->depth, 0, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&a->txm);
 	return rc;
 }

@@ -59,7 +59,10 @@ void pvm_flush_new(struct pvm_pool *p, void *addr, size_t len)
 static void msync_drain(void *ctx)
 {
 	struct pvm_pool *p = ctx;
-	(void)msync(p->map, p->heap_file_off + p->root->cur_pages * PVM_PAGE, MS_SYNC);
+	/* Before the root exists (formatting) the whole mapping; pages past
+	 * the end of the file are never dirty. */
+	size_t len = p->root ? p->heap_file_off + p->root->cur_pages * PVM_PAGE : p->map_len;
+	(void)msync(p->map, len, MS_SYNC);
 }
 static void nop_flush(void *ctx, const void *addr, size_t len)
 {

@@ -8,6 +8,7 @@
 #include <chell/pvm.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,80 @@ static void test_growth(void **st)
 	pvm_pool_close(p);
 }
 
+/* Threads: four of them on two handles (two per handle: their
+ * transactions on one handle take turns), each incrementing its own object
+ * and a shared one in every transaction. */
+struct thr {
+	struct pvm_app *a;
+	int id;
+	int fails;
+};
+enum { TROUNDS = 3000 };
+static void *thr_main(void *arg)
+{
+	struct thr *t = arg;
+	char own[16];
+	snprintf(own, sizeof(own), "own%d", t->id);
+	uint64_t *o, *sh;
+	if (pvm_open(t->a, own, (void **)&o, NULL) || pvm_open(t->a, "shared", (void **)&sh, NULL)) {
+		t->fails++;
+		return NULL;
+	}
+	for (int i = 0; i < TROUNDS; i++) {
+		int rc = pvm_tx_begin(t->a);
+		if (!rc)
+			rc = pvm_tx_add(t->a, own, 0, 8);
+		if (!rc)
+			(*o)++;
+		if (!rc)
+			rc = pvm_tx_add(t->a, "shared", 0, 8);
+		if (!rc)
+			(*sh)++;
+		int c = pvm_tx_commit(t->a);
+		if (rc == -EDEADLK || c == -EDEADLK) {
+			i--;
+			continue;
+		}
+		if (rc || c)
+			t->fails++;
+	}
+	return NULL;
+}
+
+static void test_threads(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *h[2] = {app(p, "thr"), app(p, "thr")};
+	assert_int_equal(pvm_create(h[0], "shared", 8, NULL), 0);
+	struct thr t[4];
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++) {
+		char n[16];
+		snprintf(n, sizeof(n), "own%d", i);
+		assert_int_equal(pvm_create(h[0], n, 8, NULL), 0);
+		t[i] = (struct thr){h[i % 2], i, 0};
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, thr_main, &t[i]);
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(t[i].fails, 0);
+	}
+	uint64_t *v;
+	assert_int_equal(pvm_open(h[1], "shared", (void **)&v, NULL), 0);
+	assert_int_equal(*v, 4 * TROUNDS);
+	for (int i = 0; i < 4; i++) {
+		char n[16];
+		snprintf(n, sizeof(n), "own%d", i);
+		assert_int_equal(pvm_open(h[0], n, (void **)&v, NULL), 0);
+		assert_int_equal(*v, TROUNDS);
+	}
+	pvm_app_close(h[0]);
+	pvm_app_close(h[1]);
+	pvm_pool_close(p);
+}
+
 /* Two processes, each its own journal: disjoint objects and one shared
  * counter object, updated concurrently in transactions. */
 static void test_two_processes(void **st)
@@ -413,6 +488,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_history_iter, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_protect, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_growth, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_two_processes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
