@@ -220,6 +220,17 @@ static void write_all(int fd, const void *b, size_t n, off_t off)
 	}
 }
 
+/* open + write + fsync + close: one object stored as a file. */
+static void file_put(const char *name, int flags, const void *buf)
+{
+	int fd = open(name, O_WRONLY | flags, 0644);
+	if (fd < 0)
+		die(name, errno);
+	write_all(fd, buf, size, 0);
+	fsync(fd);
+	close(fd);
+}
+
 static void *run_files(void *arg)
 {
 	struct worker *w = arg;
@@ -228,22 +239,12 @@ static void *run_files(void *arg)
 	memset(buf, 0xab, size);
 	PHASE(w, P_CREATE, for (uint64_t i = 0; i < count; i++) {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
-		int fd = open(name, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd < 0)
-			die(name, errno);
-		write_all(fd, buf, size, 0);
-		fsync(fd);
-		close(fd);
+		file_put(name, O_CREAT | O_TRUNC, buf);
 	});
 	PHASE(w, P_UPDATE, for (uint64_t i = 0; i < count; i++) {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
 		buf[0] = (uint8_t)i;
-		int fd = open(name, O_WRONLY);
-		if (fd < 0)
-			die(name, errno);
-		write_all(fd, buf, size, 0);
-		fsync(fd);
-		close(fd);
+		file_put(name, 0, buf);
 	});
 	PHASE(w, P_READ, for (uint64_t i = 0; i < count; i++) {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
