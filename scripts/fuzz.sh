@@ -8,6 +8,7 @@
 #   --target      fuzz target in tests/fuzz: region_open (default),
 #                 cache_pool (meta.pool images and chunk control pages) or
 #                 warp_patterns (WARP's patterns file)
+#                 pvm_pool (pVM pool images)
 #   --build-only  build out/fuzz/fuzz_<target> and stop
 #
 # The library is compiled by CMake into build-fuzz/ with
@@ -56,6 +57,8 @@ if [[ $target == cache_pool ]]; then
 elif [[ $target == warp_patterns ]]; then
 	libs=(chell_warp_brain chell_pmem)
 	incs=(-I"$repo/src/handlers/warp")
+elif [[ $target == pvm_pool ]]; then
+	libs=(chell_pvm_static chell_pmem)
 fi
 echo "fuzz.sh: building ${libs[*]} with clang in $bdir" >&2
 if ! { cmake -S "$repo" -B "$bdir" -G Ninja -DCMAKE_C_COMPILER=clang \

@@ -63,6 +63,11 @@ static inline void chell_persist(const struct chell_persist_ops *ops, const void
  */
 int chell_pmem_fd_is_dax(int fd);
 
+/* Map len bytes of fd shared, read-write: with MAP_SYNC when the file
+ * system allows it (*dax = 1: cache flushes make stores durable), else a
+ * plain shared mapping (*dax = 0). MAP_FAILED with errno on failure. */
+void *chell_pmem_map_shared(int fd, size_t len, int *dax);
+
 /* ------------------------------------------------------------ regions */
 
 #define CHELL_REGION_MAGIC "CHELLPM1"    /* 8 bytes at offset 0 */
@@ -76,6 +81,10 @@ struct chell_region_layout {
 	uint32_t journal_entries; /* 64-byte entries per client journal */
 	uint64_t heap_size;       /* bytes of user data area */
 };
+
+/* Where a layout puts the heap and how large the whole region is, without
+ * creating anything (for callers that size the file themselves). */
+int chell_region_size(const struct chell_region_layout *layout, uint64_t *heap_off, uint64_t *total);
 
 /* Create a region in an existing file (it is sized to fit), or open one.
  * Opening validates everything (magic, version, CRC32C of the superblock and
@@ -91,6 +100,14 @@ int chell_region_open_mem(void *base, size_t len, const struct chell_persist_ops
 			  struct chell_region **out, char *err, size_t errlen);
 int chell_region_format_mem(void *base, size_t len, const struct chell_region_layout *layout,
 			    const struct chell_persist_ops *ops, char *err, size_t errlen);
+/* Attach to an image with flags. CHELL_REGION_NO_RECOVER validates but
+ * leaves every journal alone: for an image several processes share, where
+ * an active journal may belong to a live transaction of another process
+ * (each then recovers the journals of dead clients one by one with
+ * chell_journal_recover). */
+#define CHELL_REGION_NO_RECOVER 1u
+int chell_region_attach_mem(void *base, size_t len, const struct chell_persist_ops *ops, unsigned flags,
+			    struct chell_region **out, char *err, size_t errlen);
 void chell_region_close(struct chell_region *r);
 
 /* The user data area: offsets in [0, heap_size). */
@@ -115,6 +132,13 @@ int chell_tx_abort(struct chell_tx *tx);
 /* Roll back every unfinished transaction (also done by open). Returns the
  * number of transactions rolled back, or -errno. */
 int chell_region_recover(struct chell_region *r, char *err, size_t errlen);
+
+/* Roll back the unfinished transaction of one client journal, if any, and
+ * reset it: for a journal whose client is known to be gone (its process
+ * died) while others keep working. Returns 1 (rolled back), 0 (nothing to
+ * do), -EBUSY (this process has a transaction open on it), -EINVAL, or
+ * -EUCLEAN (the journal is damaged; nothing changed). */
+int chell_journal_recover(struct chell_region *r, unsigned journal);
 
 /* ------------------------------------------------------------ checking */
 

@@ -39,6 +39,8 @@ int cmd_cache(int argc, char **argv);
 void cmd_cache_usage(FILE *f);
 int cmd_warp(int argc, char **argv);
 void cmd_warp_usage(FILE *f);
+int cmd_pvm(int argc, char **argv);
+void cmd_pvm_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */
@@ -65,6 +67,9 @@ int cli_env_set(struct cli_env *e, const char *name, const char *value);
 void cli_env_free(struct cli_env *e);
 
 /* ---- setting options shared by `run` and `config` (settings_opts.c) ---- */
+/* The effective value of setting `key` (file, environment, defaults) into
+ * buf; NULL after an error message. */
+const char *cli_setting_str(const char *key, char *buf, size_t len);
 enum {
 	OPT_MODE = 256,
 	OPT_PATH,

@@ -70,16 +70,7 @@ const char *pool_dir_default(const char *given)
 	static char pool[PATH_MAX];
 	if (given)
 		return given;
-	struct chell_config cfg = {0};
-	char err[PATH_MAX + 256];
-	if (chell_config_load(&cfg, NULL, err, sizeof err)) {
-		cli_err("%s", err);
-		chell_config_free(&cfg);
-		return NULL;
-	}
-	snprintf(pool, sizeof pool, "%s", chell_config_str(&cfg, "cache.pool"));
-	chell_config_free(&cfg);
-	return pool;
+	return cli_setting_str("cache.pool", pool, sizeof pool);
 }
 
 int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,

@@ -17,6 +17,7 @@ static const struct cli_command commands[] = {
 	{"cache", "start, stop and query the cache manager daemon (chelld)", cmd_cache,
 	 cmd_cache_usage},
 	{"warp", "show what WARP remembers of a file (its patterns file)", cmd_warp, cmd_warp_usage},
+	{"pvm", "the pVM object store: stat, ls, cat, put, rm, import, export", cmd_pvm, cmd_pvm_usage},
 	{"version", "print the version and the library in use", cmd_version, cmd_version_usage},
 	{"help", "show help for a command", cmd_help, cmd_help_usage},
 	{NULL, NULL, NULL, NULL},

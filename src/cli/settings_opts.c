@@ -262,3 +262,17 @@ void cli_settings_name_options(const struct cli_settings *s, char *msg, size_t l
 		at[fl - 1] = ')';
 	}
 }
+
+const char *cli_setting_str(const char *key, char *buf, size_t len)
+{
+	struct chell_config cfg = {0};
+	char err[4096 + 256];
+	if (chell_config_load(&cfg, NULL, err, sizeof err)) {
+		cli_err("%s", err);
+		chell_config_free(&cfg);
+		return NULL;
+	}
+	snprintf(buf, len, "%s", chell_config_str(&cfg, key));
+	chell_config_free(&cfg);
+	return buf;
+}

@@ -12,16 +12,14 @@
 #define CHELL_PMEM_INTERNAL_H
 
 #include <chell/pmem.h>
+#include <chell/pmtx.h>
 
 #include <stdarg.h>
 #include <stdatomic.h>
 
 /* ------------------------------------------------------------ CRC32C */
 
-/* CRC32C (Castagnoli), the usual ~0 pre/post conditioning: crc32c(0, ...)
- * over "123456789" is 0xE3069283. Chain calls by passing the previous
- * result. Picks the SSE4.2 instruction when the CPU has it. */
-uint32_t chell_crc32c(uint32_t crc, const void *buf, size_t len);
+/* chell_crc32c is declared in chell/pmtx.h (pVM checksums with it too). */
 /* The two implementations, exposed so the tests can compare them. */
 uint32_t chell_crc32c_table(uint32_t crc, const void *buf, size_t len);
 uint32_t chell_crc32c_hw(uint32_t crc, const void *buf, size_t len); /* needs SSE4.2 */

@@ -25,6 +25,15 @@
 #define MAP_SYNC 0x80000
 #endif
 
+void *chell_pmem_map_shared(int fd, size_t len, int *dax)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+	*dax = p != MAP_FAILED;
+	if (p == MAP_FAILED)
+		p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	return p;
+}
+
 /* Non-DAX file mappings sit in the page cache: cache-line flushes do not
  * make them durable, msync does. Flush is then a no-op and every drain
  * writes the mapping back (the kernel only writes the dirty pages). */
@@ -148,7 +157,7 @@ int chell_region_format_mem(void *base, size_t len, const struct chell_region_la
 }
 
 /* Validate r->base/r->len, set up the transactions, run recovery. */
-static int attach(struct chell_region *r, char *err, size_t errlen)
+static int attach(struct chell_region *r, unsigned flags, char *err, size_t errlen)
 {
 	struct pm_diag d;
 
@@ -169,6 +178,8 @@ static int attach(struct chell_region *r, char *err, size_t errlen)
 		r->tx[j].r = r;
 		r->tx[j].journal = j;
 	}
+	if (flags & CHELL_REGION_NO_RECOVER)
+		return 0;
 	rc = pm_recover(r, &d);
 	return rc < 0 ? rc : 0;
 }
@@ -187,6 +198,12 @@ void chell_region_close(struct chell_region *r)
 
 int chell_region_open_mem(void *base, size_t len, const struct chell_persist_ops *ops,
 			  struct chell_region **out, char *err, size_t errlen)
+{
+	return chell_region_attach_mem(base, len, ops, 0, out, err, errlen);
+}
+
+int chell_region_attach_mem(void *base, size_t len, const struct chell_persist_ops *ops, unsigned flags,
+			    struct chell_region **out, char *err, size_t errlen)
 {
 	struct chell_region *r;
 
@@ -212,7 +229,7 @@ int chell_region_open_mem(void *base, size_t len, const struct chell_persist_ops
 	r->len = len;
 	r->ops = ops ? *ops : *chell_persist_default();
 	r->fd = -1;
-	int rc = attach(r, err, errlen);
+	int rc = attach(r, flags, err, errlen);
 	if (rc) {
 		chell_region_close(r);
 		return rc;
@@ -266,16 +283,16 @@ static int map_file(const char *path, int create, uint64_t size, struct chell_re
 		size = (uint64_t)st.st_size;
 	}
 	r->len = (size_t)size;
-	void *p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, r->fd, 0);
-	if (p != MAP_FAILED) {
+	int dax;
+	void *p = chell_pmem_map_shared(r->fd, r->len, &dax);
+	if (p == MAP_FAILED) {
+		rc = -errno;
+		snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	if (dax) {
 		r->ops = *chell_persist_default(); /* DAX: cache flushes reach media */
 	} else {
-		p = mmap(NULL, r->len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, 0);
-		if (p == MAP_FAILED) {
-			rc = -errno;
-			snprintf(err, errlen, "cannot map %s: %s", path, strerror(errno));
-			goto fail;
-		}
 		r->ops.flush = pm_nop_flush;
 		r->ops.drain = pm_msync_drain;
 		r->ops.memcpy_nodrain = pm_plain_memcpy;
@@ -319,7 +336,7 @@ int chell_region_create(const char *path, const struct chell_region_layout *layo
 		return rc;
 	rc = chell_region_format_mem(r->base, r->len, layout, &r->ops, err, errlen);
 	if (!rc)
-		rc = attach(r, err, errlen);
+		rc = attach(r, 0, err, errlen);
 	if (rc) {
 		chell_region_close(r);
 		return rc;
@@ -344,7 +361,7 @@ int chell_region_open(const char *path, struct chell_region **out, char *err, si
 	int rc = map_file(path, 0, 0, &r, err, errlen);
 	if (rc)
 		return rc;
-	rc = attach(r, err, errlen);
+	rc = attach(r, 0, err, errlen);
 	if (rc) {
 		chell_region_close(r);
 		return rc;
@@ -363,4 +380,22 @@ void *chell_region_heap(struct chell_region *r, uint64_t *size)
 const uint8_t *chell_region_uuid(const struct chell_region *r)
 {
 	return r->lay.uuid;
+}
+
+int chell_region_size(const struct chell_region_layout *layout, uint64_t *heap_off, uint64_t *total)
+{
+	struct pm_diag d;
+	struct pm_layout l;
+
+	if (!layout)
+		return -EINVAL;
+	pm_diag_init(&d, NULL, 0, 0);
+	int rc = pm_layout_plan(layout, &l, &d);
+	if (rc)
+		return rc;
+	if (heap_off)
+		*heap_off = l.heap_off;
+	if (total)
+		*total = l.total_size;
+	return 0;
 }

@@ -232,6 +232,53 @@ int chell_tx_abort(struct chell_tx *tx)
 	return 0;
 }
 
+/* Roll back journal j if its slot is active without a finish record, then
+ * reset the slot (not drained: the caller drains). */
+static int recover_one(struct chell_region *r, uint32_t j, struct pm_diag *d)
+{
+	struct pm_region_view v = {r->base, &r->lay};
+	struct pm_scan s;
+	uint64_t slot = pm_slot_load(r->base, &r->lay, j);
+	int rolled = 0;
+
+	if (!PM_SLOT_ACTIVE(slot))
+		return 0;
+	uint64_t gen = PM_SLOT_GEN(slot);
+	pm_scan_journal(&v, j, gen, &s, d);
+	if (!s.finished && s.undo) {
+		apply_undo(r, j, s.last);
+		/* The restored data before the reset that discards the undo
+		 * image: a crash in between redoes the (idempotent) rollback. */
+		r->ops.drain(r->ops.ctx);
+		rolled = 1;
+	}
+	slot_store(r, j, PM_SLOT(gen + 1, 0));
+	return rolled;
+}
+
+int chell_journal_recover(struct chell_region *r, unsigned journal)
+{
+	struct pm_region_view v;
+	struct pm_scan s;
+	struct pm_diag d;
+
+	if (!r || journal >= r->lay.journals)
+		return -EINVAL;
+	if (atomic_load(&r->tx[journal].in_use))
+		return -EBUSY;
+	v = (struct pm_region_view){r->base, &r->lay};
+	pm_diag_init(&d, NULL, 0, 0);
+	uint64_t slot = pm_slot_load(r->base, &r->lay, journal);
+	if (!PM_SLOT_ACTIVE(slot))
+		return 0;
+	pm_scan_journal(&v, journal, PM_SLOT_GEN(slot), &s, &d);
+	if (s.bad)
+		return -EUCLEAN;
+	int rolled = recover_one(r, journal, &d);
+	r->ops.drain(r->ops.ctx);
+	return rolled;
+}
+
 int pm_recover(struct chell_region *r, struct pm_diag *d)
 {
 	struct pm_region_view v = {r->base, &r->lay};
@@ -250,22 +297,8 @@ int pm_recover(struct chell_region *r, struct pm_diag *d)
 	}
 	if (rc)
 		return rc;
-	for (uint32_t j = 0; j < r->lay.journals; j++) {
-		uint64_t slot = pm_slot_load(r->base, &r->lay, j);
-		if (!PM_SLOT_ACTIVE(slot))
-			continue;
-		uint64_t gen = PM_SLOT_GEN(slot);
-		pm_scan_journal(&v, j, gen, &s, d);
-		if (!s.finished && s.undo) {
-			apply_undo(r, j, s.last);
-			/* The restored data before the reset that discards the
-			 * undo image: a crash in between redoes the (idempotent)
-			 * rollback. */
-			r->ops.drain(r->ops.ctx);
-			rolled++;
-		}
-		slot_store(r, j, PM_SLOT(gen + 1, 0));
-	}
+	for (uint32_t j = 0; j < r->lay.journals; j++)
+		rolled += recover_one(r, j, d);
 	r->ops.drain(r->ops.ctx);
 	return rolled;
 }

@@ -22,7 +22,7 @@
  * run compares the library with it after every operation.
  *
  * --break missing-undo makes the library skip the undo record of one range
- * per transaction (meta_fault_skip_undo): that must produce violations.
+ * per transaction (chell_ptx_fault_skip_undo): that must produce violations.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -580,7 +580,7 @@ static int run(struct harness *h, char *msg, size_t n)
 	h->prev.seq = 1;
 	h->acked = 0;
 	memcpy(h->heaps, heap, h->heap_len);
-	meta_fault_skip_undo = h->o.brk;
+	chell_ptx_fault_skip_undo = h->o.brk;
 	struct chell_pmsim_stats st;
 	chell_pmsim_stats(h->sim, &st);
 	h->base = st.points;
@@ -594,7 +594,7 @@ static int run(struct harness *h, char *msg, size_t n)
 		h->longest_c2f = b > h->longest_c2f ? b : h->longest_c2f;
 	}
 	chell_pmsim_set_hook(h->sim, NULL, NULL);
-	meta_fault_skip_undo = 0;
+	chell_ptx_fault_skip_undo = 0;
 	chell_pmsim_stats(h->sim, &st);
 	h->npoints = st.points - h->base;
 	if (rc == 0 && h->checking && (h->o.point == 0 || h->o.point == h->npoints + 1))

@@ -84,7 +84,7 @@ int meta_chunk_map(struct meta *m, uint32_t cnode, uint64_t file_chunk)
 		c->file_chunk = file_chunk;
 		c->seq = seq;
 	}
-	if (!t.err)
+	if (!t.p.err)
 		c2f_insert(&t, cnode, file_chunk, slot);
 	if (mtx_add(&t, meta_off(m, &cn->chunks), sizeof(cn->chunks)))
 		cn->chunks++;

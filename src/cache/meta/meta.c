@@ -370,7 +370,7 @@ int meta_cnode_get(struct meta *m, uint64_t dev, uint64_t ino, bool create, cons
 		if (plen)
 			memcpy(c->path, path, plen);
 	}
-	if (!t.err)
+	if (!t.p.err)
 		i2c_insert(&t, dev, ino, id);
 	uint32_t *cnt = mtx_add(&t, meta_off(m, &m->root->cnodes), sizeof(uint32_t));
 	if (cnt)

@@ -9,6 +9,8 @@
 
 #include "meta.h"
 
+#include <chell/pmtx.h>
+
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -83,26 +85,29 @@ struct meta {
 	uint32_t alloc_hint;
 };
 
-/* The transaction of one metadata operation. */
+/* The transaction of one metadata operation: the persistence core's
+ * sticky-error wrapper (chell/pmtx.h) plus the metadata it works on. */
 struct mtx {
+	struct chell_ptx p;
 	struct meta *m;
-	struct chell_tx *tx;
-	int err;
-	unsigned nadd;         /* ranges added so far */
 };
 
-/* Fault injection for the crash test (tests/crash/cachemeta_crash.c
- * --break missing-undo): when set, the second range of every transaction
- * is modified without an undo record. Never set in production. */
-extern int meta_fault_skip_undo;
-
-int mtx_begin(struct meta *m, struct mtx *t);
+static inline int mtx_begin(struct meta *m, struct mtx *t)
+{
+	t->m = m;
+	return chell_ptx_begin(&t->p, m->r, m->journal);
+}
 /* Undo-log [off, off+len) and return a pointer to modify it (NULL and
- * t->err set on failure; later calls then fail too). */
-void *mtx_add(struct mtx *t, uint64_t off, size_t len);
-/* Commit if everything succeeded, abort otherwise; returns t->err or the
- * commit's error. */
-int mtx_end(struct mtx *t);
+ * t->p.err set on failure; later calls then fail too). */
+static inline void *mtx_add(struct mtx *t, uint64_t off, size_t len)
+{
+	return chell_ptx_add(&t->p, off, len);
+}
+/* Commit if everything succeeded, abort otherwise. */
+static inline int mtx_end(struct mtx *t)
+{
+	return chell_ptx_end(&t->p);
+}
 
 static inline uint64_t meta_off(const struct meta *m, const void *p)
 {
@@ -125,11 +130,19 @@ static inline struct mc2f *c2f_at(struct meta *m, uint32_t i)
 	return (struct mc2f *)(m->heap + m->c2f_off) + i;
 }
 
-/* alloc.c: persistent bitmaps (bit set = in use). */
-int bm_test(const struct meta *m, uint64_t bm_off, uint32_t i);
-/* First clear bit at or after hint (wrapping), or META_NONE. */
-uint32_t bm_find_clear(const struct meta *m, uint64_t bm_off, uint32_t n, uint32_t hint);
-int bm_set(struct mtx *t, uint64_t bm_off, uint32_t i, int on);
+/* Persistent bitmaps (bit set = in use), chell/pmtx.h. */
+static inline int bm_test(const struct meta *m, uint64_t bm_off, uint32_t i)
+{
+	return chell_bm_test(m->heap, bm_off, i);
+}
+static inline uint32_t bm_find_clear(const struct meta *m, uint64_t bm_off, uint32_t n, uint32_t hint)
+{
+	return chell_bm_find_clear(m->heap, bm_off, n, hint);
+}
+static inline int bm_set(struct mtx *t, uint64_t bm_off, uint32_t i, int on)
+{
+	return chell_bm_set(&t->p, bm_off, i, on);
+}
 
 /* hash.c: the two open-addressing maps (linear probing, backward-shift
  * deletion). Lookups return the slot index or META_NONE. */
@@ -139,7 +152,7 @@ int i2c_delete(struct mtx *t, uint32_t slot);
 uint32_t c2f_find(struct meta *m, uint32_t cnode, uint64_t file_chunk);
 int c2f_insert(struct mtx *t, uint32_t cnode, uint64_t file_chunk, uint32_t slot);
 int c2f_delete(struct mtx *t, uint32_t slot);
-uint64_t meta_hash(uint64_t a, uint64_t b);
+#define meta_hash chell_hash64
 
 /* Dirty-state helpers (chunk.c). */
 static inline unsigned dstate_get(const struct mchunk *c, unsigned b)

@@ -1,0 +1,1108 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Applications, objects, history and transactions.
+ *
+ * Locking (docs/PVM.md): the metadata mutex covers the application table,
+ * the object tables, the page bitmap and the root; a transaction that
+ * changes any of them holds it to its end, because a rollback puts back
+ * the bytes it logged and nobody else may have changed them meanwhile
+ * (deletion shifts table slots). Object data is covered by the object's
+ * stripe mutex, held from the first change to the end of the transaction;
+ * lookups take the metadata mutex only for the lookup.
+ *
+ * New pages (object data, tables, kept versions) are filled without undo
+ * records: until the transaction commits nothing reachable points at them
+ * and the bitmap that says they are in use is itself rolled back. Pages
+ * freed inside a transaction are given back only at its end (deferred), so
+ * they are never reused - and overwritten unlogged - by the same
+ * transaction, whose rollback would need their old contents.
+ */
+#include "pvm_internal.h"
+
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+
+static uint64_t pages_of(uint64_t bytes)
+{
+	return (bytes + PVM_PAGE - 1) / PVM_PAGE;
+}
+
+uint64_t pvm_name_hash(const struct pvm_guid *g, const char *name, size_t len)
+{
+	uint64_t g0, g1, h = 0xcbf29ce484222325ULL;
+	memcpy(&g0, g->b, 8);
+	memcpy(&g1, g->b + 8, 8);
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)name[i]) * 0x100000001b3ULL;
+	return chell_hash64(chell_hash64(g0, g1), h);
+}
+
+void pvm_guid_from_name(const char *name, struct pvm_guid *g)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+	for (const char *s = name; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ULL;
+	uint64_t a = chell_hash64(h, 0x70766d), b = chell_hash64(h, a);
+	memcpy(g->b, &a, 8);
+	memcpy(g->b + 8, &b, 8);
+	g->b[6] = (uint8_t)((g->b[6] & 0x0f) | 0x50); /* RFC 4122 version 5 style: name-based */
+	g->b[8] = (uint8_t)((g->b[8] & 0x3f) | 0x80);
+}
+
+const struct pvm_guid *pvm_app_guid(const struct pvm_app *a)
+{
+	return &a->guid;
+}
+
+/* ------------------------------------------------------------ transactions */
+
+/* Is this thread inside the handle's transaction? Other threads read
+ * depth and owner while the owner changes them: atomically, and only the
+ * owner ever sees its own id there. */
+static int in_tx(const struct pvm_app *a)
+{
+	return __atomic_load_n(&a->depth, __ATOMIC_ACQUIRE) > 0 &&
+	       pthread_equal(__atomic_load_n(&a->owner, __ATOMIC_RELAXED), pthread_self());
+}
+
+/* Enter the handle's transaction (begin or nest). Always paired with
+ * tx_leave, even when it fails. */
+static int tx_enter(struct pvm_app *a)
+{
+	if (in_tx(a)) {
+		a->depth++;
+		return a->err ? -ECANCELED : 0;
+	}
+	pthread_mutex_lock(&a->txm);
+	__atomic_store_n(&a->owner, pthread_self(), __ATOMIC_RELAXED);
+	__atomic_store_n(&a->depth, 1, __ATOMIC_RELEASE);
+	a->err = chell_ptx_begin(&a->t, a->p->r, a->journal);
+	return a->err;
+}
+
+static void unlock_all(struct pvm_app *a)
+{
+	struct pvm_pool *p = a->p;
+	for (uint32_t w = 0; a->nheld && w < PVM_NLOCKS / 64; w++) {
+		while (a->held[w]) {
+			uint32_t b = (uint32_t)__builtin_ctzll(a->held[w]);
+			a->held[w] &= a->held[w] - 1;
+			pthread_mutex_unlock(pvm_mutex(p, PVM_M_OBJ(p, w * 64 + b)));
+			a->nheld--;
+		}
+	}
+	if (a->meta_held)
+		pthread_mutex_unlock(pvm_mutex(p, PVM_M_META));
+	a->meta_held = 0;
+}
+
+static int tx_finish(struct pvm_app *a)
+{
+	int rc = 0;
+	/* Deferred frees, in the same transaction (the bitmap words logged). */
+	for (size_t i = 0; !a->err && i < a->nfrees; i++) {
+		int r = chell_bm_set_run(&a->t, a->p->bm_off, (uint32_t)(a->frees[i].off / PVM_PAGE),
+					 (uint32_t)pages_of(a->frees[i].len), 0);
+		if (r)
+			a->err = r;
+	}
+	/* New pages (and claimed table slots) were written without undo
+	 * records - by us or, for objects created here, by the caller: their
+	 * bytes must be durable with the commit (whose first drain orders
+	 * these flushes). */
+	for (size_t i = 0; !a->err && i < a->nfresh; i++)
+		pvm_flush_new(a->p, a->p->heap + a->fresh[i].off, a->fresh[i].len);
+	if (a->t.tx) {
+		if (a->err && !a->t.err)
+			a->t.err = a->err;
+		rc = chell_ptx_end(&a->t);
+	}
+	if (a->err)
+		rc = a->err;
+	unlock_all(a);
+	a->nfrees = 0;
+	a->nfresh = 0;
+	a->ntouched = 0;
+	a->err = 0;
+	__atomic_store_n(&a->depth, 0, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&a->txm);
+	return rc;
+}
+
+static int tx_leave(struct pvm_app *a, int rc)
+{
+	if (rc < 0 && !a->err)
+		a->err = rc;
+	if (--a->depth > 0)
+		return rc;
+	int end = tx_finish(a);
+	return rc < 0 ? rc : end;
+}
+
+static int meta_hold(struct pvm_app *a)
+{
+	if (a->meta_held)
+		return 0;
+	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), a->nheld > 0);
+	if (!rc)
+		a->meta_held = 1;
+	return rc;
+}
+
+/* The metadata lock for a lookup only: not taken if this thread's
+ * transaction holds it. *brief says whether to release it. */
+static int meta_brief(struct pvm_app *a, int *brief)
+{
+	*brief = 0;
+	if (in_tx(a) && a->meta_held)
+		return 0;
+	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), in_tx(a) && a->nheld > 0);
+	if (!rc)
+		*brief = 1;
+	return rc;
+}
+static void meta_unbrief(struct pvm_app *a, int brief)
+{
+	if (brief)
+		pthread_mutex_unlock(pvm_mutex(a->p, PVM_M_META));
+}
+
+/* Lock the stripe of the object whose name hashes (before any collision
+ * step) to h. */
+static int stripe_hold(struct pvm_app *a, uint64_t h)
+{
+	uint32_t s = (uint32_t)chell_hash64(a->idx, h) & (PVM_NLOCKS - 1);
+	if (a->held[s / 64] >> (s % 64) & 1)
+		return 0;
+	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_OBJ(a->p, s)), a->nheld > 0 || a->meta_held);
+	if (rc)
+		return rc;
+	a->held[s / 64] |= 1ull << (s % 64);
+	a->nheld++;
+	return 0;
+}
+
+/* ------------------------------------------------------------ pages */
+
+static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
+{
+	struct pvm_pool *p = a->p;
+	for (int tries = 0; tries < 2; tries++) {
+		uint64_t cur = p->root->cur_pages;
+		/* Next fit from where this process last allocated: the pages
+		 * before it are mostly in use, scanning them each time made
+		 * allocation linear in the pool's population. */
+		uint64_t hint = p->alloc_hint < p->data_page || p->alloc_hint >= cur ? p->data_page : p->alloc_hint;
+		uint32_t s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)hint, (uint32_t)n);
+		if (s != CHELL_BM_NONE && s < p->data_page) /* wrapped into the reserved pages */
+			s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)p->data_page, (uint32_t)n);
+		if (s != CHELL_BM_NONE && s >= p->data_page) {
+			int rc = chell_bm_set_run(&a->t, p->bm_off, s, (uint32_t)n, 1);
+			if (rc)
+				return rc;
+			*page = s;
+			p->alloc_hint = s + n;
+			return 0;
+		}
+		int rc = pvm_grow(a, cur + n);
+		if (rc)
+			return rc;
+	}
+	return -ENOSPC;
+}
+
+static int push_extent(struct pvm_extent **v, size_t *n, size_t *cap, uint64_t off, uint64_t len)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 16;
+		struct pvm_extent *f = realloc(*v, nc * sizeof(*f));
+		if (!f)
+			return -ENOMEM;
+		*v = f;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = (struct pvm_extent){off, len};
+	return 0;
+}
+
+static int free_pages(struct pvm_app *a, uint64_t off, uint64_t bytes)
+{
+	return bytes ? push_extent(&a->frees, &a->nfrees, &a->capfrees, off, bytes) : 0;
+}
+
+/* Allocate pages for `bytes`, fill them from src (srclen bytes) and zeros
+ * up to `bytes` (what lies past it in the last page is not part of
+ * anything: a resize in place zeroes it, logged); they are flushed at the
+ * commit. *off = heap offset (0 for 0 bytes). */
+static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint64_t srclen, uint64_t *off)
+{
+	*off = 0;
+	if (!bytes)
+		return 0;
+	uint64_t page;
+	int rc = alloc_pages(a, pages_of(bytes), &page);
+	if (rc)
+		return rc;
+	uint8_t *d = a->p->heap + page * PVM_PAGE;
+	if (srclen)
+		memcpy(d, src, srclen);
+	memset(d + srclen, 0, bytes - srclen);
+	*off = page * PVM_PAGE;
+	return push_extent(&a->fresh, &a->nfresh, &a->capfresh, *off, bytes);
+}
+
+/* ------------------------------------------------------------ tables */
+
+struct tab {
+	struct pvm_odesc *d;
+	uint64_t off;
+	uint32_t mask;
+};
+
+static struct tab tab_of(struct pvm_app *a)
+{
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	return (struct tab){(struct pvm_odesc *)(a->p->heap + e->table_off), e->table_off, e->slots - 1};
+}
+
+static uint32_t home_of(uint64_t nh)
+{
+	return (uint32_t)(nh ^ nh >> 32);
+}
+static uint32_t od_home(void *ctx, const void *s)
+{
+	(void)ctx;
+	return home_of(((const struct pvm_odesc *)s)->nh);
+}
+static int od_used(const void *s)
+{
+	return ((const struct pvm_odesc *)s)->used != 0;
+}
+static struct chell_htab htab_of(struct pvm_app *a, const struct tab *t)
+{
+	return (struct chell_htab){a->p->heap, t->off, sizeof(struct pvm_odesc), t->mask, od_home, od_used, NULL};
+}
+
+/* Claim a free slot for hash nh: only its `used` word is logged (a
+ * rollback makes the slot free again; what else it then holds is ignored,
+ * as in every free slot); the rest is written without undo and flushed
+ * at the commit. Returns the zeroed slot, NULL with the error in t.err. */
+static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh)
+{
+	struct tab t = tab_of(a);
+	uint32_t i = home_of(nh) & t.mask;
+	for (uint32_t k = 0; k <= t.mask; k++, i = (i + 1) & t.mask) {
+		struct pvm_odesc *d = &t.d[i];
+		if (d->used)
+			continue;
+		if (!chell_ptx_add(&a->t, t.off + (uint64_t)i * sizeof(*d) + offsetof(struct pvm_odesc, name_len), 8))
+			return NULL;
+		memset(d, 0, sizeof(*d));
+		d->nh = nh;
+		int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
+		if (rc) {
+			a->t.err = rc;
+			return NULL;
+		}
+		return d;
+	}
+	a->t.err = -EUCLEAN; /* full: the load bound was broken */
+	return NULL;
+}
+
+/* Slot holding hash nh, or UINT32_MAX. */
+static uint32_t find_nh(const struct tab *t, uint64_t nh)
+{
+	uint32_t i = home_of(nh) & t->mask;
+	for (uint32_t k = 0; k <= t->mask; k++, i = (i + 1) & t->mask) {
+		if (!t->d[i].used)
+			return UINT32_MAX;
+		if (t->d[i].nh == nh)
+			return i;
+	}
+	return UINT32_MAX;
+}
+
+/* Find by name: the hashes h, h+1, ... are taken by names that collided;
+ * the first one absent ends the search. *free_nh (if not NULL) gets that
+ * first absent hash (where a new object of this name goes). */
+static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
+{
+	struct tab t = tab_of(a);
+	uint64_t h = pvm_name_hash(&a->guid, name, len);
+	for (uint32_t k = 0; k <= t.mask; k++) {
+		uint32_t s = find_nh(&t, h + k);
+		if (s == UINT32_MAX) {
+			if (free_nh)
+				*free_nh = h + k;
+			return UINT32_MAX;
+		}
+		if (t.d[s].name_len == len && !memcmp(t.d[s].name, name, len))
+			return s;
+	}
+	return UINT32_MAX;
+}
+
+static int check_name(const char *name, size_t *len)
+{
+	if (!name || !*name)
+		return -EINVAL;
+	*len = strnlen(name, PVM_NAME_MAX);
+	return *len >= PVM_NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+static void *log_field(struct pvm_app *a, const void *field, size_t len)
+{
+	return chell_ptx_add(&a->t, (uint64_t)((const uint8_t *)field - a->p->heap), len);
+}
+
+/* Double the object table when one more object would load it past 1/2.
+ * The new table is new pages (no undo); the entry's table_off, slots and
+ * crc are logged; the old table is freed at the end. */
+static int table_room(struct pvm_app *a)
+{
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	if ((e->objects + 1) * 2 <= e->slots)
+		return 0;
+	if (e->slots >= PVM_MAX_SLOTS)
+		return -ENOSPC;
+	struct tab old = tab_of(a);
+	uint32_t slots = e->slots * 2;
+	uint64_t off;
+	int rc = alloc_filled(a, (uint64_t)slots * sizeof(struct pvm_odesc), NULL, 0, &off);
+	if (rc)
+		return rc;
+	struct tab nt = {(struct pvm_odesc *)(a->p->heap + off), off, slots - 1};
+	for (uint32_t i = 0; i <= old.mask; i++) {
+		if (!old.d[i].used)
+			continue;
+		uint32_t j = home_of(old.d[i].nh) & nt.mask;
+		while (nt.d[j].used)
+			j = (j + 1) & nt.mask;
+		nt.d[j] = old.d[i];
+	}
+	struct pvm_aent *le = log_field(a, e, offsetof(struct pvm_aent, objects));
+	if (!le)
+		return a->t.err;
+	rc = free_pages(a, e->table_off, (uint64_t)e->slots * sizeof(struct pvm_odesc));
+	le->table_off = off;
+	le->slots = slots;
+	le->crc = pvm_aent_crc(le);
+	return rc;
+}
+
+static int count_objects(struct pvm_app *a, int delta)
+{
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	uint64_t *c = log_field(a, &e->objects, 8);
+	if (!c)
+		return a->t.err;
+	*c += (uint64_t)(int64_t)delta;
+	return 0;
+}
+
+/* ------------------------------------------------------------ applications */
+
+static int app_find_or_create(struct pvm_app *a, const char *name, const struct pvm_guid *guid, unsigned flags,
+			      char *err, size_t errlen)
+{
+	struct pvm_pool *p = a->p;
+	uint32_t free_i = UINT32_MAX;
+	for (uint32_t i = 0; i < p->max_apps; i++) {
+		struct pvm_aent *e = pvm_aent(p, i);
+		if (!(e->flags & PVM_A_USED)) {
+			if (free_i == UINT32_MAX)
+				free_i = i;
+			continue;
+		}
+		if (strncmp(e->name, name, PVM_APP_NAME_MAX))
+			continue;
+		int rc = pvm_app_validate(p, i, err, errlen);
+		if (rc)
+			return rc;
+		if (guid && memcmp(guid->b, e->guid, 16)) {
+			pvm_err(err, errlen, "application \"%s\": the given gUID differs from the stored one", name);
+			return -EINVAL;
+		}
+		memcpy(a->guid.b, e->guid, 16);
+		a->idx = i;
+		return 0;
+	}
+	if (!(flags & PVM_APP_CREATE)) {
+		pvm_err(err, errlen, "no application \"%s\" in the pool", name);
+		return -ENOENT;
+	}
+	if (free_i == UINT32_MAX) {
+		pvm_err(err, errlen, "the application table is full (%u entries)", p->max_apps);
+		return -ENOSPC;
+	}
+	uint64_t off;
+	int rc = alloc_filled(a, PVM_DEF_SLOTS * sizeof(struct pvm_odesc), NULL, 0, &off);
+	if (rc) {
+		pvm_err(err, errlen, "no space for the object table of \"%s\": %s", name, strerror(-rc));
+		return rc;
+	}
+	struct pvm_aent *e = chell_ptx_add(&a->t, p->apps_off + (uint64_t)free_i * sizeof(*e), sizeof(*e));
+	if (!e)
+		return a->t.err;
+	memset(e, 0, sizeof(*e));
+	if (guid)
+		a->guid = *guid;
+	else
+		pvm_guid_from_name(name, &a->guid);
+	memcpy(e->guid, a->guid.b, 16);
+	strncpy(e->name, name, PVM_APP_NAME_MAX - 1);
+	e->table_off = off;
+	e->slots = PVM_DEF_SLOTS;
+	e->flags = PVM_A_USED;
+	e->crc = pvm_aent_crc(e);
+	a->idx = free_i;
+	return 0;
+}
+
+/* Claim a free journal; one whose owner died is rolled back first. */
+static int claim_journal(struct pvm_pool *p, uint32_t *out)
+{
+	pthread_mutex_lock(&p->local);
+	for (uint32_t j = 0; j < p->journals; j++) {
+		if (p->claimed[j])
+			continue;
+		pthread_mutex_t *cm = pvm_mutex(p, PVM_M_CLAIM(j));
+		int rc = pthread_mutex_trylock(cm);
+		if (rc == EOWNERDEAD) {
+			pthread_mutex_t *rm = pvm_mutex(p, PVM_M_RECOVERY);
+			if (pthread_mutex_lock(rm) == EOWNERDEAD)
+				pthread_mutex_consistent(rm);
+			chell_journal_recover(p->r, j);
+			pthread_mutex_consistent(cm);
+			pthread_mutex_unlock(rm);
+			rc = 0;
+		}
+		if (rc == 0) {
+			*pvm_claim_pid(p, j) = (int32_t)getpid();
+			p->claimed[j] = 1;
+			pthread_mutex_unlock(&p->local);
+			*out = j;
+			return 0;
+		}
+	}
+	pthread_mutex_unlock(&p->local);
+	return -EBUSY;
+}
+
+static void release_journal(struct pvm_pool *p, uint32_t j)
+{
+	pthread_mutex_lock(&p->local);
+	pthread_mutex_unlock(pvm_mutex(p, PVM_M_CLAIM(j)));
+	p->claimed[j] = 0;
+	pthread_mutex_unlock(&p->local);
+}
+
+int pvm_app_open(struct pvm_pool *p, const char *name, const struct pvm_guid *guid, unsigned flags,
+		 struct pvm_app **out, char *err, size_t errlen)
+{
+	if (err && errlen)
+		err[0] = '\0';
+	if (!p || !name || !*name || !out)
+		return -EINVAL;
+	*out = NULL;
+	if (strnlen(name, PVM_APP_NAME_MAX) >= PVM_APP_NAME_MAX) {
+		pvm_err(err, errlen, "application name longer than %d bytes", PVM_APP_NAME_MAX - 1);
+		return -ENAMETOOLONG;
+	}
+	struct pvm_app *a = calloc(1, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	a->p = p;
+	pthread_mutex_init(&a->txm, NULL);
+	int rc = claim_journal(p, &a->journal);
+	if (rc) {
+		pvm_err(err, errlen, "every journal of the pool (%u) is in use", p->journals);
+		pthread_mutex_destroy(&a->txm);
+		free(a);
+		return rc;
+	}
+	rc = tx_enter(a);
+	if (!rc)
+		rc = meta_hold(a);
+	if (!rc)
+		rc = app_find_or_create(a, name, guid, flags, err, errlen);
+	rc = tx_leave(a, rc);
+	if (rc) {
+		if (err && errlen && !err[0])
+			pvm_err(err, errlen, "cannot open application \"%s\": %s", name, strerror(-rc));
+		release_journal(p, a->journal);
+		pthread_mutex_destroy(&a->txm);
+		free(a);
+		return rc;
+	}
+	*out = a;
+	return 0;
+}
+
+void pvm_app_close(struct pvm_app *a)
+{
+	if (!a)
+		return;
+	if (in_tx(a)) {
+		a->err = a->err ? a->err : -ECANCELED;
+		a->depth = 1;
+		tx_leave(a, 0);
+	}
+	release_journal(a->p, a->journal);
+	pthread_mutex_destroy(&a->txm);
+	free(a->frees);
+	free(a->fresh);
+	free(a->touched);
+	free(a);
+}
+
+/* ------------------------------------------------------------ history */
+
+static struct pvm_hent *hist_block(struct pvm_app *a, const struct pvm_odesc *d)
+{
+	return (struct pvm_hent *)(a->p->heap + d->hist_off);
+}
+
+/* Keep the current content of object slot s as a version before its
+ * first change in this transaction, and advance its version. */
+static int touch(struct pvm_app *a, uint32_t s)
+{
+	struct tab t = tab_of(a);
+	struct pvm_odesc *d = &t.d[s];
+	if (!d->hist_n)
+		return 0;
+	for (size_t i = 0; i < a->ntouched; i++)
+		if (a->touched[i] == d->nh)
+			return 0;
+	if (a->ntouched == a->captouched) {
+		size_t nc = a->captouched ? a->captouched * 2 : 8;
+		uint64_t *n = realloc(a->touched, nc * sizeof(*n));
+		if (!n)
+			return -ENOMEM;
+		a->touched = n;
+		a->captouched = nc;
+	}
+	int rc = meta_hold(a);
+	if (rc)
+		return rc;
+	struct pvm_hent *h = hist_block(a, d);
+	uint32_t victim = 0, used = 0;
+	for (uint32_t i = 0; i < PVM_HISTORY_MAX; i++) {
+		if (!h[i].version)
+			continue;
+		if (!used++ || h[i].version < h[victim].version)
+			victim = i;
+	}
+	if (used < d->hist_n) {
+		for (victim = 0; h[victim].version; victim++)
+			;
+	} else {
+		rc = free_pages(a, h[victim].off, h[victim].cap);
+		if (rc)
+			return rc;
+	}
+	uint64_t off;
+	rc = alloc_filled(a, d->size, a->p->heap + d->off, d->size, &off);
+	if (rc)
+		return rc;
+	t = tab_of(a); /* alloc may not move the table, but stay honest */
+	d = &t.d[s];
+	struct pvm_hent *e = log_field(a, &h[victim], sizeof(*e));
+	uint64_t *v = log_field(a, &d->version, 8);
+	if (!e || !v)
+		return a->t.err;
+	*e = (struct pvm_hent){d->version, off, d->size, pages_of(d->size) * PVM_PAGE};
+	(*v)++;
+	a->touched[a->ntouched++] = d->nh;
+	return 0;
+}
+
+/* ------------------------------------------------------------ objects */
+
+static void fill_info(struct pvm_app *a, const struct pvm_odesc *d, struct pvm_info *info)
+{
+	if (!info)
+		return;
+	memset(info, 0, sizeof(*info));
+	memcpy(info->name, d->name, d->name_len);
+	info->oid.guid = a->guid;
+	info->oid.nh = d->nh;
+	info->size = d->size;
+	info->capacity = d->cap;
+	info->version = d->version;
+	info->history = d->hist_n;
+	info->flags = d->flags;
+}
+
+int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
+{
+	size_t len;
+	uint64_t nh = 0, off = 0;
+	if (!a)
+		return -EINVAL;
+	int rc = check_name(name, &len);
+	if (rc)
+		return rc;
+	rc = tx_enter(a);
+	if (!rc)
+		rc = meta_hold(a);
+	if (!rc && find_name(a, name, len, &nh) != UINT32_MAX)
+		rc = -EEXIST;
+	if (!rc)
+		rc = table_room(a);
+	if (!rc)
+		rc = alloc_filled(a, size, NULL, 0, &off);
+	if (!rc) {
+		struct pvm_odesc *d = claim_desc(a, nh);
+		if (!d) {
+			rc = a->t.err;
+		} else {
+			d->off = off;
+			d->size = size;
+			d->cap = pages_of(size) * PVM_PAGE;
+			d->version = 1;
+			d->name_len = (uint32_t)len;
+			d->used = PVM_O_USED;
+			memcpy(d->name, name, len);
+			rc = count_objects(a, 1);
+		}
+	}
+	rc = tx_leave(a, rc);
+	if (!rc && ptr)
+		*ptr = off ? a->p->heap + off : NULL;
+	return rc;
+}
+
+/* Look `name` up with the metadata lock taken for the lookup (*brief:
+ * release it with meta_unbrief once done with *d). */
+static int lookup(struct pvm_app *a, const char *name, int *brief, struct pvm_odesc **d)
+{
+	size_t len;
+	int rc = check_name(name, &len);
+	if (rc)
+		return rc;
+	rc = meta_brief(a, brief);
+	if (rc)
+		return rc;
+	uint32_t s = find_name(a, name, len, NULL);
+	if (s == UINT32_MAX) {
+		meta_unbrief(a, *brief);
+		return -ENOENT;
+	}
+	*d = &tab_of(a).d[s];
+	return 0;
+}
+
+int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *info)
+{
+	int brief;
+	struct pvm_odesc *d;
+	if (!a)
+		return -EINVAL;
+	int rc = lookup(a, name, &brief, &d);
+	if (rc)
+		return rc;
+	fill_info(a, d, info);
+	uint8_t *data = d->cap ? a->p->heap + d->off : NULL;
+	if (data && (d->flags & PVM_F_PROTECTED))
+		mprotect(data, d->cap, PROT_READ);
+	meta_unbrief(a, brief);
+	if (ptr)
+		*ptr = data;
+	return 0;
+}
+
+/* Lock the object for this transaction and look it up. The stripe comes
+ * from the name's own hash (before any collision step), so it is known
+ * without a lookup; *slot is valid while the metadata lock is held (always
+ * on return when hold_meta), *copy (if not NULL) gets the descriptor. */
+static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint32_t *slot, struct pvm_odesc *copy)
+{
+	size_t len;
+	int brief;
+	int rc = check_name(name, &len);
+	if (!rc)
+		rc = stripe_hold(a, pvm_name_hash(&a->guid, name, len));
+	if (!rc && hold_meta)
+		rc = meta_hold(a);
+	if (!rc)
+		rc = meta_brief(a, &brief);
+	if (rc)
+		return rc;
+	uint32_t s = find_name(a, name, len, NULL);
+	if (s != UINT32_MAX && copy)
+		*copy = tab_of(a).d[s];
+	meta_unbrief(a, brief);
+	if (s == UINT32_MAX)
+		return -ENOENT;
+	*slot = s;
+	return 0;
+}
+
+int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
+{
+	uint32_t s;
+	if (!a)
+		return -EINVAL;
+	if (!in_tx(a))
+		return -EINVAL;
+	struct pvm_odesc d;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = lock_object(a, name, 0, &s, &d);
+	if (!rc && (d.flags & PVM_F_PROTECTED))
+		rc = -EPERM;
+	if (!rc && (off > d.size || len > d.size - off))
+		rc = -EINVAL;
+	if (!rc && d.hist_n) {
+		rc = meta_hold(a); /* the slot stays where it is from here */
+		if (!rc) {
+			s = find_nh(&(struct tab){tab_of(a).d, 0, tab_of(a).mask}, d.nh);
+			rc = s == UINT32_MAX ? -ENOENT : touch(a, s);
+		}
+	}
+	if (!rc && len && !chell_ptx_add(&a->t, d.off + off, len))
+		rc = a->t.err;
+	return tx_leave(a, rc);
+}
+
+int pvm_write(struct pvm_app *a, const char *name, uint64_t off, const void *buf, size_t len)
+{
+	void *ptr;
+	struct pvm_info info;
+	if (!a || (!buf && len))
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = pvm_tx_add(a, name, off, len);
+	if (!rc)
+		rc = pvm_open(a, name, &ptr, &info);
+	if (!rc && len)
+		memcpy((uint8_t *)ptr + off, buf, len);
+	return tx_leave(a, rc);
+}
+
+/* Common start of the calls that change an object's description. */
+static int begin_change(struct pvm_app *a, const char *name, uint32_t *s, struct pvm_odesc **d)
+{
+	int rc = lock_object(a, name, 1, s, NULL);
+	if (rc)
+		return rc;
+	*d = &tab_of(a).d[*s];
+	if ((*d)->flags & PVM_F_PROTECTED)
+		return -EPERM;
+	return 0;
+}
+
+int pvm_resize(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
+{
+	uint32_t s;
+	struct pvm_odesc *d;
+	uint8_t *data = NULL;
+	if (!a)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = begin_change(a, name, &s, &d);
+	if (!rc)
+		rc = touch(a, s);
+	if (!rc) {
+		d = &tab_of(a).d[s];
+		uint64_t old = d->size, cap = d->cap, off = d->off;
+		if (pages_of(size) * PVM_PAGE <= cap) {
+			/* In place: bytes past the old size read as zero. */
+			if (size > old) {
+				uint8_t *z = chell_ptx_add(&a->t, off + old, size - old);
+				if (z)
+					memset(z, 0, size - old);
+				else
+					rc = a->t.err;
+			}
+		} else {
+			rc = alloc_filled(a, size, a->p->heap + off, old, &off);
+			if (!rc)
+				rc = free_pages(a, d->off, cap);
+			cap = pages_of(size) * PVM_PAGE;
+		}
+		if (!rc && !log_field(a, &d->off, 3 * 8)) /* off, size, cap are adjacent */
+			rc = a->t.err;
+		if (!rc) {
+			d->off = off;
+			d->size = size;
+			d->cap = cap;
+			data = cap ? a->p->heap + off : NULL;
+		}
+	}
+	rc = tx_leave(a, rc);
+	if (!rc && ptr)
+		*ptr = data;
+	return rc;
+}
+
+static int drop_history(struct pvm_app *a, struct pvm_odesc *d, unsigned keep)
+{
+	if (!d->hist_off)
+		return 0;
+	struct pvm_hent *h = hist_block(a, d);
+	for (;;) {
+		uint32_t used = 0, victim = 0;
+		for (uint32_t i = 0; i < PVM_HISTORY_MAX; i++)
+			if (h[i].version && (!used++ || h[i].version < h[victim].version))
+				victim = i;
+		if (used <= keep)
+			break;
+		int rc = free_pages(a, h[victim].off, h[victim].cap);
+		struct pvm_hent *e = rc ? NULL : log_field(a, &h[victim], sizeof(*e));
+		if (!e)
+			return rc ? rc : a->t.err;
+		memset(e, 0, sizeof(*e));
+	}
+	return 0;
+}
+
+int pvm_delete(struct pvm_app *a, const char *name)
+{
+	uint32_t s;
+	struct pvm_odesc *d;
+	if (!a)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = begin_change(a, name, &s, &d);
+	if (!rc)
+		rc = drop_history(a, d, 0);
+	if (!rc && d->hist_off)
+		rc = free_pages(a, d->hist_off, PVM_PAGE);
+	if (!rc)
+		rc = free_pages(a, d->off, d->cap);
+	if (!rc) {
+		struct tab t = tab_of(a);
+		struct chell_htab h = htab_of(a, &t);
+		rc = chell_htab_delete(&a->t, &h, s);
+	}
+	if (!rc)
+		rc = count_objects(a, -1);
+	return tx_leave(a, rc);
+}
+
+int pvm_rename(struct pvm_app *a, const char *from, const char *to)
+{
+	uint32_t s;
+	struct pvm_odesc *d, keep;
+	size_t len;
+	uint64_t nh = 0;
+	if (!a)
+		return -EINVAL;
+	int rc = check_name(to, &len);
+	if (rc)
+		return rc;
+	rc = tx_enter(a);
+	if (!rc)
+		rc = begin_change(a, from, &s, &d);
+	if (!rc && find_name(a, to, len, NULL) != UINT32_MAX)
+		rc = -EEXIST;
+	if (!rc) {
+		keep = *d;
+		struct tab t = tab_of(a);
+		struct chell_htab h = htab_of(a, &t);
+		rc = chell_htab_delete(&a->t, &h, s);
+	}
+	if (!rc) {
+		find_name(a, to, len, &nh);
+		rc = stripe_hold(a, pvm_name_hash(&a->guid, to, len));
+	}
+	if (!rc) {
+		d = claim_desc(a, nh);
+		if (!d) {
+			rc = a->t.err;
+		} else {
+			*d = keep;
+			d->nh = nh;
+			memset(d->name, 0, sizeof(d->name));
+			memcpy(d->name, to, len);
+			d->name_len = (uint32_t)len;
+		}
+	}
+	return tx_leave(a, rc);
+}
+
+int pvm_protect(struct pvm_app *a, const char *name, int on)
+{
+	uint32_t s;
+	if (!a)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = lock_object(a, name, 1, &s, NULL);
+	struct pvm_odesc *d = rc ? NULL : &tab_of(a).d[s];
+	if (!rc) {
+		uint32_t *f = log_field(a, &d->flags, 4);
+		if (!f)
+			rc = a->t.err;
+		else
+			*f = on ? (*f | PVM_F_PROTECTED) : (*f & ~PVM_F_PROTECTED);
+	}
+	if (!rc && d->cap)
+		mprotect(a->p->heap + d->off, d->cap, on ? PROT_READ : PROT_READ | PROT_WRITE);
+	return tx_leave(a, rc);
+}
+
+int pvm_set_history(struct pvm_app *a, const char *name, unsigned n)
+{
+	uint32_t s;
+	struct pvm_odesc *d;
+	if (!a)
+		return -EINVAL;
+	if (n > PVM_HISTORY_MAX)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = lock_object(a, name, 1, &s, NULL);
+	d = rc ? NULL : &tab_of(a).d[s];
+	if (!rc)
+		rc = drop_history(a, d, n);
+	uint64_t hoff = d ? d->hist_off : 0;
+	if (!rc && n && !hoff)
+		rc = alloc_filled(a, PVM_PAGE, NULL, 0, &hoff);
+	if (!rc && !n && hoff) {
+		rc = free_pages(a, hoff, PVM_PAGE);
+		hoff = 0;
+	}
+	if (!rc) {
+		d = &tab_of(a).d[s];
+		if (!log_field(a, &d->hist_off, 8 + 4)) /* hist_off, hist_n are adjacent */
+			rc = a->t.err;
+		else {
+			d->hist_off = hoff;
+			d->hist_n = n;
+		}
+	}
+	return tx_leave(a, rc);
+}
+
+int pvm_history(struct pvm_app *a, const char *name, struct pvm_version *v, unsigned max)
+{
+	int brief;
+	struct pvm_odesc *d;
+	if (!a || (!v && max))
+		return -EINVAL;
+	int rc = lookup(a, name, &brief, &d);
+	if (rc)
+		return rc;
+	unsigned n = 0;
+	if (d->hist_off) {
+		struct pvm_hent *h = hist_block(a, d);
+		uint64_t below = UINT64_MAX;
+		/* Newest first: repeatedly the largest version below the last. */
+		while (n < max) {
+			int best = -1;
+			for (uint32_t i = 0; i < PVM_HISTORY_MAX; i++)
+				if (h[i].version && h[i].version < below && (best < 0 || h[i].version > h[best].version))
+					best = (int)i;
+			if (best < 0)
+				break;
+			v[n++] = (struct pvm_version){h[best].version, h[best].size};
+			below = h[best].version;
+		}
+	}
+	meta_unbrief(a, brief);
+	return (int)n;
+}
+
+int pvm_restore(struct pvm_app *a, const char *name, uint64_t version)
+{
+	uint32_t s;
+	struct pvm_odesc *d;
+	if (!a || !version)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (!rc)
+		rc = begin_change(a, name, &s, &d);
+	struct pvm_hent he = {0};
+	if (!rc) {
+		if (d->hist_off) {
+			struct pvm_hent *h = hist_block(a, d);
+			for (uint32_t i = 0; i < PVM_HISTORY_MAX; i++)
+				if (h[i].version == version)
+					he = h[i];
+		}
+		if (!he.version)
+			rc = -ENOENT;
+	}
+	if (!rc)
+		rc = touch(a, s); /* may drop the version we restore: copy it first */
+	uint64_t off = 0;
+	if (!rc) {
+		/* he's pages are freed at the end at the earliest: still intact. */
+		rc = alloc_filled(a, he.size, a->p->heap + he.off, he.size, &off);
+	}
+	if (!rc) {
+		d = &tab_of(a).d[s];
+		rc = free_pages(a, d->off, d->cap);
+	}
+	if (!rc) {
+		if (!log_field(a, &d->off, 3 * 8))
+			rc = a->t.err;
+		else {
+			d->off = off;
+			d->size = he.size;
+			d->cap = pages_of(he.size) * PVM_PAGE;
+		}
+	}
+	return tx_leave(a, rc);
+}
+
+int pvm_iter(struct pvm_app *a, uint64_t *cursor, struct pvm_info *info)
+{
+	int brief;
+	if (!a || !cursor)
+		return -EINVAL;
+	int rc = meta_brief(a, &brief);
+	if (rc)
+		return rc;
+	struct tab t = tab_of(a);
+	int found = 0;
+	for (uint64_t i = *cursor; i <= t.mask; i++) {
+		if (t.d[i].used) {
+			fill_info(a, &t.d[i], info);
+			*cursor = i + 1;
+			found = 1;
+			break;
+		}
+	}
+	if (!found)
+		*cursor = (uint64_t)t.mask + 1;
+	meta_unbrief(a, brief);
+	return found;
+}
+
+int pvm_tx_begin(struct pvm_app *a)
+{
+	if (!a)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (rc && a->depth == 1)
+		tx_leave(a, rc); /* could not even begin: nothing stays open */
+	return rc;
+}
+
+int pvm_tx_commit(struct pvm_app *a)
+{
+	if (!a || !in_tx(a))
+		return -EINVAL;
+	return tx_leave(a, 0);
+}
+
+int pvm_tx_abort(struct pvm_app *a)
+{
+	if (!a || !in_tx(a))
+		return -EINVAL;
+	if (!a->err)
+		a->err = -ECANCELED;
+	int outer = a->depth == 1;
+	int rc = tx_leave(a, 0);
+	return outer ? 0 : rc;
+}
