@@ -37,6 +37,8 @@ int cmd_pool(int argc, char **argv);
 void cmd_pool_usage(FILE *f);
 int cmd_cache(int argc, char **argv);
 void cmd_cache_usage(FILE *f);
+int cmd_tier(int argc, char **argv);
+void cmd_tier_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */
@@ -114,5 +116,8 @@ void cli_settings_free(struct cli_settings *s);
 /* ---- locating libchell.so (locate.c) ---- */
 /* Absolute path of the library into buf; -1 with a message in err if not found. */
 int cli_find_lib(char *buf, size_t len, char *err, size_t errlen);
+/* The same search for another library of the build (libchell-tier.so), $envvar first. */
+int cli_find_named_lib(const char *name, const char *envvar, char *buf, size_t len, char *err,
+		       size_t errlen);
 
 #endif

@@ -16,6 +16,8 @@ static const struct cli_command commands[] = {
 	{"pool", "create, check and describe persistent regions", cmd_pool, cmd_pool_usage},
 	{"cache", "start, stop and query the cache manager daemon (chelld)", cmd_cache,
 	 cmd_cache_usage},
+	{"tier", "run a program on the tiered heap (DRAM + slow tier); its usage", cmd_tier,
+	 cmd_tier_usage},
 	{"version", "print the version and the library in use", cmd_version, cmd_version_usage},
 	{"help", "show help for a command", cmd_help, cmd_help_usage},
 	{NULL, NULL, NULL, NULL},
