@@ -308,21 +308,48 @@ static int read_small(const char *path, char *buf, size_t len)
 	return 0;
 }
 
-/* memory.max of this process's cgroup v2 (0 = no limit), or -1. */
+/* The line of /proc/self/cgroup for hierarchy `prefix` ("0::" for v2,
+ * ":memory:" inside a v1 line): its path into buf. */
+static int cgroup_path(const char *cg, const char *key, char *out, size_t len)
+{
+	for (const char *l = cg; *l;) {
+		const char *nl = strchr(l, '\n');
+		size_t ll = nl ? (size_t)(nl - l) : strlen(l);
+		const char *k = memmem(l, ll, key, strlen(key));
+		if (k && (key[0] != '0' || k == l)) {
+			const char *p = k + strlen(key);
+			size_t pl = ll - (size_t)(p - l);
+			if (pl >= len)
+				return -1;
+			memcpy(out, p, pl);
+			out[pl] = '\0';
+			return 0;
+		}
+		l += ll + (nl ? 1 : 0);
+	}
+	return -1;
+}
+
+/*
+ * The memory limit of this process's cgroup (0 = none), or -1: cgroup v1's
+ * memory controller (memory.limit_in_bytes) when it is mounted, as on this
+ * project's CI machines, else v2's memory.max. Limits of ancestors are not
+ * looked at.
+ */
 int th_cgroup_memory_max(uint64_t *out)
 {
-	char cg[4096], path[4200], val[64];
+	char cg[4096], path[4200], val[64], rel[4096];
 	if (read_small("/proc/self/cgroup", cg, sizeof cg))
 		return -1;
-	char *line = strstr(cg, "0::");
-	if (!line)
+	if (cgroup_path(cg, ":memory:", rel, sizeof rel) == 0) {
+		snprintf(path, sizeof path, "/sys/fs/cgroup/memory%s/memory.limit_in_bytes",
+			 strcmp(rel, "/") ? rel : "");
+	} else if (cgroup_path(cg, "0::", rel, sizeof rel) == 0) {
+		snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", strcmp(rel, "/") ? rel : "");
+	} else {
 		return -1;
-	line += 3;
-	char *nl = strchr(line, '\n');
-	if (nl)
-		*nl = '\0';
-	/* The root cgroup has no memory.max: no limit. */
-	snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max", strcmp(line, "/") ? line : "");
+	}
+	/* The root cgroup has no limit file: no limit. */
 	if (read_small(path, val, sizeof val)) {
 		*out = 0;
 		return 0;

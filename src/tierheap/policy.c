@@ -115,6 +115,7 @@ int th_parse_memory_max(const char *text, uint64_t *out)
 	}
 	if (*p != '\0' && *p != '\n')
 		return -1;
-	*out = v;
+	/* cgroup v1 says "no limit" with the largest page multiple below 2^63. */
+	*out = v >= (UINT64_C(1) << 62) ? 0 : v;
 	return 0;
 }

@@ -68,7 +68,9 @@ struct th_bump {
 /* Offset of `size` bytes aligned to `align` (a power of two), or UINT64_MAX if full. */
 uint64_t th_bump_take(struct th_bump *b, uint64_t size, uint64_t align);
 
-/* Parse a cgroup v2 memory.max value ("max\n" or a number): bytes, 0 for no limit, -1 malformed. */
+/* Parse a cgroup memory limit (v2 memory.max: "max" or a number; v1
+ * memory.limit_in_bytes: a number, >= 2^62 meaning none): bytes, 0 for no
+ * limit; 0, or -1 if malformed. */
 int th_parse_memory_max(const char *text, uint64_t *out);
 
 #endif
