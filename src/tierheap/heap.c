@@ -194,22 +194,59 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 	return p;
 }
 
-/* false = done. Slow extents are never unmapped (jemalloc retains them). */
+/*
+ * Extents are never unmapped (true = refused): jemalloc then retains them,
+ * as it does with its own hooks on Linux, after decommitting DRAM ones
+ * (below), which gives their pages back. Unmapping DRAM extents from here
+ * crashed jemalloc 5.3 under several arenas (tests/system/
+ * test_tierheap.py::test_threads_and_fork_same_output_every_policy).
+ */
 static bool hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed,
 			unsigned arena_ind)
 {
-	if (th_is_slow(addr))
-		return true;
-	if (munmap(addr, size) != 0)
-		return true;
-	count(TH_DRAM, -(int64_t)size);
-	return false;
+	return true;
 }
 
+/* At arena destruction, which we never ask for: give DRAM back. */
 static void hook_destroy(extent_hooks_t *h, void *addr, size_t size, bool committed,
 			 unsigned arena_ind)
 {
-	hook_dalloc(h, addr, size, committed, arena_ind);
+	if (th_is_slow(addr))
+		return;
+	if (committed)
+		count(TH_DRAM, -(int64_t)size);
+	munmap(addr, size);
+}
+
+/*
+ * Decommit: a DRAM extent jemalloc retains loses its pages and stops
+ * counting against the budget; commit takes it back into use and, under
+ * revert, is refused past the budget, so jemalloc grows a new extent,
+ * which the policy places on the slow tier. Slow extents are never
+ * decommitted (a page freed and faulted again would be charged to the
+ * program's cgroup, not the launcher's).
+ */
+static bool hook_decommit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+			  unsigned arena_ind)
+{
+	if (th_is_slow(addr))
+		return true;
+	if (madvise((char *)addr + off, len, MADV_DONTNEED) != 0)
+		return true;
+	count(TH_DRAM, -(int64_t)len);
+	return false;
+}
+
+static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, size_t len,
+			unsigned arena_ind)
+{
+	if (th_is_slow(addr))
+		return false;
+	uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+	if (H.cfg.policy == TH_REVERT && H.cfg.budget && dram + len > H.cfg.budget)
+		return true;
+	count(TH_DRAM, (int64_t)len);
+	return false;
 }
 
 /*
@@ -251,8 +288,8 @@ static extent_hooks_t tier_hooks = {
 	.alloc = hook_alloc,
 	.dalloc = hook_dalloc,
 	.destroy = hook_destroy,
-	.commit = NULL,   /* never decommitted, so never committed again */
-	.decommit = NULL,
+	.commit = hook_commit,
+	.decommit = hook_decommit,
 	.purge_lazy = hook_purge_lazy,
 	.purge_forced = hook_purge_forced,
 	.split = hook_split,
