@@ -51,6 +51,9 @@ void cli_usage_hint(const char *cmd);
 void cli_json_str(FILE *f, const char *s);
 /* Print s quoted for a POSIX shell if needed (for --dry-run output). */
 void cli_shell_quote(FILE *f, const char *s);
+/* exec cmd (PATH search) with envp; returns only on failure, with the
+ * reason reported and the exit status to use (127 not found, 126 other). */
+int cli_exec(char **cmd, char **envp);
 /* Make a relative path absolute against the current directory (lexically). malloc'd. */
 char *cli_abspath(const char *path);
 
