@@ -247,6 +247,7 @@ def main():
     ap.add_argument("--build", type=Path, default=REPO / "build")
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     ap.add_argument("--quick", action="store_true", help="fewer, shorter runs")
+    ap.add_argument("--runs", type=int, help="runs per throughput point (default 7, --quick 3)")
     ap.add_argument("--from-json", type=Path)
     args = ap.parse_args()
     if args.from_json:
@@ -259,7 +260,7 @@ def main():
     res = {"machine": {"host": platform.node(), "kernel": platform.release(),
                        "cpus": os.cpu_count()}, "quick": args.quick}
     log("malloc/free throughput")
-    res["throughput"] = b.throughput(runs, 0.3 if args.quick else 0.5)
+    res["throughput"] = b.throughput(args.runs or runs, 0.3 if args.quick else 0.5)
     log("DRAM budget")
     res["budget"] = b.budget(2 if args.quick else 3)
     log("capacity")
