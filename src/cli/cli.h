@@ -41,6 +41,8 @@ int cmd_warp(int argc, char **argv);
 void cmd_warp_usage(FILE *f);
 int cmd_pvm(int argc, char **argv);
 void cmd_pvm_usage(FILE *f);
+int cmd_tier(int argc, char **argv);
+void cmd_tier_usage(FILE *f);
 
 /* ---- messages (util.c) ---- */
 /* "chell: <message>\n" on stderr. */
@@ -53,6 +55,9 @@ void cli_usage_hint(const char *cmd);
 void cli_json_str(FILE *f, const char *s);
 /* Print s quoted for a POSIX shell if needed (for --dry-run output). */
 void cli_shell_quote(FILE *f, const char *s);
+/* exec cmd (PATH search) with envp; returns only on failure, with the
+ * reason reported and the exit status to use (127 not found, 126 other). */
+int cli_exec(char **cmd, char **envp);
 /* Make a relative path absolute against the current directory (lexically). malloc'd. */
 char *cli_abspath(const char *path);
 
@@ -121,5 +126,8 @@ void cli_settings_free(struct cli_settings *s);
 /* ---- locating libchell.so (locate.c) ---- */
 /* Absolute path of the library into buf; -1 with a message in err if not found. */
 int cli_find_lib(char *buf, size_t len, char *err, size_t errlen);
+/* The same search for another library of the build (libchell-tier.so), $envvar first. */
+int cli_find_named_lib(const char *name, const char *envvar, char *buf, size_t len, char *err,
+		       size_t errlen);
 
 #endif

@@ -231,16 +231,7 @@ int cmd_run(int argc, char **argv)
 				"'chell cache stop --pool %s')",
 				pool, pool);
 	}
-	fflush(NULL);
-	execvpe(cmd[0], cmd, env.v);
-	int e = errno;
-	if (e == ENOENT && !strchr(cmd[0], '/')) {
-		cli_err("%s: command not found", cmd[0]);
-		ret = CLI_EXIT_NOTFOUND;
-	} else {
-		cli_err("cannot run %s: %s", cmd[0], strerror(e));
-		ret = e == ENOENT || e == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
-	}
+	ret = cli_exec(cmd, env.v);
 	goto out;
 oom:
 	cli_err("out of memory");

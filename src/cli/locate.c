@@ -66,15 +66,21 @@ static int resolve(const char *p, char *buf, size_t len)
 
 int cli_find_lib(char *buf, size_t len, char *err, size_t errlen)
 {
-	const char *env = getenv("CHELL_LIB");
+	return cli_find_named_lib("libchell.so", "CHELL_LIB", buf, len, err, errlen);
+}
+
+int cli_find_named_lib(const char *name, const char *envvar, char *buf, size_t len, char *err,
+		       size_t errlen)
+{
+	const char *env = getenv(envvar);
 	if (env && *env) {
 		if (resolve(env, buf, len) == 0)
 			return 0;
-		snprintf(err, errlen, "CHELL_LIB=%s: %s", env, why_not(env));
+		snprintf(err, errlen, "%s=%s: %s", envvar, env, why_not(env));
 		return -1;
 	}
 
-	char exe[PATH_MAX], cand[PATH_MAX + 32];
+	char exe[PATH_MAX], cand[PATH_MAX + 64];
 	cand[0] = '\0';
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	if (n > 0) {
@@ -82,15 +88,16 @@ int cli_find_lib(char *buf, size_t len, char *err, size_t errlen)
 		char *slash = strrchr(exe, '/');
 		if (slash) {
 			*slash = '\0';
-			snprintf(cand, sizeof cand, "%s/../lib/libchell.so", exe);
+			snprintf(cand, sizeof cand, "%s/../lib/%s", exe, name);
 			if (resolve(cand, buf, len) == 0)
 				return 0;
 		}
 	}
-	const char *inst = CHELL_INSTALL_LIBDIR "/libchell.so";
+	char inst[PATH_MAX];
+	snprintf(inst, sizeof inst, "%s/%s", CHELL_INSTALL_LIBDIR, name);
 	if (resolve(inst, buf, len) == 0)
 		return 0;
-	snprintf(err, errlen, "cannot find libchell.so (looked for %s%s%s); build it or set CHELL_LIB",
-		 cand, *cand ? " and " : "", inst);
+	snprintf(err, errlen, "cannot find %s (looked for %s%s%s); build it or set %s", name,
+		 cand, *cand ? " and " : "", inst, envvar);
 	return -1;
 }

@@ -18,6 +18,8 @@ static const struct cli_command commands[] = {
 	 cmd_cache_usage},
 	{"warp", "show what WARP remembers of a file (its patterns file)", cmd_warp, cmd_warp_usage},
 	{"pvm", "the pVM object store: stat, ls, cat, put, rm, import, export", cmd_pvm, cmd_pvm_usage},
+	{"tier", "run a program on the tiered heap (DRAM + slow tier); its usage", cmd_tier,
+	 cmd_tier_usage},
 	{"version", "print the version and the library in use", cmd_version, cmd_version_usage},
 	{"help", "show help for a command", cmd_help, cmd_help_usage},
 	{NULL, NULL, NULL, NULL},

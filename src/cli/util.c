@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Messages, quoting and path helpers for the chell CLI. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,4 +126,17 @@ char *cli_abspath(const char *path)
 	}
 	free(cwd);
 	return out;
+}
+
+int cli_exec(char **cmd, char **envp)
+{
+	fflush(NULL);
+	execvpe(cmd[0], cmd, envp);
+	int e = errno;
+	if (e == ENOENT && !strchr(cmd[0], '/')) {
+		cli_err("%s: command not found", cmd[0]);
+		return CLI_EXIT_NOTFOUND;
+	}
+	cli_err("cannot run %s: %s", cmd[0], strerror(e));
+	return e == ENOENT || e == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
 }

@@ -1,0 +1,112 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tierheap_mt: threads allocate, fill, reallocate and free blocks of many
+ * sizes, each thread with its own seeded generator, blocks handed between
+ * threads through a shared pool (so frees cross threads and arenas); a
+ * fork in the middle checks the child sees its own copy. Prints one line
+ * of checksums, identical under every heap policy and on glibc.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define THREADS 4
+#define ROUNDS 20000
+#define POOL 64
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned char *pool[POOL];
+static size_t pool_len[POOL];
+static unsigned char pool_v[POOL];
+
+static uint64_t rnd(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+static uint64_t check(const unsigned char *p, size_t n, unsigned char v)
+{
+	for (size_t i = 0; i < n; i++)
+		if (p[i] != (unsigned char)(v + i))
+			return 1;
+	return 0;
+}
+
+static void *worker(void *arg)
+{
+	uint64_t s = 0x1234567ull + (uintptr_t)arg * 7919, bad = 0;
+	uint64_t sum = 0;
+	for (int r = 0; r < ROUNDS; r++) {
+		size_t n = (size_t)(rnd(&s) % 4 == 0 ? rnd(&s) % (256 << 10) : rnd(&s) % 512) + 1;
+		unsigned char *p = malloc(n);
+		unsigned char v = (unsigned char)n;
+		for (size_t i = 0; i < n; i++)
+			p[i] = (unsigned char)(v + i);
+		if (rnd(&s) % 3 == 0) {
+			size_t m = n + rnd(&s) % 4096;
+			p = realloc(p, m);
+			bad += check(p, n, v);
+			for (size_t i = n; i < m; i++)
+				p[i] = (unsigned char)(v + i);
+			n = m;
+		}
+		int slot = (int)(rnd(&s) % POOL);
+		pthread_mutex_lock(&pool_lock);
+		unsigned char *old = pool[slot];
+		size_t on = pool_len[slot];
+		unsigned char ov = pool_v[slot];
+		pool[slot] = p;
+		pool_len[slot] = n;
+		pool_v[slot] = v;
+		pthread_mutex_unlock(&pool_lock);
+		sum += n; /* what this thread allocated: the same on every run */
+		if (old) {
+			bad += check(old, on, ov); /* another thread's block, freed here */
+			free(old);
+		}
+	}
+	return (void *)(uintptr_t)(sum * 2 + (bad ? 1 : 0));
+}
+
+int main(void)
+{
+	pthread_t t[THREADS];
+	uint64_t total = 0;
+	int bad = 0;
+	for (uintptr_t i = 0; i < THREADS; i++)
+		pthread_create(&t[i], NULL, worker, (void *)i);
+	for (int i = 0; i < THREADS; i++) {
+		void *r;
+		pthread_join(t[i], &r);
+		bad |= (int)((uintptr_t)r & 1);
+		total += (uintptr_t)r >> 1;
+	}
+	/* fork: the child changes a block and checks; the parent must not see it. */
+	unsigned char *shared = malloc(1 << 20);
+	memset(shared, 'p', 1 << 20);
+	pid_t pid = fork();
+	if (pid == 0) {
+		memset(shared, 'c', 1 << 20);
+		unsigned char *mine = malloc(3 << 20);
+		memset(mine, 'x', 3 << 20);
+		_exit(shared[12345] == 'c' && mine[(3 << 20) - 1] == 'x' ? 0 : 1);
+	}
+	int st;
+	waitpid(pid, &st, 0);
+	int fork_ok = WIFEXITED(st) && WEXITSTATUS(st) == 0 && shared[12345] == 'p';
+	for (int i = 0; i < POOL; i++) {
+		bad |= pool[i] && check(pool[i], pool_len[i], pool_v[i]);
+		free(pool[i]);
+	}
+	free(shared);
+	printf("threads %d allocated %llu content %s fork %s\n", THREADS,
+	       (unsigned long long)total, bad ? "BAD" : "ok", fork_ok ? "ok" : "BAD");
+	return bad || !fork_ok;
+}
