@@ -318,7 +318,7 @@ static void test_error_bad_enum(void **state)
 	static const char *const cases[][2] = {
 		{"mode = fast\n",
 		 ":1: bad value 'fast' for setting mode: 'fast' is not a built-in handler (posix, "
-		 "trace, shadow, direct, cache), and handlers.dir is empty"},
+		 "trace, shadow, direct, cache, warp), and handlers.dir is empty"},
 		{"mode = POSIX\n", ":1: bad value 'POSIX' for setting mode: 'POSIX' is not a handler name"},
 		{"mode = shadow:shadow\n",
 		 ":1: bad value 'shadow:shadow' for setting mode: shadow cannot check 'shadow': it "
@@ -329,7 +329,7 @@ static void test_error_bad_enum(void **state)
 		 ":2: bad value for setting route: 'b=cache' is not PREFIX=STACK"},
 		{"handlers.dir = /nonexistent\nroute = /a=upper\n",
 		 ":2: bad value 'upper' for setting route: 'upper' is not a built-in handler (posix, "
-		 "trace, shadow, direct, cache), and no directory of handlers.dir (/nonexistent) has "
+		 "trace, shadow, direct, cache, warp), and no directory of handlers.dir (/nonexistent) has "
 		 "upper.so"},
 		{"[shadow]\nunder_test = shadow\n", ":2: bad value 'shadow' for setting shadow.under_test"},
 	};
@@ -410,7 +410,7 @@ static void test_error_env_value(void **state)
 	char err[512];
 	assert_int_equal(load_env(&cfg, err, sizeof err, "CHELL_MODE=fast", NULL), -1);
 	assert_string_equal(err, "bad value 'fast' for setting mode (CHELL_MODE): 'fast' is not a "
-				 "built-in handler (posix, trace, shadow, direct, cache), and "
+				 "built-in handler (posix, trace, shadow, direct, cache, warp), and "
 				 "handlers.dir is empty so no external handler fast.so can be found");
 	/* The bad value is not applied; the config is still complete and usable. */
 	assert_string_equal(chell_config_str(&cfg, "mode"), "posix");
