@@ -181,7 +181,7 @@ def test_config_keys_lists_every_setting():
                         ("stats.file", "CHELL_STATS_FILE")]:
         assert by_key[key]["env"] == envvar
         assert by_key[key]["help"]
-    assert by_key["mode"]["choices"] == ["posix", "trace", "shadow", "direct", "cache"]
+    assert by_key["mode"]["choices"] == ["posix", "trace", "shadow", "direct", "cache", "warp"]
     text = chell("config", "--keys", env=clean_env())
     assert text.returncode == 0
     for key in by_key:

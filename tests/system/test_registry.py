@@ -49,7 +49,7 @@ def test_cli_lists_every_handler_and_setting():
     """`chell run --help` and `chell config --keys [--json]` list what the
     registry holds, no more and no less."""
     names = registry_handlers()
-    assert names == ["posix", "trace", "shadow", "direct", "cache"]
+    assert names == ["posix", "trace", "shadow", "direct", "cache", "warp"]
     helptext = run([CHELL, "run", "--help"]).stdout.decode()
     listed = re.findall(r"^  (\w+) +\S", helptext.split("Handlers (")[1].split("A stack is")[0], re.M)
     assert listed == names, helptext
@@ -218,7 +218,7 @@ def test_missing_handler(workdir, tmp_path):
                "--", "true"])
     assert res.returncode == 2, describe(res)
     msg = (f"bad value 'nothere' for setting mode (option --mode): 'nothere' is not a built-in "
-           f"handler (posix, trace, shadow, direct, cache), and no directory of handlers.dir "
+           f"handler (posix, trace, shadow, direct, cache, warp), and no directory of handlers.dir "
            f"({tmp_path}) has nothere.so")
     assert msg in res.stderr.decode(), describe(res)
     env = preload_env(CHELL_MODE="nothere", CHELL_ON_ERROR="passthrough")
