@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 
 #include "chelld/engine.h"
+#include "chelld/registry.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
 #include "tier/internal.h" /* chell_tier_init */
 
@@ -543,6 +544,11 @@ int main(int argc, char **argv)
 		unlink(cfg.sock_path);
 		goto out;
 	}
+	/* Findable without --pool (registry.h); a daemon that is not is still
+	 * a daemon, so a failure is only logged. */
+	int reg = mgr_registry_add(getpid(), cfg.pool, cfg.sock_path);
+	if (reg)
+		chelld_log("not listed in the registry of running managers: %s", strerror(-reg));
 	chelld_log("pool %s%s, size %llu bytes in %u chunk slots, %d backing director%s, "
 		   "socket %s", cfg.pool, cpool.created ? " (new)" : "",
 		   (unsigned long long)cpool.capacity, cpool.nslots, cfg.nbackings,
@@ -560,6 +566,7 @@ int main(int argc, char **argv)
 	/* The socket is gone already (stop() unlinks it first); the pid file
 	 * goes last, while we still hold the lock. */
 	unlink(cfg.sock_path);
+	mgr_registry_remove(getpid());
 	unlink(cfg.pid_path);
 out:
 	if (!served)

@@ -75,6 +75,12 @@ void cli_env_free(struct cli_env *e);
 /* The effective value of setting `key` (file, environment, defaults) into
  * buf; NULL after an error message. */
 const char *cli_setting_str(const char *key, char *buf, size_t len);
+/* mkdir -p: 0, or -1 with errno. */
+int cli_mkdirs(const char *path);
+struct chell_config;
+/* Was `key` given (config file, environment, option) rather than left at
+ * its default? */
+bool cli_setting_given(const struct chell_config *cfg, const char *key);
 enum {
 	OPT_MODE = 256,
 	OPT_PATH,

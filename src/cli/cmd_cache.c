@@ -15,6 +15,7 @@ static const struct {
 } subs[] = {
 	{"start", cache_start}, {"status", cache_status}, {"stat", cache_stat},
 	{"flush", cache_flush}, {"stop", cache_stop},     {"check", cache_check},
+	{"ls", cache_ls},
 };
 
 void cmd_cache_usage(FILE *f)
@@ -25,11 +26,13 @@ void cmd_cache_usage(FILE *f)
 	      "       chell cache flush [--pool DIR] [--drop] [FILE...]\n"
 	      "       chell cache stop [--pool DIR] [--timeout SECONDS]\n"
 	      "       chell cache check [--pool DIR] [--json]\n"
+	      "       chell cache ls [--json]\n"
 	      "\n"
 	      "The cache manager daemon (chelld) caches files of backing directories in\n"
 	      "a pool directory on the fast tier and serves libchell clients over a Unix\n"
 	      "socket (by default DIR/" CHELLD_SOCK_NAME "). Where --pool is optional, DIR\n"
-	      "defaults to the cache.pool setting.\n"
+	      "defaults to the cache.pool setting, else to the pool of the only running\n"
+	      "chelld (see 'chell cache ls').\n"
 	      "\n"
 	      "  start    start chelld for a pool (one daemon per pool)\n"
 	      "  status   show the daemon's configuration and counters\n"
@@ -39,6 +42,7 @@ void cmd_cache_usage(FILE *f)
 	      "  stop     stop it gracefully: no new clients, queued requests finish,\n"
 	      "           dirty data is written back\n"
 	      "  check    verify the pool: through chelld if it runs, else on the files\n"
+	      "  ls       list the running managers of this user\n"
 	      "\n"
 	      "Run 'chell cache SUBCOMMAND --help' for the options of each.\n",
 	      f);
@@ -58,7 +62,7 @@ int cmd_cache(int argc, char **argv)
 	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
 		if (strcmp(sub, subs[i].name) == 0)
 			return subs[i].run(argc - 1, argv + 1);
-	cli_err("cache: unknown subcommand '%s' (start, status, stat, flush, stop or check)", sub);
+	cli_err("cache: unknown subcommand '%s' (start, status, stat, flush, stop, check or ls)", sub);
 	cli_usage_hint("cache");
 	return CLI_EXIT_USAGE;
 }

@@ -27,12 +27,14 @@ int cache_stop(int argc, char **argv);
 int cache_stat(int argc, char **argv);
 int cache_flush(int argc, char **argv);
 int cache_check(int argc, char **argv);
+int cache_ls(int argc, char **argv);
 void cache_start_usage(FILE *f);
 void cache_status_usage(FILE *f);
 void cache_stop_usage(FILE *f);
 void cache_stat_usage(FILE *f);
 void cache_flush_usage(FILE *f);
 void cache_check_usage(FILE *f);
+void cache_ls_usage(FILE *f);
 
 /* ---- pool files (cmd_cache_conn.c) ---- */
 /* "pool/name", malloc'd (NULL when out of memory). */
@@ -45,8 +47,18 @@ bool mgr_serves_pool(const char *pool);
  * file names, else pool/chelld.sock. */
 void mgr_sock_path(const char *pool, const char *sockopt, char *out, size_t len);
 /* The pool directory to use: `given`, else the cache.pool setting (config
- * file and environment). NULL with a message on a bad configuration. */
+ * file and environment), else the only pool a running chelld serves
+ * (mgr_find_pool). NULL with a message on a bad configuration or when
+ * several managers run and none was named. */
 const char *pool_dir_default(const char *given);
+
+/* ---- finding a manager (cmd_cache_find.c, chelld/registry.h) ---- */
+enum { MGR_POOL_GIVEN = 0, MGR_POOL_FOUND = 1 };
+/* The pool to use into out: `pool` when pool_set (cache.pool was given) or
+ * a chelld serves it (MGR_POOL_GIVEN); else the pool of the only running
+ * manager of this user (MGR_POOL_FOUND); else `pool` (MGR_POOL_GIVEN). -1
+ * after a message naming them when several run. */
+int mgr_find_pool(const char *pool, bool pool_set, char *out, size_t len);
 
 /* ---- one connection to a daemon (cmd_cache_conn.c) ---- */
 struct mgr_conn {

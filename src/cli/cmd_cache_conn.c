@@ -65,14 +65,6 @@ void mgr_sock_path(const char *pool, const char *sockopt, char *out, size_t len)
 		snprintf(out, len, "%s/%s", pool, CHELLD_SOCK_NAME);
 }
 
-const char *pool_dir_default(const char *given)
-{
-	static char pool[PATH_MAX];
-	if (given)
-		return given;
-	return cli_setting_str("cache.pool", pool, sizeof pool);
-}
-
 int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
 	     size_t replen, int fd, bool *answered)
 {

@@ -39,32 +39,6 @@ static bool answers(const char *pool)
 	return true;
 }
 
-/* mkdir -p: the default pool (/dev/shm/chell-cache) does not exist until
- * the first embedded start. */
-static int make_dirs(const char *path)
-{
-	char *p = strdup(path);
-	if (!p)
-		return -1;
-	for (char *s = p + 1;; s++) {
-		if (*s != '/' && *s != '\0')
-			continue;
-		char c = *s;
-		*s = '\0';
-		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-			int e = errno;
-			free(p);
-			errno = e;
-			return -1;
-		}
-		*s = c;
-		if (!c)
-			break;
-	}
-	free(p);
-	return 0;
-}
-
 /* Run chelld (it daemonises: its first process exits once the daemon
  * serves) and return that exit status, or -1. Its errors go to stderr; its
  * "serving" line is dropped (we print our own, with how to stop it), so
@@ -92,19 +66,30 @@ static int run_chelld(char **argv)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-int mgr_ensure_running(const struct chell_config *cfg, bool *started, char *pool, size_t len)
+int mgr_ensure_running(const struct chell_config *cfg, bool *started, bool *found, char *pool,
+		       size_t len)
 {
 	*started = false;
-	snprintf(pool, len, "%s", chell_config_str(cfg, "cache.pool"));
+	*found = false;
+	int f = mgr_find_pool(chell_config_str(cfg, "cache.pool"), cli_setting_given(cfg, "cache.pool"),
+			      pool, len);
+	if (f < 0)
+		return CLI_EXIT_USAGE;
+	*found = f == MGR_POOL_FOUND;
 	if (answers(pool))
 		return 0;
+	if (*found) {
+		cli_err("the cache manager of pool %s does not answer (see %s/%s)", pool, pool,
+			CHELLD_LOG_NAME);
+		return 1;
+	}
 	struct mgr_launch o = {0};
 	struct mgr_argv a;
 	int r = mgr_launch_argv(&o, cfg, &a);
 	if (r)
 		return r < 0 ? 1 : CLI_EXIT_USAGE;
 	int ret = 0;
-	if (make_dirs(pool) < 0) {
+	if (cli_mkdirs(pool) < 0) {
 		cli_err("cannot create the cache pool directory %s: %s", pool, strerror(errno));
 		ret = CLI_EXIT_USAGE;
 		goto out;

@@ -8,12 +8,16 @@
 
 struct chell_config;
 
-/* Make sure a chelld serves cfg's cache.pool (its path into pool): use the
- * one that answers, else start one from the cache.* settings and wait
- * until it answers. 0 (*started: this call started it), or an exit status
- * after a message (2: no backing directory or a configuration chelld
- * refused). */
-int mgr_ensure_running(const struct chell_config *cfg, bool *started, char *pool, size_t len);
+/* Make sure a chelld serves the cache pool (its path into pool): cfg's
+ * cache.pool if it was given; else the default pool if a chelld serves it,
+ * else the only pool a running chelld of this user serves (*found: the
+ * command must be told, CHELL_CACHE_POOL), else the default. Uses the one
+ * that answers, else starts one from the cache.* settings and waits until
+ * it answers. 0 (*started: this call started it), or an exit status after
+ * a message (2: no backing directory, a configuration chelld refused, or
+ * several running managers and none named). */
+int mgr_ensure_running(const struct chell_config *cfg, bool *started, bool *found, char *pool,
+		       size_t len);
 /* Stop the daemon of pool (quietly): 0 or 1. */
 int mgr_stop_quiet(const char *pool);
 /* Run cmd with envp in a child, then stop the daemon of pool; returns the

@@ -41,8 +41,8 @@ void cache_start_usage(FILE *f)
 	      "--foreground; its pid, lock, log and socket files live in DIR. Each option\n"
 	      "not given comes from its setting (config file, then environment):\n"
 	      "\n"
-	      "      --pool DIR              cache.pool: the pool directory (must exist and\n"
-	      "                              be writable)\n"
+	      "      --pool DIR              cache.pool: the pool directory (created if it\n"
+	      "                              does not exist; must be writable)\n"
 	      "      --size SIZE             cache.size: cache size; suffixes K, M, G, T\n"
 	      "                              (powers of 1024), at least 2M\n"
 	      "      --backing DIR           cache.backing, else paths: a directory whose\n"
@@ -153,6 +153,9 @@ int cache_start(int argc, char **argv)
 			}
 			putchar('\n');
 			ret = 0;
+		} else if (r == 0 && cli_mkdirs(o.pool ? o.pool : chell_config_str(&cfg, "cache.pool")) < 0) {
+			cli_err("cache start: cannot create the pool directory %s: %s",
+				o.pool ? o.pool : chell_config_str(&cfg, "cache.pool"), strerror(errno));
 		} else if (r == 0) {
 			char daemon[PATH_MAX];
 			mgr_find_chelld(daemon, sizeof daemon);

@@ -55,7 +55,8 @@ void cmd_run_usage(FILE *f)
 	      "instead of silently running without Chell. libchell.so is $CHELL_LIB, else\n"
 	      "../lib/libchell.so next to chell, else the install libdir.\n"
 	      "\n"
-	      "A cache stack uses the chelld serving cache.pool; if none answers, one is\n"
+	      "A cache stack uses the chelld serving cache.pool (not set: the default pool's,\n"
+	      "else the only running one, see 'chell cache ls'); if none answers, one is\n"
 	      "started with the cache.* settings (backing directories: cache.backing, else\n"
 	      "the prefixes of the cache rules) before COMMAND runs, and keeps running after it.\n",
 	      f);
@@ -216,12 +217,15 @@ int cmd_run(int argc, char **argv)
 	}
 	if (chell_routes_use(&routes, "cache")) {
 		char pool[PATH_MAX];
-		bool started;
-		int r = mgr_ensure_running(&cfg, &started, pool, sizeof pool);
+		bool started, found;
+		int r = mgr_ensure_running(&cfg, &started, &found, pool, sizeof pool);
 		if (r) {
 			ret = r;
 			goto out;
 		}
+		/* The program's libchell finds its manager by cache.pool. */
+		if (found && cli_env_set(&env, "CHELL_CACHE_POOL", pool))
+			goto oom;
 		if (started && stop_cache) {
 			ret = mgr_run_and_stop(cmd, env.v, pool);
 			goto out;

@@ -276,3 +276,9 @@ const char *cli_setting_str(const char *key, char *buf, size_t len)
 	chell_config_free(&cfg);
 	return buf;
 }
+
+bool cli_setting_given(const struct chell_config *cfg, const char *key)
+{
+	int i = chell_setting_index(key);
+	return i >= 0 && i < cfg->count && strcmp(cfg->origins[i], "default") != 0;
+}

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -139,4 +140,30 @@ int cli_exec(char **cmd, char **envp)
 	}
 	cli_err("cannot run %s: %s", cmd[0], strerror(e));
 	return e == ENOENT || e == ENOTDIR ? CLI_EXIT_NOTFOUND : CLI_EXIT_NOEXEC;
+}
+
+/* mkdir -p (0755 for what it creates): a pool directory that does not exist
+ * yet (the default /dev/shm/chell-cache before the first start). */
+int cli_mkdirs(const char *path)
+{
+	char *p = strdup(path);
+	if (!p)
+		return -1;
+	for (char *s = p + 1;; s++) {
+		if (*s != '/' && *s != '\0')
+			continue;
+		char c = *s;
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+			int e = errno;
+			free(p);
+			errno = e;
+			return -1;
+		}
+		*s = c;
+		if (!c)
+			break;
+	}
+	free(p);
+	return 0;
 }

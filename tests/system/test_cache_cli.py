@@ -22,7 +22,7 @@ import pytest
 from conftest import CHELL, run
 
 AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
-SUBCOMMANDS = ["start", "status", "stat", "flush", "stop", "check"]
+SUBCOMMANDS = ["start", "status", "stat", "flush", "stop", "check", "ls"]
 
 MAGIC = 0x4C4C4843
 HELLO, OPEN, MAP, BYE, CLOSE = 1, 2, 3, 6, 10
