@@ -27,6 +27,8 @@ fi
 # pVM (issue 12): libjemalloc-dev (the tiered heap's allocator), libnuma-dev
 # (CPU-less NUMA nodes as the slow tier), libleveldb-dev and libsnappy-dev
 # (the key-value and Snappy baselines).
+# Cache mode at scale (issue 13): glusterfs-server (glusterd, a brick and the
+# FUSE client on loopback: the distributed backing store, scripts/gluster.sh).
 # Benchmark: valgrind (callgrind instruction counts in scripts/bench_overhead.py;
 # without it the script skips that column) and git (records the commit).
 APT_PACKAGES=(
@@ -35,6 +37,7 @@ APT_PACKAGES=(
 	libsqlite3-dev libdb-dev libpmemobj-dev libclang-rt-14-dev python3
 	postmark dbench sysbench liburing-dev
 	libjemalloc-dev libnuma-dev libleveldb-dev libsnappy-dev
+	glusterfs-server
 )
 # pytest runs the system tests; matplotlib draws the benchmark plots.
 PY_MODULES=(pytest matplotlib)

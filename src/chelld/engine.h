@@ -88,6 +88,7 @@ struct cfile {
 	uint64_t fd_used;       /* when fd was last used (engine.fd_clock) */
 	bool trimming;          /* being written back to release fd */
 	bool readonly;          /* on a read-only mount: not writable back (EROFS) */
+	bool fuse;              /* on FUSE (GlusterFS): deletion is seen by reopening */
 	uint64_t dev, ino;
 	char path[META_PATH_MAX];
 	uint32_t nregs;         /* live registrations, all connections */

@@ -44,7 +44,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <linux/magic.h>
 #include <unistd.h>
 
 #include "chelld/engine.h"
@@ -95,6 +97,8 @@ static int adopt_fd(struct engine *c, struct cfile *f, int fd)
 	struct statvfs sv;
 	/* data cached for writing must be writable back: not on a read-only mount */
 	f->readonly = fstatvfs(fd, &sv) == 0 && (sv.f_flag & ST_RDONLY);
+	struct statfs sf;
+	f->fuse = fstatfs(fd, &sf) == 0 && sf.f_type == FUSE_SUPER_MAGIC;
 	f->fd = fd;
 	f->fd_used = ++c->fd_clock;
 	c->open_fds++;
@@ -170,7 +174,16 @@ int cfile_wfd(struct engine *c, struct cfile *f)
 		return fd;
 	char p[64];
 	snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
-	return open_checked(f, p, O_RDWR);
+	int w = open_checked(f, p, O_RDWR);
+	/* A deleted file that cannot be reopened (FUSE: ESTALE): a duplicate of
+	 * our own descriptor lets the write-back see it deleted (wb_begin) and
+	 * discard its blocks; nothing is written through it. */
+	if ((w == -ESTALE || w == -ENOENT) && cfile_deleted(c, f)) {
+		w = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (w < 0)
+			w = -errno;
+	}
+	return w;
 }
 
 void cfile_record(struct engine *c, struct cfile *f)
@@ -295,7 +308,21 @@ bool cfile_deleted(struct engine *c, struct cfile *f)
 {
 	struct stat st;
 	(void)c;
-	return f->fd >= 0 && f->nregs == 0 && fstat(f->fd, &st) == 0 && st.st_nlink == 0;
+	if (f->fd < 0 || f->nregs != 0 || fstat(f->fd, &st) < 0)
+		return false;
+	if (st.st_nlink == 0 || !f->fuse)
+		return st.st_nlink == 0;
+	/* A FUSE file system (GlusterFS) may report st_nlink 1 for an open,
+	 * deleted file; reopening it through our descriptor then fails with
+	 * ESTALE (or ENOENT): the server no longer knows the file. */
+	char p[64];
+	snprintf(p, sizeof p, "/proc/self/fd/%d", f->fd);
+	int fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd >= 0) {
+		close(fd);
+		return false;
+	}
+	return errno == ESTALE || errno == ENOENT;
 }
 
 void cfile_unregister(struct engine *c, struct cfile *f)

@@ -62,6 +62,10 @@ def shadow_env(tmp_path):
 
 # ------------------------------------------------------------ cache mode
 
+# Where cache mode's backing directories (the slow storage) are made: /tmp,
+# or a GlusterFS mount (scripts/test.sh runs the cache suites again with
+# CHELL_TEST_BACKING_ROOT set to scripts/gluster.sh's mount point).
+BACKING_ROOT = os.environ.get("CHELL_TEST_BACKING_ROOT", "/tmp")
 CACHE_POOL_SIZE = "8M"  # 4 chunk slots: smaller than the test files, so evictions happen
 
 
@@ -112,7 +116,7 @@ class fresh_manager:
 
     def __enter__(self):
         self.pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
-        self.backing = tempfile.mkdtemp(prefix="chell-cache-back-", dir="/tmp")
+        self.backing = tempfile.mkdtemp(prefix="chell-cache-back-", dir=BACKING_ROOT)
         self.m = Manager(self.pool, self.backing)
         self.m.start()
         return self.m

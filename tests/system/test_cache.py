@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHELL, LIBCHELL, PROGS, SEM_PROGS, Manager, describe, fresh_manager, run
+from conftest import BACKING_ROOT, CHELL, LIBCHELL, PROGS, SEM_PROGS, Manager, describe, fresh_manager, run
 from test_randops import randops_argv, randops_outcome, report
 
 TIMEOUT = 300
@@ -46,7 +46,7 @@ def dirs(mgr, tmp_path):
     """A fresh directory under the backing directory, a plain twin on the
     same file system (/tmp), and a stats directory."""
     cached = Path(tempfile.mkdtemp(prefix="t-", dir=mgr.backing))
-    plain = Path(tempfile.mkdtemp(prefix="chell-cache-plain-", dir="/tmp"))
+    plain = Path(tempfile.mkdtemp(prefix="chell-cache-plain-", dir=BACKING_ROOT))
     stats = tmp_path / "stats"
     stats.mkdir()
     yield {"cached": cached, "plain": plain, "stats": stats}
@@ -321,7 +321,7 @@ def test_data_survives_stop_and_restart(tmp_path):
     """Written through the cache, the manager stopped and started again: the
     data reads back the same through the cache, and is in the backing file."""
     pool = Path(tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm"))
-    backing = Path(tempfile.mkdtemp(prefix="chell-cache-back-", dir="/tmp"))
+    backing = Path(tempfile.mkdtemp(prefix="chell-cache-back-", dir=BACKING_ROOT))
     m = Manager(pool, backing)
     try:
         m.start()

@@ -22,6 +22,7 @@ note's run used 1,200: scripts/crash_cache.sh).
 """
 import os
 import random
+import tempfile
 import signal
 import subprocess
 import time
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHELL, PROGS, run
+from conftest import BACKING_ROOT, CHELL, PROGS, run
 
 KILLER = PROGS / "cache_killer"
 KILLS = int(os.environ.get("CHELL_CACHE_KILLS", "240"))
@@ -42,12 +43,12 @@ def dirs(tmp_path):
     base = "/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path)
     pool = Path(base) / f"chell-crashpool-{os.getpid()}-{random.randrange(1 << 30)}"
     pool.mkdir()
-    back, logs = tmp_path / "back", tmp_path / "logs"
-    back.mkdir()
+    back = Path(tempfile.mkdtemp(prefix="chell-crash-back-", dir=BACKING_ROOT))
+    logs = tmp_path / "logs"
     logs.mkdir()
     yield pool, back, logs
     run([CHELL, "cache", "stop", "--pool", pool, "--timeout", "60"], timeout=90)
-    subprocess.run(["rm", "-rf", str(pool)])
+    subprocess.run(["rm", "-rf", str(pool), str(back)])
 
 
 def start(pool, back):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CHELL, run
+from conftest import BACKING_ROOT, CHELL, run
 from test_cache import PLAIN_ENV, describe, fresh_manager
 
 
@@ -78,7 +78,7 @@ def test_descriptors_are_read_only_bounded_and_released(tmp_path):
     them (the least recently used beyond that is written back and closed),
     and none once everything is written back."""
     pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
-    backing = Path(tempfile.mkdtemp(prefix="chell-cache-back-", dir="/tmp"))
+    backing = Path(tempfile.mkdtemp(prefix="chell-cache-back-", dir=BACKING_ROOT))
     try:
         res = run([CHELL, "cache", "start", "--pool", pool, "--size", "64M", "--backing", backing,
                    "--max-fds", "8"])
