@@ -595,8 +595,11 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 
 /* After a store into the region `heap` (entry `slot`): bring the copy up
  * to date. Only the entry and the clock when nobody else stored since the
- * copy was made; the whole heap (its root checked) when someone did. */
-static void refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, int slot, uint64_t clock_before)
+ * copy was made; the whole heap (its root checked) when someone did. False
+ * when the layout differs: the caller reads the file again once it has
+ * closed the region (reading takes a shared lock, which the region's
+ * exclusive one would refuse even in this process). */
+static bool refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, int slot, uint64_t clock_before)
 {
 	uint64_t mine;
 	chell_region_heap(p->mem, &mine);
@@ -609,13 +612,9 @@ static void refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size,
 	} else if (mine == size) {
 		memcpy(p->heap, heap, size);
 	} else {
-		/* another layout (the file was rebuilt): read it as at open */
-		char err[256];
-		uint8_t *img;
-		size_t len;
-		if (read_file(p->path, &img, &len, err, sizeof err) == 0)
-			adopt(p, img, len, err, sizeof err);
+		return false; /* another layout: the file was rebuilt */
 	}
+	return true;
 }
 
 int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n, const uint8_t *states,
@@ -636,6 +635,7 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 		return 0;
 	}
 	struct chell_region *r;
+	bool reread = false;
 	int rc = region_open_wait(p->path, &r, err, sizeof err);
 	for (int again = 0; again < 2; again++) {
 		if (rc == 0) {
@@ -646,7 +646,7 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 				uint64_t before = ((struct pat_root *)heap)->clock;
 				rc = pat_store_region(r, id, n, states, succ, xf);
 				if (rc >= 0) {
-					refresh(p, heap, size, rc, before);
+					reread = !refresh(p, heap, size, rc, before);
 					rc = 0;
 				}
 			}
@@ -661,6 +661,10 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 		if (rc == 0)
 			rc = region_open_wait(p->path, &r, err, sizeof err);
 	}
+	uint8_t *img;
+	size_t len;
+	if (reread && read_file(p->path, &img, &len, err, sizeof err) == 0)
+		adopt(p, img, len, err, sizeof err);
 	pthread_mutex_unlock(&p->lock);
 	return rc;
 }
