@@ -150,6 +150,36 @@ static void test_shared(void **state)
 	warp_patterns_close(q);
 }
 
+/* The file is replaced by one of another layout while a handle is open
+ * (another process rebuilt it): the handle's next store goes to the new
+ * file and its copy is read again. */
+static void test_layout_change(void **state)
+{
+	struct chell_region *r;
+	char err[256];
+	struct chell_region_layout lay = pat_layout(4);
+	uint8_t st[3] = {1, 2, 0};
+	uint32_t su[3] = {1, 2, WARP_NODE_NONE};
+	unlink(path);
+	assert_int_equal(chell_region_create(path, &lay, &r, err, sizeof err), 0);
+	assert_int_equal(pat_format(r, 4), 0);
+	chell_region_close(r);
+	struct warp_patterns *p, *q;
+	assert_int_equal(warp_patterns_open(path, &p), 0);
+	assert_int_equal(warp_patterns_store(p, (struct warp_file_id){2, 1}, 3, st, su, NULL), 0);
+	unlink(path); /* the next open makes a file of the default layout */
+	assert_int_equal(warp_patterns_open(path, &q), 0);
+	assert_int_equal(warp_patterns_store(q, (struct warp_file_id){2, 2}, 3, st, su, NULL), 0);
+	alarm(20); /* reading the file again under the region's own lock would hang */
+	assert_int_equal(warp_patterns_store(p, (struct warp_file_id){2, 3}, 3, st, su, NULL), 0);
+	alarm(0);
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){2, 1}, 3, NULL, NULL, NULL), 0);
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){2, 2}, 3, NULL, NULL, NULL), 3);
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){2, 3}, 3, NULL, NULL, NULL), 3);
+	warp_patterns_close(p);
+	warp_patterns_close(q);
+}
+
 static void poke(off_t off, uint8_t v)
 {
 	int fd = open(path, O_WRONLY);
@@ -255,6 +285,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_sanitised, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replacement, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_layout_change, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damage, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);

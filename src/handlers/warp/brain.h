@@ -151,6 +151,9 @@ static inline void warp_accuracy_note(struct warp_accuracy *a, bool accurate)
  * is dropped. The data path keeps `file` alive until warp_prefetch_forget
  * (file) has returned, which drops its queued hints and waits for a call in
  * progress on it. */
+/* fn runs on the prefetch thread with every signal blocked; it must check
+ * node against the file's current size (a hint may be stale) and must not
+ * call warp_prefetch_forget. */
 typedef void (*warp_prefetch_fn)(void *file, uint32_t node, enum warp_state want);
 int warp_prefetch_start(warp_prefetch_fn fn); /* 0 or -errno; idempotent */
 bool warp_prefetch_post(void *file, uint32_t node, enum warp_state want);
@@ -168,9 +171,19 @@ void warp_prefetch_counts(struct warp_prefetch_counts *out);
  * ignored with one warning and rebuilt: it can cost speed, never
  * correctness. */
 struct warp_patterns;
-int warp_patterns_open(const char *path, struct warp_patterns **out); /* 0 or -errno */
-/* Fill up to n nodes' states and successors and the file's tuples; the
- * number of nodes known (0: nothing stored for this file). */
+/* Read path (created if missing; a damaged or foreign file is rebuilt
+ * after the one warning of the process). 0 or -errno. The path must not be
+ * handled by warp itself (it is Chell's own file). */
+int warp_patterns_open(const char *path, struct warp_patterns **out);
+/* Fill up to n nodes' states and successors (any pointer may be NULL) and
+ * the file's tuples; returns the number of nodes filled, min(n, stored), 0
+ * when nothing is stored for this file (then nothing is written). States
+ * are valid states, successors < n or WARP_NODE_NONE. At most 512 nodes
+ * per file are kept (1 GB of 2 MB nodes); a store of more keeps the first
+ * 512, and a store that changes nothing does not touch the file. The
+ * handle may be shared by threads; a callback of the prefetch thread may
+ * store. Other processes' stores become visible at open and at this
+ * process's next store. */
 uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uint32_t n,
 			    uint8_t *states, uint32_t *succ, struct warp_xfile xf[WARP_XFILE_SLOTS]);
 int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n,

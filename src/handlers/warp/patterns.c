@@ -45,6 +45,10 @@ struct warp_patterns {
 	size_t img_len;
 	struct chell_region *mem; /* the copy, opened */
 	uint8_t *heap;   /* its heap */
+	/* (dev, ino) -> entry, open addressing over the copy: a load at
+	 * every open must not walk a thousand entries. UINT32_MAX: empty. */
+	uint32_t *idx;
+	uint32_t icap;   /* a power of two, >= 2 * entries; 0: no index */
 };
 
 /* ------------------------------------------------------------ warnings */
@@ -333,6 +337,56 @@ int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n,
 	return rc ? rc : (int)slot;
 }
 
+/* ------------------------------------------------------------ the index */
+
+static uint32_t id_hash(struct warp_file_id id)
+{
+	uint64_t x = id.dev * 0x9e3779b97f4a7c15ULL ^ id.ino * 0xc2b2ae3d27d4eb4fULL;
+	x ^= x >> 29;
+	x *= 0xbf58476d1ce4e5b9ULL;
+	return (uint32_t)(x ^ (x >> 32));
+}
+
+/* Rebuild the index over the copy (after it changed). Without memory the
+ * lookups fall back to the linear search. */
+static void index_build(struct warp_patterns *p)
+{
+	uint32_t n = pat_entries(p->heap), cap = 16;
+	while (cap < 2 * n)
+		cap <<= 1;
+	if (cap != p->icap) {
+		free(p->idx);
+		p->idx = malloc(sizeof *p->idx * cap);
+		p->icap = p->idx ? cap : 0;
+	}
+	if (!p->idx)
+		return;
+	memset(p->idx, 0xff, sizeof *p->idx * cap);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct pat_entry *e = pat_entry_at(p->heap, i);
+		if (!e->ino)
+			continue;
+		uint32_t h = id_hash((struct warp_file_id){e->dev, e->ino}) & (cap - 1);
+		while (p->idx[h] != UINT32_MAX)
+			h = (h + 1) & (cap - 1);
+		p->idx[h] = i;
+	}
+}
+
+static const struct pat_entry *index_find(const struct warp_patterns *p, struct warp_file_id id)
+{
+	if (!p->icap)
+		return pat_find(p->heap, id);
+	if (id.ino == 0)
+		return NULL;
+	for (uint32_t h = id_hash(id) & (p->icap - 1); p->idx[h] != UINT32_MAX; h = (h + 1) & (p->icap - 1)) {
+		const struct pat_entry *e = pat_entry_at(p->heap, p->idx[h]);
+		if (e->ino == id.ino && e->dev == id.dev)
+			return e;
+	}
+	return NULL;
+}
+
 /* ------------------------------------------------------------ opening */
 
 /* Recursive: a warp_patterns_each callback may load. */
@@ -353,6 +407,7 @@ static void free_patterns(struct warp_patterns *p)
 		chell_region_close(p->mem);
 	free(p->img);
 	free(p->path);
+	free(p->idx);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -382,6 +437,7 @@ static int adopt(struct warp_patterns *p, uint8_t *img, size_t len, char *err, s
 	p->img_len = len;
 	p->mem = r;
 	p->heap = heap;
+	index_build(p);
 	return 0;
 }
 
@@ -566,7 +622,7 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 	if (!p)
 		return 0;
 	pthread_mutex_lock(&p->lock);
-	const struct pat_entry *e = pat_find(p->heap, id);
+	const struct pat_entry *e = index_find(p, id);
 	uint32_t k = 0;
 	if (e) {
 		/* The copy's entries were checked at open, not after a refresh
@@ -595,8 +651,11 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 
 /* After a store into the region `heap` (entry `slot`): bring the copy up
  * to date. Only the entry and the clock when nobody else stored since the
- * copy was made; the whole heap (its root checked) when someone did. */
-static void refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, int slot, uint64_t clock_before)
+ * copy was made; the whole heap (its root checked) when someone did. False
+ * when the layout differs: the caller reads the file again once it has
+ * closed the region (reading takes a shared lock, which the region's
+ * exclusive one would refuse even in this process). */
+static bool refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, int slot, uint64_t clock_before)
 {
 	uint64_t mine;
 	chell_region_heap(p->mem, &mine);
@@ -609,13 +668,9 @@ static void refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size,
 	} else if (mine == size) {
 		memcpy(p->heap, heap, size);
 	} else {
-		/* another layout (the file was rebuilt): read it as at open */
-		char err[256];
-		uint8_t *img;
-		size_t len;
-		if (read_file(p->path, &img, &len, err, sizeof err) == 0)
-			adopt(p, img, len, err, sizeof err);
+		return false; /* another layout: the file was rebuilt */
 	}
+	return true;
 }
 
 int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n, const uint8_t *states,
@@ -630,12 +685,13 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 	pthread_mutex_lock(&p->lock);
 	/* Unchanged since we last saw the file: nothing to write. */
 	build_entry(buf, id, n, states, succ, xf);
-	const struct pat_entry *old = pat_find(p->heap, id);
+	const struct pat_entry *old = index_find(p, id);
 	if (old && same_entry(old, buf)) {
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}
 	struct chell_region *r;
+	bool reread = false;
 	int rc = region_open_wait(p->path, &r, err, sizeof err);
 	for (int again = 0; again < 2; again++) {
 		if (rc == 0) {
@@ -646,7 +702,9 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 				uint64_t before = ((struct pat_root *)heap)->clock;
 				rc = pat_store_region(r, id, n, states, succ, xf);
 				if (rc >= 0) {
-					refresh(p, heap, size, rc, before);
+					reread = !refresh(p, heap, size, rc, before);
+					if (!reread)
+						index_build(p);
 					rc = 0;
 				}
 			}
@@ -661,6 +719,10 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 		if (rc == 0)
 			rc = region_open_wait(p->path, &r, err, sizeof err);
 	}
+	uint8_t *img;
+	size_t len;
+	if (reread && read_file(p->path, &img, &len, err, sizeof err) == 0)
+		adopt(p, img, len, err, sizeof err);
 	pthread_mutex_unlock(&p->lock);
 	return rc;
 }
