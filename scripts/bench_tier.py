@@ -2,7 +2,7 @@
 """Delivered vs configured latency and bandwidth of the tier model.
 
 For every preset, reads and writes of 4 KB and 1 MB (pread/pwrite of a
-64 MB file on tmpfs, under `chell run --mode direct`), by 1 process and by
+64 MB file on tmpfs, under `chell run --mode direct`, or posix), by 1 process and by
 2 at once: each row runs bench/tier/chell_bench_tier without a model and
 with it, side by side, and takes the model's delivered device time per
 call as
@@ -21,7 +21,7 @@ throughput (bytes / time per call, as the programs see it) must be
 min(configured bandwidth, 2 x what one process gets alone with the model).
 A row passes within 10%.
 
-    scripts/bench_tier.py [--build build] [--out out/bench] [--quick]
+    scripts/bench_tier.py [--build build] [--out out/bench] [--quick] [--mode posix]
 
 Writes out/bench/tier.json and tier.png; prints the table (markdown) and
 pass/fail per row. Exit status 0 even when rows fail: it is a measurement.
@@ -50,8 +50,11 @@ def dram(state):
     return {"read": (r_ns, r_bw), "write": (w_ns, w_bw)}
 
 
+MODE = "direct"
+
+
 def probe(build, d, state, model, op, size, ms, procs):
-    cmd = [str(build / "bin/chell"), "run", "--mode", "direct", "--path", str(d),
+    cmd = [str(build / "bin/chell"), "run", "--mode", MODE, "--path", str(d),
            "--set", f"tier.state={state}", "--set", f"tier.model={model}", "--",
            str(build / "bin/chell_bench_tier")]
     # one start time for all, after every process is up (start-up ~10 ms)
@@ -69,8 +72,12 @@ def main():
     ap.add_argument("--build", default=os.environ.get("CHELL_BUILD_DIR", REPO / "build"), type=Path)
     ap.add_argument("--out", default=REPO / "out/bench", type=Path)
     ap.add_argument("--quick", action="store_true", help="fewer calls per row")
-    ap.add_argument("--repeat", type=int, default=3, help="runs per row (median taken)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per row")
+    ap.add_argument("--mode", default="direct", choices=["direct", "posix"],
+                    help="the mode the programs run under (posix: the kernel path, charged the same)")
     a = ap.parse_args()
+    global MODE
+    MODE = a.mode
     a.out.mkdir(parents=True, exist_ok=True)
     rows = []
     with tempfile.TemporaryDirectory(prefix="chell-bench-tier-", dir="/dev/shm") as td:
@@ -139,7 +146,7 @@ def main():
                         print(f"{model:9} {op:5} {size:>7} x{procs} {metric:10} target {want:10.3f} "
                               f"delivered {got:10.3f} {err:+6.1%} {'PASS' if r['pass'] else 'FAIL'}"
                               f"{' (clamped)' if clamped else ''} [{n_quiet}/{len(wins)} quiet windows]", flush=True)
-    res = {"dram": dr, "rows": rows}
+    res = {"mode": MODE, "dram": dr, "rows": rows}
     (a.out / "tier.json").write_text(json.dumps(res, indent=1))
     try:
         import matplotlib
@@ -153,7 +160,7 @@ def main():
         ax.set_xticks(range(len(rows)))
         ax.set_xticklabels(labels, fontsize=5, rotation=90)
         ax.set_ylabel("delivered vs target (%)")
-        ax.set_title("tier model: delivered vs configured (direct mode, this machine)")
+        ax.set_title(f"tier model: delivered vs configured ({MODE} mode, this machine)")
         fig.tight_layout()
         fig.savefig(a.out / "tier.png", dpi=90)
     except ImportError:
