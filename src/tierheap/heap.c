@@ -4,13 +4,13 @@
  * hooks that take each extent from DRAM or from the slow tier, as the policy
  * says (policy.c).
  *
- * jemalloc is Debian's libjemalloc.so.2, unmodified and unprefixed (its
- * exported names are malloc, free, mallocx, mallctl...). This library is
- * preloaded in front of it: malloc.c re-exports the malloc family so that
- * the program's calls (and glibc's own) reach jemalloc rather than glibc,
- * and this file, at load time, puts our hooks on every automatic arena, so
- * every allocation jemalloc serves, through whichever entry point, is
- * placed by the policy.
+ * jemalloc is Debian's, unmodified and unprefixed (libjemalloc_pic.a,
+ * linked into this library: its exported names are free, mallocx,
+ * mallctl..., and malloc.c's wrappers where glibc's behaviour is kept).
+ * Preloaded, the library comes before glibc, so the program's calls (and
+ * glibc's own) reach jemalloc; this file, at load time, puts our hooks on
+ * every automatic arena, so every allocation jemalloc serves, through
+ * whichever entry point, is placed by the policy.
  *
  * Invariants:
  *  - the slow tier is one reserved address range [slow_base, slow_base +
@@ -24,7 +24,6 @@
  *    atomics, so the hooks (called under jemalloc's arena locks) cannot
  *    deadlock with jemalloc's own fork handlers.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -627,16 +626,6 @@ static void stat_remove(void)
 		unlink(H.stat_path);
 }
 
-/* jemalloc's entry points (malloc.c): dlsym of the library itself. */
-static void resolve_entry_points(void)
-{
-	void *h = dlopen("libjemalloc.so.2", RTLD_NOLOAD | RTLD_LAZY);
-	if (!h)
-		return;
-	th_bind_entry_points(h);
-	dlclose(h);
-}
-
 static int setup(char *err, size_t errlen)
 {
 	struct chell_config cfg;
@@ -728,7 +717,6 @@ __attribute__((constructor)) static void tierheap_init(void)
 	char err[512];
 	H.cfg.w_dram = 3;
 	H.cfg.w_slow = 1;
-	resolve_entry_points();
 	if (setup(err, sizeof err) != 0) {
 		/* Never stop the program: plain jemalloc in DRAM. */
 		th_log("%s; running with the whole heap in DRAM", err);
