@@ -249,7 +249,8 @@ def test_twice_the_cgroup_limit_completes_under_revert():
     """A 256 MiB working set under a 128 MiB memory cgroup: OOM-killed on the
     bare kernel (no swap); under `chell tier run --policy revert` the slow
     tier's pages were allocated by the launcher outside the cgroup, so the
-    program completes with the same result as an unlimited run."""
+    program completes with the same result as an unlimited run. The DRAM
+    budget is `auto`: 3/4 of the cgroup's limit, read by the program."""
     want = run([PROGS / "tierheap_ws", 256, 2], env=clean_env())
     assert want.returncode == 0
     cg = MemCgroup(f"chell-test-tierheap-{os.getpid()}", 128 * MB)
@@ -257,10 +258,26 @@ def test_twice_the_cgroup_limit_completes_under_revert():
         plain = run([PROGS / "tierheap_ws", 256, 2], env=clean_env(), preexec_fn=cg.enter,
                     timeout=120)
         assert plain.returncode in (-9, 137), ("not OOM-killed plainly", plain.returncode)
-        r = run([CHELL, "tier", "run", "--policy", "revert", "--slow-size", "512M",
-                 "--cgroup", cg.path, "--", PROGS / "tierheap_ws", 256, 2],
-                env=clean_env(), timeout=120)
-        assert r.returncode == 0, r.stderr
-        assert r.stdout == want.stdout
+        env = dict(clean_env(), TIERHEAP_WS_PAUSE="1")
+        p = subprocess.Popen([CHELL, "tier", "run", "--policy", "revert", "--slow-size", "512M",
+                              "--cgroup", cg.path, "--", PROGS / "tierheap_ws", "256", "2"],
+                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        try:
+            line = p.stdout.readline()
+            assert line.startswith(b"checksum"), p.stderr.read()
+            st = run([CHELL, "tier", "stat", "--json", p.pid])
+            assert st.returncode == 0, st.stderr
+            stat = json.loads(st.stdout)
+            assert stat["dram_budget"] == 96 * MB, stat
+            assert stat["dram_peak"] <= 96 * MB, stat
+            assert stat["slow_bytes"] >= 160 * MB, stat
+            out, err = p.communicate(b"\n", timeout=60)
+        except BaseException:
+            p.kill()
+            p.wait()
+            raise
+        assert p.returncode == 0, err
+        assert line + out == want.stdout
     finally:
         cg.remove()
