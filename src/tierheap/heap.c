@@ -114,6 +114,76 @@ static void count(enum th_tier t, int64_t delta)
 		peak_raise(t == TH_DRAM ? &H.st->dram_peak : &H.st->slow_peak, v);
 }
 
+/*
+ * jemalloc's metadata blocks (its base allocator: one or more 2 MiB blocks
+ * per arena, most of each never touched) are counted whole in dram_bytes,
+ * which `chell tier stat` shows. Against the revert budget they count by
+ * their resident pages (mincore): counted whole, a program with 8 arenas
+ * would lose some 16 MiB of its budget to untouched address space. The
+ * blocks are recorded here (never freed: jemalloc keeps its base for the
+ * arena's life); past META_MAX, a block counts whole.
+ */
+#define META_MAX 256
+static struct {
+	_Atomic(char *) addr[META_MAX];
+	size_t size[META_MAX];
+	_Atomic unsigned n;
+	_Atomic uint64_t untracked; /* bytes of blocks past META_MAX */
+} M;
+
+static void meta_record(char *p, size_t size)
+{
+	unsigned i = atomic_fetch_add_explicit(&M.n, 1, memory_order_relaxed);
+	if (i >= META_MAX) {
+		atomic_fetch_add_explicit(&M.untracked, size, memory_order_relaxed);
+		return;
+	}
+	M.size[i] = size;
+	atomic_store_explicit(&M.addr[i], p, memory_order_release);
+}
+
+/* Resident bytes of the metadata blocks; a block whose residency cannot be
+ * read counts whole. */
+static uint64_t meta_resident(void)
+{
+	unsigned n = atomic_load_explicit(&M.n, memory_order_relaxed);
+	uint64_t res = atomic_load_explicit(&M.untracked, memory_order_relaxed);
+	unsigned char vec[512];
+	if (n > META_MAX)
+		n = META_MAX;
+	for (unsigned i = 0; i < n; i++) {
+		char *a = atomic_load_explicit(&M.addr[i], memory_order_acquire);
+		if (!a)
+			continue; /* being recorded: its bytes are not yet in meta_bytes either */
+		for (size_t off = 0; off < M.size[i]; off += sizeof vec * PAGE) {
+			size_t len = M.size[i] - off < sizeof vec * PAGE ? M.size[i] - off
+									 : sizeof vec * PAGE;
+			if (mincore(a + off, len, vec) != 0) {
+				res += len;
+				continue;
+			}
+			for (size_t pg = 0; pg < (len + PAGE - 1) / PAGE; pg++)
+				res += (vec[pg] & 1) ? PAGE : 0;
+		}
+	}
+	return res;
+}
+
+/*
+ * The DRAM the revert budget is checked against: the counted bytes, with
+ * the metadata blocks at their resident size. Reading residency costs
+ * system calls, so it is only done when the whole count would not fit.
+ */
+static uint64_t dram_for_budget(uint64_t want)
+{
+	uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+	if (!H.cfg.budget || dram + want <= H.cfg.budget)
+		return dram;
+	uint64_t meta = atomic_load_explicit(&H.st->meta_bytes, memory_order_relaxed);
+	uint64_t res = meta_resident();
+	return dram - meta + (res < meta ? res : meta);
+}
+
 /* ---- where an extent's memory comes from ---- */
 
 static void *dram_map(size_t size, size_t align)
@@ -160,6 +230,7 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 		/* jemalloc's base allocator: metadata stays in DRAM. */
 		p = dram_map(size, align);
 		if (p) {
+			meta_record(p, size);
 			count(TH_DRAM, (int64_t)size);
 			atomic_fetch_add_explicit(&H.st->meta_bytes, size, memory_order_relaxed);
 		}
@@ -170,7 +241,10 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 			order[0] = TH_SLOW;
 			n = 1;
 		} else {
-			n = th_pick(&H.cfg, atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed),
+			uint64_t dram = H.cfg.policy == TH_REVERT
+				? dram_for_budget(size)
+				: atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+			n = th_pick(&H.cfg, dram,
 				    atomic_load_explicit(&H.st->slow_bytes, memory_order_relaxed), size,
 				    order);
 		}
@@ -241,8 +315,7 @@ static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, 
 {
 	if (th_is_slow(addr))
 		return false;
-	uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
-	if (H.cfg.policy == TH_REVERT && H.cfg.budget && dram + len > H.cfg.budget)
+	if (H.cfg.policy == TH_REVERT && H.cfg.budget && dram_for_budget(len) + len > H.cfg.budget)
 		return true;
 	count(TH_DRAM, (int64_t)len);
 	return false;

@@ -158,8 +158,13 @@ def test_dram_stays_within_the_budget():
     try:
         assert stat["policy"] == "revert" and stat["dram_budget"] == 64 * MB
         assert stat["slow_bytes"] >= 190 * MB, stat      # the rest went to the slow tier
-        assert stat["dram_peak"] <= 64 * MB, stat         # the hooks never passed it
+        # The data extents never passed it (jemalloc's metadata blocks are
+        # counted whole in dram_*, but against the budget by resident pages).
+        assert stat["dram_peak"] - stat["metadata_bytes"] <= 64 * MB, stat
         assert anon <= base_anon + 64 * MB * 1.02, (anon, base_anon)
+        # ...and it is used: untouched metadata address space does not eat
+        # it (one 8 MiB growth step and jemalloc's retained tail are the slack).
+        assert anon >= base_anon + 64 * MB * 0.75, (anon, base_anon)
     finally:
         finish(p)
 
@@ -270,7 +275,7 @@ def test_twice_the_cgroup_limit_completes_under_revert():
             assert st.returncode == 0, st.stderr
             stat = json.loads(st.stdout)
             assert stat["dram_budget"] == 96 * MB, stat
-            assert stat["dram_peak"] <= 96 * MB, stat
+            assert stat["dram_peak"] - stat["metadata_bytes"] <= 96 * MB, stat
             assert stat["slow_bytes"] >= 160 * MB, stat
             out, err = p.communicate(b"\n", timeout=60)
         except BaseException:
