@@ -181,7 +181,10 @@ static uint64_t dram_for_budget(uint64_t want)
 		return dram;
 	uint64_t meta = atomic_load_explicit(&H.st->meta_bytes, memory_order_relaxed);
 	uint64_t res = meta_resident();
-	return dram - meta + (res < meta ? res : meta);
+	/* Another hook may have counted a block in meta_bytes after we read
+	 * dram_bytes: the data part never goes below zero. */
+	uint64_t data = dram > meta ? dram - meta : 0;
+	return data + (res < meta ? res : meta);
 }
 
 /* ---- where an extent's memory comes from ---- */
