@@ -173,18 +173,46 @@ static uint64_t meta_resident(void)
  * The DRAM the revert budget is checked against: the counted bytes, with
  * the metadata blocks at their resident size. Reading residency costs
  * system calls, so it is only done when the whole count would not fit.
+ * *adj caches the metadata's untouched bytes across the calls of one
+ * decision (UINT64_MAX: not read yet).
  */
-static uint64_t dram_for_budget(uint64_t want)
+static uint64_t dram_for_budget(uint64_t dram, uint64_t want, uint64_t *adj)
 {
-	uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
-	if (!H.cfg.budget || dram + want <= H.cfg.budget)
+	if (dram + want <= H.cfg.budget)
 		return dram;
-	uint64_t meta = atomic_load_explicit(&H.st->meta_bytes, memory_order_relaxed);
-	uint64_t res = meta_resident();
+	if (*adj == UINT64_MAX) {
+		uint64_t meta = atomic_load_explicit(&H.st->meta_bytes, memory_order_relaxed);
+		uint64_t res = meta_resident();
+		*adj = res < meta ? meta - res : 0;
+	}
 	/* Another hook may have counted a block in meta_bytes after we read
-	 * dram_bytes: the data part never goes below zero. */
-	uint64_t data = dram > meta ? dram - meta : 0;
-	return data + (res < meta ? res : meta);
+	 * dram_bytes: never below zero. */
+	return dram > *adj ? dram - *adj : 0;
+}
+
+static bool revert_budgeted(void)
+{
+	return H.cfg.policy == TH_REVERT && H.cfg.budget;
+}
+
+/*
+ * Take `size` bytes of the revert budget, or fail: the check and the count
+ * are one compare-and-swap, so hooks deciding at once on several arenas
+ * cannot pass the budget together (each sees the other's bytes).
+ */
+static bool dram_reserve(uint64_t size)
+{
+	uint64_t adj = UINT64_MAX;
+	uint64_t cur = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+	for (;;) {
+		if (dram_for_budget(cur, size, &adj) + size > H.cfg.budget)
+			return false;
+		if (atomic_compare_exchange_weak_explicit(&H.st->dram_bytes, &cur, cur + size,
+							  memory_order_relaxed, memory_order_relaxed)) {
+			peak_raise(&H.st->dram_peak, cur + size);
+			return true;
+		}
+	}
 }
 
 /* ---- where an extent's memory comes from ---- */
@@ -244,19 +272,35 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 			order[0] = TH_SLOW;
 			n = 1;
 		} else {
-			uint64_t dram = H.cfg.policy == TH_REVERT
-				? dram_for_budget(size)
-				: atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+			uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+			if (revert_budgeted()) {
+				uint64_t adj = UINT64_MAX;
+				dram = dram_for_budget(dram, size, &adj);
+			}
 			n = th_pick(&H.cfg, dram,
 				    atomic_load_explicit(&H.st->slow_bytes, memory_order_relaxed), size,
 				    order);
 		}
+		/* DRAM within the budget is reserved before it is mapped; if another
+		 * arena took the room meanwhile, the slow tier comes first. */
+		bool reserved = false;
+		if (n == 2 && order[0] == TH_DRAM && revert_budgeted()) {
+			reserved = dram_reserve(size);
+			if (!reserved) {
+				order[0] = TH_SLOW;
+				order[1] = TH_DRAM;
+			}
+		}
 		for (int i = 0; i < n && !p; i++) {
 			p = order[i] == TH_DRAM ? dram_map(size, align) : slow_take(size, align);
+			bool counted = reserved && i == 0;
 			if (p) {
-				count(order[i], (int64_t)size);
+				if (!counted)
+					count(order[i], (int64_t)size);
 				if (i > 0)
 					atomic_fetch_add_explicit(&H.st->fallbacks, 1, memory_order_relaxed);
+			} else if (counted) {
+				count(TH_DRAM, -(int64_t)size);
 			}
 		}
 		if (!p)
@@ -318,8 +362,8 @@ static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, 
 {
 	if (th_is_slow(addr))
 		return false;
-	if (H.cfg.policy == TH_REVERT && H.cfg.budget && dram_for_budget(len) + len > H.cfg.budget)
-		return true;
+	if (revert_budgeted())
+		return !dram_reserve(len);
 	count(TH_DRAM, (int64_t)len);
 	return false;
 }

@@ -122,11 +122,12 @@ def smaps_anon(pid):
     raise AssertionError("no Anonymous in smaps_rollup")
 
 
-def paused_ws(policy, mb, dram, slow_size="512M"):
+def paused_ws(policy, mb, dram, slow_size="512M", threads=1):
     """Start tierheap_ws MB under the policy, paused after its sweep: (proc, stat dict, anon)."""
     env = clean_env()
     env["TIERHEAP_WS_PAUSE"] = "1"
-    p = subprocess.Popen(tier(policy, [PROGS / "tierheap_ws", mb], dram=dram, slow_size=slow_size),
+    p = subprocess.Popen(tier(policy, [PROGS / "tierheap_ws", mb, 1, threads], dram=dram,
+                              slow_size=slow_size),
                          env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
     try:
@@ -167,6 +168,20 @@ def test_dram_stays_within_the_budget():
         assert anon >= base_anon + 64 * MB * 0.75, (anon, base_anon)
     finally:
         finish(p)
+
+
+def test_dram_stays_within_the_budget_with_threads():
+    """Four threads growing four arenas at once: the budget is taken with a
+    compare-and-swap, so no two arenas pass it together."""
+    p, base_stat, base_anon = paused_ws("revert", 1, "64M", threads=4)
+    finish(p)
+    for _ in range(3):
+        p, stat, anon = paused_ws("revert", 256, "64M", threads=4)
+        try:
+            assert stat["dram_peak"] - stat["metadata_bytes"] <= 64 * MB, stat
+            assert anon <= base_anon + 64 * MB * 1.02, (anon, base_anon)
+        finally:
+            finish(p)
 
 
 def test_bind_keeps_the_heap_out_of_dram():
