@@ -18,12 +18,15 @@
 3. Capacity: tierheap_ws with a working set of 512 MiB (3 passes) in a
    memory cgroup limited to 256 MiB (half): plainly (OOM-killed), revert,
    preferred, bind, and plainly in a cgroup without a limit (unlimited
-   DRAM). Run time and the cgroup's peak charge (its DRAM: the slow tier's
-   pages are charged to the launcher, outside).
+   DRAM). Run time (wall, and CPU of the launcher and program, which
+   includes the launcher allocating the 768 MiB slow file) and the
+   cgroup's peak charge (its DRAM: the slow tier's pages are charged to
+   the launcher, outside).
 4. Page access cost (paper figs 9-10): ns per first touch of a random page
    (build/bin/chell_bench_pagetouch) for anonymous DRAM, a tmpfs file
    mapped shared, the tiered heap's DRAM (malloc) and its slow tier
-   (npmalloc), 1k..100k pages.
+   (npmalloc), 1k..100k pages; CPU ns of the touching thread (its page
+   faults), wall kept in the JSON.
 
 Numbers are reported, never enforced. On this machine the "slow" tier is
 tmpfs, i.e. DRAM too: what is measured is the software, not a device.
@@ -37,6 +40,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -173,9 +177,12 @@ class Bench:
                     else:
                         cmd = [str(a) for a in ws_argv]
                         pre = lambda: (cg / "cgroup.procs").write_text(f"{os.getpid()}\n")
+                    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
                     t0 = time.monotonic()
                     r = subprocess.run(cmd, env=clean_env(), preexec_fn=pre, capture_output=True)
                     el = time.monotonic() - t0
+                    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
                     peak = int((cg / ("memory.max_usage_in_bytes" if v1 else "memory.peak"))
                                .read_text().split()[0])
                 finally:
@@ -186,29 +193,39 @@ class Bench:
                         except OSError:
                             time.sleep(0.25)
                 row = {"arm": name, "working_set_mb": ws, "limit": lim, "seconds": el,
+                       "cpu_seconds": cpu,
                        "status": r.returncode, "completed": r.returncode == 0,
                        "peak_dram_charged": peak}
                 log(f"  capacity {name:<18}: {'ok' if row['completed'] else 'killed (%d)' % r.returncode}"
-                    f" {el:6.2f} s, cgroup peak {peak / MB:.0f} MiB")
+                    f" {el:6.2f} s ({cpu:.2f} CPU-s), cgroup peak {peak / MB:.0f} MiB")
                 rows.append(row)
         return rows
 
     # ------------------------------------------------------------ 4. page touch
     def pagetouch(self, runs):
+        """Kinds alternate run by run; CPU ns per page (the thread's user +
+        system time: its page faults) is the figure compared, wall kept."""
         rows = []
         prog = self.bin / "chell_bench_pagetouch"
+        kinds = ("anon", "tmpfs", "heap", "slow")
         for pages in (1000, 10000, 100000):
-            for kind in ("anon", "tmpfs", "heap", "slow"):
-                vals = []
-                for _ in range(runs):
+            cpu = {k: [] for k in kinds}
+            wall = {k: [] for k in kinds}
+            for _ in range(runs):
+                for kind in kinds:
                     r = subprocess.run(nice() + self.tier("revert", [prog, kind, pages],
                                                           slow_size="512M"),
                                        env=clean_env(), capture_output=True, text=True, check=True)
-                    vals.append(json.loads(r.stdout)["ns_per_page"])
-                rows.append({"kind": kind, "pages": pages, "runs": vals,
-                             "median_ns": statistics.median(vals)})
-                log(f"  page touch {kind:<6} {pages:>6} pages: {statistics.median(vals):7.0f} ns/page "
-                    f"(runs {min(vals):.0f}..{max(vals):.0f})")
+                    out = json.loads(r.stdout)
+                    cpu[kind].append(out["cpu_ns_per_page"])
+                    wall[kind].append(out["ns_per_page"])
+            for kind in kinds:
+                rows.append({"kind": kind, "pages": pages, "runs": cpu[kind],
+                             "runs_wall_ns": wall[kind], "median_ns": statistics.median(cpu[kind]),
+                             "median_wall_ns": statistics.median(wall[kind])})
+                log(f"  page touch {kind:<6} {pages:>6} pages: {statistics.median(cpu[kind]):7.0f} "
+                    f"CPU ns/page (runs {min(cpu[kind]):.0f}..{max(cpu[kind]):.0f}; wall median "
+                    f"{statistics.median(wall[kind]):.0f})")
         return rows
 
 
@@ -252,7 +269,7 @@ def plot(res, out):
         ax[2].plot([r["pages"] for r in rs], [r["median_ns"] for r in rs], marker="o", label=kind)
     ax[2].set_xscale("log")
     ax[2].set_xlabel("pages touched")
-    ax[2].set_ylabel("ns per page")
+    ax[2].set_ylabel("CPU ns per page")
     ax[2].legend()
     ax[2].set_title("page access cost (figs 9-10)")
     bud = res.get("budget", [])
