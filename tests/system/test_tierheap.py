@@ -202,6 +202,14 @@ def test_interleave_follows_the_weights():
         data_dram = stat["dram_bytes"] - stat["metadata_bytes"]
         ratio = data_dram / max(stat["slow_bytes"], 1)
         assert 2.0 <= ratio <= 4.0, stat  # 3:1, give or take one extent
+        # The text view says the same.
+        text = run([CHELL, "tier", "stat", p.pid])
+        assert text.returncode == 0, text.stderr
+        lines = dict(l.split(":", 1) for l in text.stdout.decode().splitlines())
+        assert lines["policy"].strip() == "interleave (weights 3:1)", lines
+        assert lines["pid"].strip() == str(p.pid)
+        assert lines["slow tier"].strip().endswith("of 524288 kB, file"), lines
+        assert int(lines["DRAM"].split()[0]) >= data_dram // 1024, lines
     finally:
         finish(p)
 
