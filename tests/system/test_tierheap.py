@@ -122,14 +122,13 @@ def smaps_anon(pid):
     raise AssertionError("no Anonymous in smaps_rollup")
 
 
-def paused_ws(policy, mb, dram, slow_size="512M", threads=1):
-    """Start tierheap_ws MB under the policy, paused after its sweep: (proc, stat dict, anon)."""
+def start_paused(cmd):
+    """Start a tierheap_ws command (under `chell tier run`), paused after its
+    sweep: (proc, stat dict, anonymous RSS, its checksum line)."""
     env = clean_env()
     env["TIERHEAP_WS_PAUSE"] = "1"
-    p = subprocess.Popen(tier(policy, [PROGS / "tierheap_ws", mb, 1, threads], dram=dram,
-                              slow_size=slow_size),
-                         env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p = subprocess.Popen([str(a) for a in cmd], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         line = p.stdout.readline()
         assert line.startswith(b"checksum"), p.stderr.read()
@@ -141,12 +140,21 @@ def paused_ws(policy, mb, dram, slow_size="512M", threads=1):
         p.kill()
         p.wait()
         raise
+    return p, stat, anon, line
+
+
+def paused_ws(policy, mb, dram, slow_size="512M", threads=1):
+    """tierheap_ws MB under the policy, paused: (proc, stat dict, anon)."""
+    p, stat, anon, _ = start_paused(tier(policy, [PROGS / "tierheap_ws", mb, 1, threads],
+                                         dram=dram, slow_size=slow_size))
     return p, stat, anon
 
 
 def finish(p):
+    """Let a paused tierheap_ws free and exit; what it printed after the pause."""
     out, err = p.communicate(b"\n", timeout=60)
     assert p.returncode == 0, err
+    return out
 
 
 def test_dram_stays_within_the_budget():
@@ -286,26 +294,15 @@ def test_twice_the_cgroup_limit_completes_under_revert():
         plain = run([PROGS / "tierheap_ws", 256, 2], env=clean_env(), preexec_fn=cg.enter,
                     timeout=120)
         assert plain.returncode in (-9, 137), ("not OOM-killed plainly", plain.returncode)
-        env = dict(clean_env(), TIERHEAP_WS_PAUSE="1")
-        p = subprocess.Popen([CHELL, "tier", "run", "--policy", "revert", "--slow-size", "512M",
-                              "--cgroup", cg.path, "--", PROGS / "tierheap_ws", "256", "2"],
-                             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE)
+        p, stat, anon, line = start_paused(
+            [CHELL, "tier", "run", "--policy", "revert", "--slow-size", "512M",
+             "--cgroup", cg.path, "--", PROGS / "tierheap_ws", 256, 2])
         try:
-            line = p.stdout.readline()
-            assert line.startswith(b"checksum"), p.stderr.read()
-            st = run([CHELL, "tier", "stat", "--json", p.pid])
-            assert st.returncode == 0, st.stderr
-            stat = json.loads(st.stdout)
             assert stat["dram_budget"] == 96 * MB, stat
             assert stat["dram_peak"] - stat["metadata_bytes"] <= 96 * MB, stat
             assert stat["slow_bytes"] >= 160 * MB, stat
-            out, err = p.communicate(b"\n", timeout=60)
-        except BaseException:
-            p.kill()
-            p.wait()
-            raise
-        assert p.returncode == 0, err
+        finally:
+            out = finish(p)
         assert line + out == want.stdout
     finally:
         cg.remove()
