@@ -4,13 +4,13 @@
  * hooks that take each extent from DRAM or from the slow tier, as the policy
  * says (policy.c).
  *
- * jemalloc is Debian's libjemalloc.so.2, unmodified and unprefixed (its
- * exported names are malloc, free, mallocx, mallctl...). This library is
- * preloaded in front of it: malloc.c re-exports the malloc family so that
- * the program's calls (and glibc's own) reach jemalloc rather than glibc,
- * and this file, at load time, puts our hooks on every automatic arena, so
- * every allocation jemalloc serves, through whichever entry point, is
- * placed by the policy.
+ * jemalloc is Debian's, unmodified and unprefixed (libjemalloc_pic.a,
+ * linked into this library: its exported names are free, mallocx,
+ * mallctl..., and malloc.c's wrappers where glibc's behaviour is kept).
+ * Preloaded, the library comes before glibc, so the program's calls (and
+ * glibc's own) reach jemalloc; this file, at load time, puts our hooks on
+ * every automatic arena, so every allocation jemalloc serves, through
+ * whichever entry point, is placed by the policy.
  *
  * Invariants:
  *  - the slow tier is one reserved address range [slow_base, slow_base +
@@ -24,7 +24,6 @@
  *    atomics, so the hooks (called under jemalloc's arena locks) cannot
  *    deadlock with jemalloc's own fork handlers.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -115,6 +114,107 @@ static void count(enum th_tier t, int64_t delta)
 		peak_raise(t == TH_DRAM ? &H.st->dram_peak : &H.st->slow_peak, v);
 }
 
+/*
+ * jemalloc's metadata blocks (its base allocator: one or more 2 MiB blocks
+ * per arena, most of each never touched) are counted whole in dram_bytes,
+ * which `chell tier stat` shows. Against the revert budget they count by
+ * their resident pages (mincore): counted whole, a program with 8 arenas
+ * would lose some 16 MiB of its budget to untouched address space. The
+ * blocks are recorded here (never freed: jemalloc keeps its base for the
+ * arena's life); past META_MAX, a block counts whole.
+ */
+#define META_MAX 256
+static struct {
+	_Atomic(char *) addr[META_MAX];
+	size_t size[META_MAX];
+	_Atomic unsigned n;
+	_Atomic uint64_t untracked; /* bytes of blocks past META_MAX */
+} M;
+
+static void meta_record(char *p, size_t size)
+{
+	unsigned i = atomic_fetch_add_explicit(&M.n, 1, memory_order_relaxed);
+	if (i >= META_MAX) {
+		atomic_fetch_add_explicit(&M.untracked, size, memory_order_relaxed);
+		return;
+	}
+	M.size[i] = size;
+	atomic_store_explicit(&M.addr[i], p, memory_order_release);
+}
+
+/* Resident bytes of the metadata blocks; a block whose residency cannot be
+ * read counts whole. */
+static uint64_t meta_resident(void)
+{
+	unsigned n = atomic_load_explicit(&M.n, memory_order_relaxed);
+	uint64_t res = atomic_load_explicit(&M.untracked, memory_order_relaxed);
+	unsigned char vec[512];
+	if (n > META_MAX)
+		n = META_MAX;
+	for (unsigned i = 0; i < n; i++) {
+		char *a = atomic_load_explicit(&M.addr[i], memory_order_acquire);
+		if (!a)
+			continue; /* being recorded: its bytes are not yet in meta_bytes either */
+		for (size_t off = 0; off < M.size[i]; off += sizeof vec * PAGE) {
+			size_t len = M.size[i] - off < sizeof vec * PAGE ? M.size[i] - off
+									 : sizeof vec * PAGE;
+			if (mincore(a + off, len, vec) != 0) {
+				res += len;
+				continue;
+			}
+			for (size_t pg = 0; pg < (len + PAGE - 1) / PAGE; pg++)
+				res += (vec[pg] & 1) ? PAGE : 0;
+		}
+	}
+	return res;
+}
+
+/*
+ * The DRAM the revert budget is checked against: the counted bytes, with
+ * the metadata blocks at their resident size. Reading residency costs
+ * system calls, so it is only done when the whole count would not fit.
+ * *adj caches the metadata's untouched bytes across the calls of one
+ * decision (UINT64_MAX: not read yet).
+ */
+static uint64_t dram_for_budget(uint64_t dram, uint64_t want, uint64_t *adj)
+{
+	if (dram + want <= H.cfg.budget)
+		return dram;
+	if (*adj == UINT64_MAX) {
+		uint64_t meta = atomic_load_explicit(&H.st->meta_bytes, memory_order_relaxed);
+		uint64_t res = meta_resident();
+		*adj = res < meta ? meta - res : 0;
+	}
+	/* Another hook may have counted a block in meta_bytes after we read
+	 * dram_bytes: never below zero. */
+	return dram > *adj ? dram - *adj : 0;
+}
+
+static bool revert_budgeted(void)
+{
+	return H.cfg.policy == TH_REVERT && H.cfg.budget;
+}
+
+/*
+ * Take `size` bytes of the revert budget, or fail: the check and the count
+ * are one compare-and-swap, so hooks deciding at once on several arenas
+ * cannot pass the budget together (each sees the other's bytes).
+ */
+static bool dram_reserve(uint64_t size)
+{
+	uint64_t adj = UINT64_MAX;
+	uint64_t cur = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+	for (;;) {
+		if (dram_for_budget(cur, size, &adj) + size > H.cfg.budget)
+			return false;
+		if (atomic_compare_exchange_weak_explicit(&H.st->dram_bytes, &cur, cur + size,
+							  memory_order_relaxed, memory_order_relaxed)) {
+			peak_raise(&H.st->dram_peak, cur + size);
+			return true;
+		}
+	}
+}
+
 /* ---- where an extent's memory comes from ---- */
 
 static void *dram_map(size_t size, size_t align)
@@ -161,6 +261,7 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 		/* jemalloc's base allocator: metadata stays in DRAM. */
 		p = dram_map(size, align);
 		if (p) {
+			meta_record(p, size);
 			count(TH_DRAM, (int64_t)size);
 			atomic_fetch_add_explicit(&H.st->meta_bytes, size, memory_order_relaxed);
 		}
@@ -171,16 +272,35 @@ static void *hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t a
 			order[0] = TH_SLOW;
 			n = 1;
 		} else {
-			n = th_pick(&H.cfg, atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed),
+			uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
+			if (revert_budgeted()) {
+				uint64_t adj = UINT64_MAX;
+				dram = dram_for_budget(dram, size, &adj);
+			}
+			n = th_pick(&H.cfg, dram,
 				    atomic_load_explicit(&H.st->slow_bytes, memory_order_relaxed), size,
 				    order);
 		}
+		/* DRAM within the budget is reserved before it is mapped; if another
+		 * arena took the room meanwhile, the slow tier comes first. */
+		bool reserved = false;
+		if (n == 2 && order[0] == TH_DRAM && revert_budgeted()) {
+			reserved = dram_reserve(size);
+			if (!reserved) {
+				order[0] = TH_SLOW;
+				order[1] = TH_DRAM;
+			}
+		}
 		for (int i = 0; i < n && !p; i++) {
 			p = order[i] == TH_DRAM ? dram_map(size, align) : slow_take(size, align);
+			bool counted = reserved && i == 0;
 			if (p) {
-				count(order[i], (int64_t)size);
+				if (!counted)
+					count(order[i], (int64_t)size);
 				if (i > 0)
 					atomic_fetch_add_explicit(&H.st->fallbacks, 1, memory_order_relaxed);
+			} else if (counted) {
+				count(TH_DRAM, -(int64_t)size);
 			}
 		}
 		if (!p)
@@ -242,9 +362,8 @@ static bool hook_commit(extent_hooks_t *h, void *addr, size_t size, size_t off, 
 {
 	if (th_is_slow(addr))
 		return false;
-	uint64_t dram = atomic_load_explicit(&H.st->dram_bytes, memory_order_relaxed);
-	if (H.cfg.policy == TH_REVERT && H.cfg.budget && dram + len > H.cfg.budget)
-		return true;
+	if (revert_budgeted())
+		return !dram_reserve(len);
 	count(TH_DRAM, (int64_t)len);
 	return false;
 }
@@ -627,16 +746,6 @@ static void stat_remove(void)
 		unlink(H.stat_path);
 }
 
-/* jemalloc's entry points (malloc.c): dlsym of the library itself. */
-static void resolve_entry_points(void)
-{
-	void *h = dlopen("libjemalloc.so.2", RTLD_NOLOAD | RTLD_LAZY);
-	if (!h)
-		return;
-	th_bind_entry_points(h);
-	dlclose(h);
-}
-
 static int setup(char *err, size_t errlen)
 {
 	struct chell_config cfg;
@@ -728,7 +837,6 @@ __attribute__((constructor)) static void tierheap_init(void)
 	char err[512];
 	H.cfg.w_dram = 3;
 	H.cfg.w_slow = 1;
-	resolve_entry_points();
 	if (setup(err, sizeof err) != 0) {
 		/* Never stop the program: plain jemalloc in DRAM. */
 		th_log("%s; running with the whole heap in DRAM", err);

@@ -10,7 +10,5 @@ void th_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 bool th_is_slow(const void *p);
 /* memory.max of this process's cgroup v2 (0 = no limit); 0 or -1. */
 int th_cgroup_memory_max(uint64_t *out);
-/* Take jemalloc's own malloc-family entry points from its handle (malloc.c). */
-void th_bind_entry_points(void *handle);
 
 #endif

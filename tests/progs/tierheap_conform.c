@@ -137,6 +137,16 @@ int main(int argc, char **argv)
 		free(p);
 	}
 	SAY("posix_memalign 8..2M: %s\n", ok ? "aligned" : "NO");
+	/* glibc aligns every block to 16, whatever the alignment asked for. */
+	ok = 1;
+	void *small[64];
+	for (int i = 0; i < 64; i++) {
+		ok &= posix_memalign(&small[i], sizeof(void *), (size_t)(i % 8) + 1) == 0 &&
+		      aligned_to(small[i], 16);
+	}
+	for (int i = 0; i < 64; i++)
+		free(small[i]);
+	SAY("posix_memalign(a=8, 1..8): aligned 16 %s\n", ok ? "yes" : "NO");
 	void *pe = (void *)1;
 	SAY("posix_memalign(a=24): %s\n", posix_memalign(&pe, 24, 10) == EINVAL ? "EINVAL" : "other");
 	SAY("posix_memalign(a=4): %s, out untouched %s\n",

@@ -2,9 +2,14 @@
 /*
  * tierheap_mt: threads allocate, fill, reallocate and free blocks of many
  * sizes, each thread with its own seeded generator, blocks handed between
- * threads through a shared pool (so frees cross threads and arenas); a
- * fork in the middle checks the child sees its own copy. Prints one line
- * of checksums, identical under every heap policy and on glibc.
+ * threads through a shared pool (so frees cross threads and arenas).
+ * While they run, the main thread forks FORKS times: each child allocates,
+ * fills and frees blocks of every size class range (small, large, huge) and
+ * exits, so a lock held by another thread at the fork (jemalloc's arena,
+ * bin and extent locks; the tiered heap's slow-tier copy) would hang or
+ * break the child. After they finish, a fork checks the child sees its
+ * own copy of a block. Prints one line of checksums, identical under every
+ * heap policy and on glibc.
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -17,6 +22,7 @@
 #define THREADS 4
 #define ROUNDS 20000
 #define POOL 64
+#define FORKS 25
 
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned char *pool[POOL];
@@ -75,13 +81,40 @@ static void *worker(void *arg)
 	return (void *)(uintptr_t)(sum * 2 + (bad ? 1 : 0));
 }
 
+/* A child forked while the workers allocate: the heap must work in it. */
+static int child_allocates(void)
+{
+	static const size_t sizes[] = {1, 48, 700, 5000, 70000, 3 << 20};
+	unsigned char *b[6];
+	for (int i = 0; i < 6; i++) {
+		b[i] = malloc(sizes[i]);
+		if (!b[i])
+			return 1;
+		memset(b[i], i + 1, sizes[i]);
+	}
+	int bad = 0;
+	for (int i = 0; i < 6; i++) {
+		bad |= b[i][0] != i + 1 || b[i][sizes[i] - 1] != i + 1;
+		free(b[i]);
+	}
+	return bad;
+}
+
 int main(void)
 {
 	pthread_t t[THREADS];
 	uint64_t total = 0;
-	int bad = 0;
+	int bad = 0, forks_ok = 0;
 	for (uintptr_t i = 0; i < THREADS; i++)
 		pthread_create(&t[i], NULL, worker, (void *)i);
+	for (int f = 0; f < FORKS; f++) {
+		pid_t c = fork();
+		if (c == 0)
+			_exit(child_allocates());
+		int cst;
+		if (c > 0 && waitpid(c, &cst, 0) == c && WIFEXITED(cst) && WEXITSTATUS(cst) == 0)
+			forks_ok++;
+	}
 	for (int i = 0; i < THREADS; i++) {
 		void *r;
 		pthread_join(t[i], &r);
@@ -106,7 +139,8 @@ int main(void)
 		free(pool[i]);
 	}
 	free(shared);
-	printf("threads %d allocated %llu content %s fork %s\n", THREADS,
-	       (unsigned long long)total, bad ? "BAD" : "ok", fork_ok ? "ok" : "BAD");
-	return bad || !fork_ok;
+	printf("threads %d allocated %llu content %s forks during the run %d/%d fork %s\n",
+	       THREADS, (unsigned long long)total, bad ? "BAD" : "ok", forks_ok, FORKS,
+	       fork_ok ? "ok" : "BAD");
+	return bad || !fork_ok || forks_ok != FORKS;
 }
