@@ -24,6 +24,13 @@
 #include <unistd.h>
 
 
+/* Test builds narrow the name hash (tests/unit: test_pvm_narrow) so that
+ * collisions, which 64 bits make practically impossible, happen all the
+ * time there; everything else is the same code. */
+#ifndef PVM_NH_MASK
+#define PVM_NH_MASK UINT64_MAX
+#endif
+
 static uint64_t pages_of(uint64_t bytes)
 {
 	return (bytes + PVM_PAGE - 1) / PVM_PAGE;
@@ -36,7 +43,7 @@ uint64_t pvm_name_hash(const struct pvm_guid *g, const char *name, size_t len)
 	memcpy(&g1, g->b + 8, 8);
 	for (size_t i = 0; i < len; i++)
 		h = (h ^ (uint8_t)name[i]) * 0x100000001b3ULL;
-	return chell_hash64(chell_hash64(g0, g1), h);
+	return chell_hash64(chell_hash64(g0, g1), h) & PVM_NH_MASK;
 }
 
 void pvm_guid_from_name(const char *name, struct pvm_guid *g)
@@ -325,25 +332,34 @@ static uint32_t find_nh(const struct tab *t, uint64_t nh)
 	return UINT32_MAX;
 }
 
-/* Find by name: the hashes h, h+1, ... are taken by names that collided;
- * the first one absent ends the search. *free_nh (if not NULL) gets that
- * first absent hash (where a new object of this name goes). */
+/* Find by name. An object's ID is its name's hash h plus a collision
+ * step k: the first of h, h+1, ... that no other object held when it was
+ * created (or renamed to this name). Deleting an object frees its value
+ * without moving anyone else's ID, so an absent value does not end the
+ * search: it goes on to h + max_step, the largest step any object of the
+ * application ever took (0 unless a collision ever happened, so a lookup
+ * is one probe). *free_nh (if not NULL) gets the first value absent, where
+ * a new object of this name goes. */
 static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
 {
 	struct tab t = tab_of(a);
-	uint64_t h = pvm_name_hash(&a->guid, name, len);
-	for (uint32_t k = 0; k <= t.mask; k++) {
+	uint64_t h = pvm_name_hash(&a->guid, name, len), max = pvm_aent(a->p, a->idx)->max_step;
+	int want_free = free_nh != NULL;
+	for (uint64_t k = 0; k <= max || want_free; k++) {
 		uint32_t s = find_nh(&t, h + k);
 		if (s == UINT32_MAX) {
-			if (free_nh)
+			if (want_free) {
 				*free_nh = h + k;
-			return UINT32_MAX;
+				want_free = 0;
+			}
+			continue;
 		}
-		if (t.d[s].name_len == len && !memcmp(t.d[s].name, name, len))
+		if (k <= max && t.d[s].name_len == len && !memcmp(t.d[s].name, name, len))
 			return s;
 	}
 	return UINT32_MAX;
 }
+
 
 static int check_name(const char *name, size_t *len)
 {
@@ -356,6 +372,21 @@ static int check_name(const char *name, size_t *len)
 static void *log_field(struct pvm_app *a, const void *field, size_t len)
 {
 	return chell_ptx_add(&a->t, (uint64_t)((const uint8_t *)field - a->p->heap), len);
+}
+
+/* A new object takes ID nh for `name`: raise the application's max_step
+ * (logged) if its step is the largest yet. */
+static int note_step(struct pvm_app *a, const char *name, size_t len, uint64_t nh)
+{
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	uint64_t k = nh - pvm_name_hash(&a->guid, name, len);
+	if (k <= e->max_step)
+		return 0;
+	uint64_t *m = log_field(a, &e->max_step, 8);
+	if (!m)
+		return a->t.err;
+	*m = k;
+	return 0;
 }
 
 /* Double the object table when one more object would load it past 1/2.
@@ -668,6 +699,8 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 			d->used = PVM_O_USED;
 			memcpy(d->name, name, len);
 			rc = count_objects(a, 1);
+			if (!rc)
+				rc = note_step(a, name, len, nh);
 		}
 	}
 	rc = tx_leave(a, rc);
@@ -924,6 +957,7 @@ int pvm_rename(struct pvm_app *a, const char *from, const char *to)
 			memset(d->name, 0, sizeof(d->name));
 			memcpy(d->name, to, len);
 			d->name_len = (uint32_t)len;
+			rc = note_step(a, to, len, nh);
 		}
 	}
 	return tx_leave(a, rc);

@@ -67,12 +67,14 @@ struct pvm_aent {
 	uint32_t crc;             /*  96 CRC32C of bytes 0..95 */
 	uint32_t pad;             /* 100 */
 	uint64_t objects;         /* 104 */
-	uint8_t reserved[256 - 112];
+	uint64_t max_step;        /* 112 largest collision step of any object
+	                           *     ever created here (see find_name) */
+	uint8_t reserved[256 - 120];
 };
 
 #define PVM_O_USED 1u
 struct pvm_odesc {
-	uint64_t nh;              /*   0 name hash (collision-adjusted) */
+	uint64_t nh;              /*   0 name hash + collision step (<= max_step) */
 	uint64_t off;             /*   8 heap offset of the data (page-aligned; 0 if cap 0) */
 	uint64_t size;            /*  16 */
 	uint64_t cap;             /*  24 bytes of pages held */

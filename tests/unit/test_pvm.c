@@ -17,6 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* test_pvm_narrow builds this file and the library with a 3-bit name hash. */
+#ifdef PVM_NH_MASK
+#define PVM_TEST_NH_MASK PVM_NH_MASK
+#else
+#define PVM_TEST_NH_MASK UINT64_MAX
+#endif
+#include <stdint.h>
+
 static char dir[256];
 static char path[300];
 
@@ -480,6 +488,86 @@ static void test_damaged_app(void **st)
 	pvm_pool_close(p);
 }
 
+/* Object IDs are the name's hash plus a collision step. Built as
+ * test_pvm_narrow the hash has 3 bits (PVM_NH_MASK), so nearly every name
+ * collides: deleting or renaming an object must not hide the objects
+ * that took later steps of its hash, and a recreated name must not make a
+ * second object. */
+static void test_collisions(void **st)
+{
+	(void)st;
+	enum { N = 64 };
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "coll");
+	char name[32], *ptr;
+	struct pvm_info info;
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_create(a, name, 32, (void **)&ptr), 0);
+		strcpy(ptr, name);
+	}
+	for (int i = 0; i < N; i += 2) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_delete(a, name), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		int rc = pvm_open(a, name, (void **)&ptr, NULL);
+		if (i % 2) {
+			assert_int_equal(rc, 0);
+			assert_string_equal(ptr, name);
+			assert_int_equal(pvm_create(a, name, 8, NULL), -EEXIST);
+		} else {
+			assert_int_equal(rc, -ENOENT);
+		}
+	}
+	for (int i = 0; i < N; i += 2) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_create(a, name, 32, (void **)&ptr), 0);
+		strcpy(ptr, name);
+	}
+	assert_int_equal(pvm_rename(a, "c01", "renamed"), 0);
+	assert_int_equal(pvm_open(a, "c01", NULL, NULL), -ENOENT);
+	assert_int_equal(pvm_open(a, "renamed", (void **)&ptr, NULL), 0);
+	assert_string_equal(ptr, "c01");
+	assert_int_equal(pvm_rename(a, "renamed", "c01"), 0);
+	assert_int_equal(pvm_rename(a, "c03", "c05"), -EEXIST);
+	/* Iteration sees each object once; the IDs are distinct. */
+	uint64_t cur = 0, nh[N];
+	int n = 0;
+#if PVM_TEST_NH_MASK != UINT64_MAX
+	int displaced = 0;
+#endif
+	while (pvm_iter(a, &cur, &info) == 1) {
+		assert_true(n < N);
+		for (int k = 0; k < n; k++)
+			assert_true(nh[k] != info.oid.nh);
+		nh[n++] = info.oid.nh;
+#if PVM_TEST_NH_MASK != UINT64_MAX
+		if (info.oid.nh > PVM_TEST_NH_MASK)
+			displaced++;
+#endif
+	}
+	assert_int_equal(n, N);
+#if PVM_TEST_NH_MASK != UINT64_MAX
+	assert_true(displaced > N / 2); /* the narrow build really collides */
+#endif
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+	assert_int_equal(pvm_pool_open(path, &p, rep, sizeof(rep)), 0);
+	a = app(p, "coll");
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_open(a, name, (void **)&ptr, NULL), 0);
+		assert_string_equal(ptr, name);
+	}
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -492,6 +580,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_two_processes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
