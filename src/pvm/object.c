@@ -27,8 +27,10 @@
 /* Test builds narrow the name hash (tests/unit: test_pvm_narrow) so that
  * collisions, which 64 bits make practically impossible, happen all the
  * time there; everything else is the same code. */
+/* 63 bits: an ID plus a collision step stays below 2^64 - 1, so pvm_iter's
+ * cursor (the next ID to look for) never wraps. */
 #ifndef PVM_NH_MASK
-#define PVM_NH_MASK UINT64_MAX
+#define PVM_NH_MASK (UINT64_MAX >> 1)
 #endif
 
 static uint64_t pages_of(uint64_t bytes)
@@ -587,6 +589,7 @@ void pvm_app_close(struct pvm_app *a)
 	free(a->frees);
 	free(a->fresh);
 	free(a->touched);
+	free(a->iter_nh);
 	free(a);
 }
 
@@ -1089,6 +1092,39 @@ int pvm_restore(struct pvm_app *a, const char *name, uint64_t version)
 	return tx_leave(a, rc);
 }
 
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* Iteration goes in the order of object IDs, not of table slots: deleting
+ * an object shifts later slots back (and growing the table moves every
+ * object), so a slot cursor would skip or repeat objects that were there
+ * all along. The cursor is the smallest ID still to be returned; the IDs
+ * come from a sorted snapshot taken when an iteration starts (cursor 0),
+ * and each is looked up again before it is returned, so deleted objects
+ * are not. Any snapshot serves any cursor, so iterations of several
+ * threads on one handle do not disturb each other. Called with the
+ * metadata lock held. */
+static int iter_snapshot(struct pvm_app *a)
+{
+	struct tab t = tab_of(a);
+	uint64_t n = pvm_aent(a->p, a->idx)->objects;
+	uint64_t *v = malloc((n ? n : 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	size_t k = 0;
+	for (uint32_t i = 0; i <= t.mask && k < n; i++)
+		if (t.d[i].used)
+			v[k++] = t.d[i].nh;
+	qsort(v, k, sizeof(*v), cmp_u64);
+	free(a->iter_nh);
+	a->iter_nh = v;
+	a->iter_n = k;
+	return 0;
+}
+
 int pvm_iter(struct pvm_app *a, uint64_t *cursor, struct pvm_info *info)
 {
 	int brief;
@@ -1097,20 +1133,33 @@ int pvm_iter(struct pvm_app *a, uint64_t *cursor, struct pvm_info *info)
 	int rc = meta_brief(a, &brief);
 	if (rc)
 		return rc;
-	struct tab t = tab_of(a);
+	if (*cursor == 0 || !a->iter_nh)
+		rc = iter_snapshot(a);
 	int found = 0;
-	for (uint64_t i = *cursor; i <= t.mask; i++) {
-		if (t.d[i].used) {
-			fill_info(a, &t.d[i], info);
-			*cursor = i + 1;
-			found = 1;
-			break;
+	if (!rc) {
+		/* The first snapshot ID >= *cursor that still exists. */
+		size_t lo = 0, hi = a->iter_n;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (a->iter_nh[mid] < *cursor)
+				lo = mid + 1;
+			else
+				hi = mid;
 		}
+		struct tab t = tab_of(a);
+		for (; lo < a->iter_n && !found; lo++) {
+			uint32_t s = find_nh(&t, a->iter_nh[lo]);
+			if (s == UINT32_MAX)
+				continue;
+			fill_info(a, &t.d[s], info);
+			*cursor = a->iter_nh[lo] + 1; /* IDs are below 2^64 - 1 */
+			found = 1;
+		}
+		if (!found)
+			*cursor = UINT64_MAX;
 	}
-	if (!found)
-		*cursor = (uint64_t)t.mask + 1;
 	meta_unbrief(a, brief);
-	return found;
+	return rc ? rc : found;
 }
 
 int pvm_tx_begin(struct pvm_app *a)

@@ -139,6 +139,10 @@ struct pvm_app {
 	size_t nfresh, capfresh;
 	uint64_t *touched;        /* name hashes snapshotted in this transaction */
 	size_t ntouched, captouched;
+	/* pvm_iter: the object IDs (nh) sorted, taken when an iteration
+	 * starts; read and replaced under the metadata lock. */
+	uint64_t *iter_nh;
+	size_t iter_n;
 };
 
 static inline pthread_mutex_t *pvm_mutex(struct pvm_pool *p, uint32_t i)

@@ -568,6 +568,58 @@ static void test_collisions(void **st)
 	pvm_pool_close(p);
 }
 
+/* Iteration while the table changes: deleting what was just seen (the
+ * table shifts slots back) and creating enough to double the table must
+ * neither skip nor repeat an object that was there all along. */
+static void test_iter_while_changing(void **st)
+{
+	(void)st;
+	enum { N = 200 };
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "iter");
+	char name[32];
+	struct pvm_info info;
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "i%03d", i);
+		assert_int_equal(pvm_create(a, name, 8, NULL), 0);
+	}
+	/* Pass 1: delete every object as it is seen. */
+	uint64_t cur = 0;
+	int seen = 0;
+	while (pvm_iter(a, &cur, &info) == 1) {
+		assert_int_equal(pvm_delete(a, info.name), 0);
+		seen++;
+	}
+	assert_int_equal(seen, N);
+	cur = 0;
+	assert_int_equal(pvm_iter(a, &cur, &info), 0);
+	/* Pass 2: create 3 new objects per object seen (the table doubles
+	 * several times); each old one is seen exactly once. */
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "i%03d", i);
+		assert_int_equal(pvm_create(a, name, 8, NULL), 0);
+	}
+	int count[N] = {0}, made = 0;
+	cur = 0;
+	while (pvm_iter(a, &cur, &info) == 1) {
+		int k;
+		if (sscanf(info.name, "i%d", &k) == 1 && info.name[0] == 'i') {
+			assert_true(k >= 0 && k < N);
+			count[k]++;
+		}
+		for (int j = 0; j < 3; j++) {
+			snprintf(name, sizeof(name), "new%05d", made++);
+			assert_int_equal(pvm_create(a, name, 8, NULL), 0);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		assert_int_equal(count[i], 1);
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -581,6 +633,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
