@@ -16,9 +16,9 @@ header describes each measurement):
   snappy   compress a corpus of real files (/usr/lib, /usr/share; KB to MB)
            to objects and to files: MB/s and the kernel CPU time (getrusage)
   pages    first and mapped touch of random pages (ns per page): anonymous
-           DRAM, a tmpfs file mapping, a pVM object (the paper's figs 9-10);
-           the tier heap's pages are issue 12's other half (libchell-tier),
-           not measured here
+           DRAM, a tmpfs file mapping, a pVM object, and the tiered heap's
+           non-persistent slow-tier pages (npmalloc under `chell tier run
+           --policy bind`) (the paper's figs 9-10)
 
 Each configuration runs --runs times (default 3; --quick: 1, smaller) in an
 interleaved order; the median is reported with the spread (min..max).
@@ -174,14 +174,23 @@ def snappy(args, prog, runs):
     return out
 
 
-def pages(args, prog, runs):
+def pages(args, prog, chell, runs):
     mb = 64 if args.quick else 256
     res = {}
     for r in range(runs):
-        for k in ("anon", "tmpfs", "pvm"):
+        for k in ("anon", "tmpfs", "pvm", "tierheap"):
             d = os.path.join(args.dir, "pages")
             fresh_dir(d)
-            res.setdefault(k, []).append(run_json([prog, "pages", "--kind", k, "--dir", d, "--mb", mb]))
+            argv = [prog, "pages", "--kind", k, "--dir", d, "--mb", mb]
+            if k == "tierheap":
+                # bind: every npmalloc/malloc on the slow tier, a file in
+                # the same tmpfs allocated by the launcher beforehand.
+                argv = [chell, "tier", "run", "--policy", "bind", "--slow", d, "--slow-size",
+                        f"{mb * 2 + 64}M", "--", *argv]
+            try:
+                res.setdefault(k, []).append(run_json(argv))
+            except RuntimeError as e:
+                log(f"skipped: {e}")
     return {k: {"first_ns": statistics.median(x["first_ns"] for x in xs),
                 "mapped_ns": statistics.median(x["mapped_ns"] for x in xs), "mb": mb} for k, xs in res.items()}
 
@@ -322,7 +331,7 @@ def main():
         if "snappy" in only:
             data["snappy"] = snappy(args, prog, runs)
         if "pages" in only:
-            data["pages"] = pages(args, prog, runs)
+            data["pages"] = pages(args, prog, chell, runs)
         shutil.rmtree(args.dir, ignore_errors=True)
         with open(out / "pvm.json", "w") as f:
             json.dump(data, f, indent=1)

@@ -28,13 +28,15 @@
  *       memory first) with snappy and store the output as an object or a
  *       file (open+write+fsync+close); MB/s of input and the user and kernel
  *       CPU time of the storing phase (getrusage).
- *   pages --kind anon|tmpfs|pvm --dir DIR --mb M
+ *   pages --kind anon|tmpfs|pvm|tierheap --dir DIR --mb M
  *       touch every page of an M MiB mapping once in a random order (first
  *       touch: the fault and the page's allocation) and again (mapped):
- *       ns per page (the paper's figures 9 and 10).
+ *       ns per page (the paper's figures 9 and 10). tierheap: npmalloc'd
+ *       memory, the tiered heap's slow-tier pages (under chell tier run).
  */
 #include <chell/pvm.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -664,8 +666,16 @@ static int cmd_pages(void)
 		    pvm_tx_begin(a) || pvm_create(a, "region", len, &p))
 			die(err, EINVAL);
 		m = p;
+	} else if (!strcmp(kind, "tierheap")) {
+		/* The tiered heap's non-persistent pages (npmalloc): run under
+		 * `chell tier run`, whose launcher allocated the slow tier's
+		 * pages before the program started. */
+		void *(*npm)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "npmalloc");
+		if (!npm)
+			die("--kind tierheap: npmalloc not found (run under chell tier run)", ENOENT);
+		m = npm(len);
 	} else {
-		die("--kind anon|tmpfs|pvm", EINVAL);
+		die("--kind anon|tmpfs|pvm|tierheap", EINVAL);
 	}
 	if (m == MAP_FAILED || !m)
 		die("mmap", errno);
@@ -699,7 +709,7 @@ static int cmd_pages(void)
 		pvm_app_close(a);
 		pvm_pool_close(pp);
 		unlink(path);
-	} else {
+	} else if (strcmp(kind, "tierheap")) {
 		munmap(m, len);
 		if (fd >= 0) {
 			close(fd);

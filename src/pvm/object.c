@@ -342,10 +342,10 @@ static uint32_t find_nh(const struct tab *t, uint64_t nh)
  * application ever took (0 unless a collision ever happened, so a lookup
  * is one probe). *free_nh (if not NULL) gets the first value absent, where
  * a new object of this name goes. */
-static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
+static uint32_t find_name_h(struct pvm_app *a, const char *name, size_t len, uint64_t h, uint64_t *free_nh)
 {
 	struct tab t = tab_of(a);
-	uint64_t h = pvm_name_hash(&a->guid, name, len), max = pvm_aent(a->p, a->idx)->max_step;
+	uint64_t max = pvm_aent(a->p, a->idx)->max_step;
 	int want_free = free_nh != NULL;
 	for (uint64_t k = 0; k <= max || want_free; k++) {
 		uint32_t s = find_nh(&t, h + k);
@@ -360,6 +360,10 @@ static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint6
 			return s;
 	}
 	return UINT32_MAX;
+}
+static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
+{
+	return find_name_h(a, name, len, pvm_name_hash(&a->guid, name, len), free_nh);
 }
 
 
@@ -760,15 +764,16 @@ static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint3
 	size_t len;
 	int brief;
 	int rc = check_name(name, &len);
+	uint64_t h = rc ? 0 : pvm_name_hash(&a->guid, name, len);
 	if (!rc)
-		rc = stripe_hold(a, pvm_name_hash(&a->guid, name, len));
+		rc = stripe_hold(a, h);
 	if (!rc && hold_meta)
 		rc = meta_hold(a);
 	if (!rc)
 		rc = meta_brief(a, &brief);
 	if (rc)
 		return rc;
-	uint32_t s = find_name(a, name, len, NULL);
+	uint32_t s = find_name_h(a, name, len, h, NULL);
 	if (s != UINT32_MAX && copy)
 		*copy = tab_of(a).d[s];
 	meta_unbrief(a, brief);
