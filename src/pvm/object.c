@@ -195,7 +195,10 @@ static int stripe_hold(struct pvm_app *a, uint64_t h)
 
 /* ------------------------------------------------------------ pages */
 
-static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
+/* Find n free pages (growing the pool if needed) without taking them:
+ * the caller logs their bitmap words and sets them (alloc_pages, or
+ * pvm_create's batch). */
+static int find_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 {
 	struct pvm_pool *p = a->p;
 	for (int tries = 0; tries < 2; tries++) {
@@ -208,11 +211,7 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 		if (s != CHELL_BM_NONE && s < p->data_page) /* wrapped into the reserved pages */
 			s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)p->data_page, (uint32_t)n);
 		if (s != CHELL_BM_NONE && s >= p->data_page) {
-			int rc = chell_bm_set_run(&a->t, p->bm_off, s, (uint32_t)n, 1);
-			if (rc)
-				return rc;
 			*page = s;
-			p->alloc_hint = s + n;
 			return 0;
 		}
 		int rc = pvm_grow(a, cur + n);
@@ -220,6 +219,23 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 			return rc;
 	}
 	return -ENOSPC;
+}
+
+/* Mark pages found by find_pages in use; their words are logged. */
+static void take_pages(struct pvm_app *a, uint64_t page, uint64_t n)
+{
+	chell_bm_apply_run(a->p->heap, a->p->bm_off, (uint32_t)page, (uint32_t)n, 1);
+	a->p->alloc_hint = page + n;
+}
+
+static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
+{
+	int rc = find_pages(a, n, page);
+	if (!rc && (!chell_bm_log_run(&a->t, a->p->bm_off, (uint32_t)*page, (uint32_t)n) || chell_ptx_fence(&a->t)))
+		rc = a->t.err;
+	if (!rc)
+		take_pages(a, *page, n);
+	return rc;
 }
 
 static int push_extent(struct pvm_extent **v, size_t *n, size_t *cap, uint64_t off, uint64_t len)
@@ -241,10 +257,21 @@ static int free_pages(struct pvm_app *a, uint64_t off, uint64_t bytes)
 	return bytes ? push_extent(&a->frees, &a->nfrees, &a->capfrees, off, bytes) : 0;
 }
 
-/* Allocate pages for `bytes`, fill them from src (srclen bytes) and zeros
+/* Fill new pages at heap offset off: from src (srclen bytes), then zeros
  * up to `bytes` (what lies past it in the last page is not part of
  * anything: a resize in place zeroes it, logged); they are flushed at the
- * commit. *off = heap offset (0 for 0 bytes). */
+ * commit. */
+static int fill_new(struct pvm_app *a, uint64_t off, uint64_t bytes, const void *src, uint64_t srclen)
+{
+	uint8_t *d = a->p->heap + off;
+	if (srclen)
+		memcpy(d, src, srclen);
+	memset(d + srclen, 0, bytes - srclen);
+	return push_extent(&a->fresh, &a->nfresh, &a->capfresh, off, bytes);
+}
+
+/* Allocate pages for `bytes` and fill them (fill_new). *off = heap offset
+ * (0 for 0 bytes). */
 static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint64_t srclen, uint64_t *off)
 {
 	*off = 0;
@@ -254,12 +281,8 @@ static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint
 	int rc = alloc_pages(a, pages_of(bytes), &page);
 	if (rc)
 		return rc;
-	uint8_t *d = a->p->heap + page * PVM_PAGE;
-	if (srclen)
-		memcpy(d, src, srclen);
-	memset(d + srclen, 0, bytes - srclen);
 	*off = page * PVM_PAGE;
-	return push_extent(&a->fresh, &a->nfresh, &a->capfresh, *off, bytes);
+	return fill_new(a, *off, bytes, src, srclen);
 }
 
 /* ------------------------------------------------------------ tables */
@@ -294,31 +317,55 @@ static struct chell_htab htab_of(struct pvm_app *a, const struct tab *t)
 	return (struct chell_htab){a->p->heap, t->off, sizeof(struct pvm_odesc), t->mask, od_home, od_used, NULL};
 }
 
+/* The first free slot on nh's probe sequence (UINT32_MAX: none). */
+static uint32_t free_slot(struct pvm_app *a, uint64_t nh)
+{
+	struct tab t = tab_of(a);
+	uint32_t i = home_of(nh) & t.mask;
+	for (uint32_t k = 0; k <= t.mask; k++, i = (i + 1) & t.mask)
+		if (!t.d[i].used)
+			return i;
+	return UINT32_MAX;
+}
+
+/* Undo-log slot i's used word (with name_len: 8 bytes). */
+static void *log_used(struct pvm_app *a, uint32_t i, int drain)
+{
+	struct tab t = tab_of(a);
+	uint64_t off = t.off + (uint64_t)i * sizeof(struct pvm_odesc) + offsetof(struct pvm_odesc, name_len);
+	return drain ? chell_ptx_add(&a->t, off, 8) : chell_ptx_log(&a->t, off, 8);
+}
+
+/* Zero slot i (its used word logged) for hash nh; written without undo
+ * and flushed at the commit. NULL with the error in t.err. */
+static struct pvm_odesc *init_desc(struct pvm_app *a, uint32_t i, uint64_t nh)
+{
+	struct tab t = tab_of(a);
+	struct pvm_odesc *d = &t.d[i];
+	memset(d, 0, sizeof(*d));
+	d->nh = nh;
+	int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
+	if (rc) {
+		a->t.err = rc;
+		return NULL;
+	}
+	return d;
+}
+
 /* Claim a free slot for hash nh: only its `used` word is logged (a
  * rollback makes the slot free again; what else it then holds is ignored,
  * as in every free slot); the rest is written without undo and flushed
  * at the commit. Returns the zeroed slot, NULL with the error in t.err. */
 static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh)
 {
-	struct tab t = tab_of(a);
-	uint32_t i = home_of(nh) & t.mask;
-	for (uint32_t k = 0; k <= t.mask; k++, i = (i + 1) & t.mask) {
-		struct pvm_odesc *d = &t.d[i];
-		if (d->used)
-			continue;
-		if (!chell_ptx_add(&a->t, t.off + (uint64_t)i * sizeof(*d) + offsetof(struct pvm_odesc, name_len), 8))
-			return NULL;
-		memset(d, 0, sizeof(*d));
-		d->nh = nh;
-		int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
-		if (rc) {
-			a->t.err = rc;
-			return NULL;
-		}
-		return d;
+	uint32_t i = free_slot(a, nh);
+	if (i == UINT32_MAX) {
+		a->t.err = -EUCLEAN; /* full: the load bound was broken */
+		return NULL;
 	}
-	a->t.err = -EUCLEAN; /* full: the load bound was broken */
-	return NULL;
+	if (!log_used(a, i, 1))
+		return NULL;
+	return init_desc(a, i, nh);
 }
 
 /* Slot holding hash nh, or UINT32_MAX. */
@@ -373,6 +420,11 @@ static int check_name(const char *name, size_t *len)
 		return -EINVAL;
 	*len = strnlen(name, PVM_NAME_MAX);
 	return *len >= PVM_NAME_MAX ? -ENAMETOOLONG : 0;
+}
+
+static uint64_t heap_off(struct pvm_app *a, const void *at)
+{
+	return (uint64_t)((const uint8_t *)at - a->p->heap);
 }
 
 static void *log_field(struct pvm_app *a, const void *field, size_t len)
@@ -678,37 +730,54 @@ static void fill_info(struct pvm_app *a, const struct pvm_odesc *d, struct pvm_i
 int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 {
 	size_t len;
-	uint64_t nh = 0, off = 0;
+	uint64_t nh = 0, off = 0, np = pages_of(size), page = 0;
+	uint32_t slot = UINT32_MAX;
 	if (!a)
 		return -EINVAL;
 	int rc = check_name(name, &len);
 	if (rc)
 		return rc;
+	uint64_t h = pvm_name_hash(&a->guid, name, len);
 	rc = tx_enter(a);
 	if (!rc)
 		rc = meta_hold(a);
-	if (!rc && find_name(a, name, len, &nh) != UINT32_MAX)
+	if (!rc && find_name_h(a, name, len, h, &nh) != UINT32_MAX)
 		rc = -EEXIST;
 	if (!rc)
 		rc = table_room(a);
-	if (!rc)
-		rc = alloc_filled(a, size, NULL, 0, &off);
+	if (!rc && np)
+		rc = find_pages(a, np, &page);
+	if (!rc && (slot = free_slot(a, nh)) == UINT32_MAX)
+		rc = -EUCLEAN; /* full: the load bound was broken */
+	/* Every word this changes in place - the pages' bitmap words, the
+	 * slot's used word, the count, the largest collision step - is logged
+	 * under one fence instead of one each: small creates are mostly
+	 * fences. Nothing is stored to them before it. */
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	int step_up = !rc && nh - h > e->max_step;
+	if (!rc && ((np && !chell_bm_log_run(&a->t, a->p->bm_off, (uint32_t)page, (uint32_t)np)) ||
+		    !log_used(a, slot, 0) || !chell_ptx_log(&a->t, heap_off(a, &e->objects), 8) ||
+		    (step_up && !chell_ptx_log(&a->t, heap_off(a, &e->max_step), 8)) || chell_ptx_fence(&a->t)))
+		rc = a->t.err;
+	if (!rc && np) {
+		take_pages(a, page, np);
+		off = page * PVM_PAGE;
+		rc = fill_new(a, off, size, NULL, 0);
+	}
+	struct pvm_odesc *d = rc ? NULL : init_desc(a, slot, nh);
+	if (!rc && !d)
+		rc = a->t.err;
 	if (!rc) {
-		struct pvm_odesc *d = claim_desc(a, nh);
-		if (!d) {
-			rc = a->t.err;
-		} else {
-			d->off = off;
-			d->size = size;
-			d->cap = pages_of(size) * PVM_PAGE;
-			d->version = 1;
-			d->name_len = (uint32_t)len;
-			d->used = PVM_O_USED;
-			memcpy(d->name, name, len);
-			rc = count_objects(a, 1);
-			if (!rc)
-				rc = note_step(a, name, len, nh);
-		}
+		d->off = off;
+		d->size = size;
+		d->cap = np * PVM_PAGE;
+		d->version = 1;
+		d->name_len = (uint32_t)len;
+		d->used = PVM_O_USED;
+		memcpy(d->name, name, len);
+		e->objects++;
+		if (step_up)
+			e->max_step = nh - h;
 	}
 	rc = tx_leave(a, rc);
 	if (!rc && ptr)

@@ -3,7 +3,7 @@ the power-failure simulation over object-store transactions, SIGKILL of
 writers sharing a pool, and a damaged application.
 
 Scale: CHELL_PVM_KILLS (default 1000 kills; 100 when CI is set) and
-CHELL_PVM_CRASH_OPS (default 2000 operations: over 10,000 crash points).
+CHELL_PVM_CRASH_OPS (default 2200 operations: over 10,000 crash points).
 """
 import json
 import os
@@ -18,7 +18,7 @@ from conftest import CHELL, PROGS, run
 CRASH = PROGS / "chell_pvm_crash"
 KILLER = PROGS / "chell_pvm_killer"
 KILLS = int(os.environ.get("CHELL_PVM_KILLS", "100" if os.environ.get("CI") else "1000"))
-CRASH_OPS = int(os.environ.get("CHELL_PVM_CRASH_OPS", "2000"))
+CRASH_OPS = int(os.environ.get("CHELL_PVM_CRASH_OPS", "2200"))
 SUBS = ["stat", "ls", "cat", "put", "rm", "history", "check", "import", "export"]
 
 
@@ -186,7 +186,7 @@ def test_power_failure_at_every_persist_point():
     out = r.stdout.decode()
     m = re.search(r"(\d+) persist points checked, (\d+) crash images, (\d+) violations", out)
     assert r.returncode == 0 and m and int(m.group(3)) == 0, out
-    if CRASH_OPS >= 2000:
+    if CRASH_OPS >= 2200:
         assert int(m.group(1)) >= 10000, out
 
 
