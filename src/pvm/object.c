@@ -155,8 +155,10 @@ static int meta_hold(struct pvm_app *a)
 	if (a->meta_held)
 		return 0;
 	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), a->nheld > 0);
-	if (!rc)
+	if (!rc) {
 		a->meta_held = 1;
+		pvm_prot_sync(a->p);
+	}
 	return rc;
 }
 
@@ -168,8 +170,10 @@ static int meta_brief(struct pvm_app *a, int *brief)
 	if (in_tx(a) && a->meta_held)
 		return 0;
 	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), in_tx(a) && a->nheld > 0);
-	if (!rc)
+	if (!rc) {
 		*brief = 1;
+		pvm_prot_sync(a->p);
+	}
 	return rc;
 }
 static void meta_unbrief(struct pvm_app *a, int brief)
@@ -564,6 +568,7 @@ static int claim_journal(struct pvm_pool *p, uint32_t *out)
 			pthread_mutex_t *rm = pvm_mutex(p, PVM_M_RECOVERY);
 			if (pthread_mutex_lock(rm) == EOWNERDEAD)
 				pthread_mutex_consistent(rm);
+			pvm_writable_all(p);
 			chell_journal_recover(p->r, j);
 			pthread_mutex_consistent(cm);
 			pthread_mutex_unlock(rm);
@@ -816,8 +821,10 @@ int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *i
 		return rc;
 	fill_info(a, d, info);
 	uint8_t *data = d->cap ? a->p->heap + d->off : NULL;
-	if (data && (d->flags & PVM_F_PROTECTED))
+	if (data && (d->flags & PVM_F_PROTECTED)) {
+		__atomic_store_n(&a->p->ro_any, 1, __ATOMIC_RELAXED);
 		mprotect(data, d->cap, PROT_READ);
+	}
 	meta_unbrief(a, brief);
 	if (ptr)
 		*ptr = data;
@@ -1056,6 +1063,10 @@ int pvm_protect(struct pvm_app *a, const char *name, int on)
 		else
 			*f = on ? (*f | PVM_F_PROTECTED) : (*f & ~PVM_F_PROTECTED);
 	}
+	if (!rc && d->cap && on)
+		__atomic_store_n(&a->p->ro_any, 1, __ATOMIC_RELAXED);
+	if (!rc && !on)
+		(*pvm_prot_gen(a->p))++; /* under the metadata lock (lock_object) */
 	if (!rc && d->cap)
 		mprotect(a->p->heap + d->off, d->cap, on ? PROT_READ : PROT_READ | PROT_WRITE);
 	return tx_leave(a, rc);

@@ -89,6 +89,24 @@ static void populate(struct pvm_pool *p, uint64_t off, uint64_t len)
 		(void)madvise(p->map + off, (size_t)len, MADV_POPULATE_WRITE);
 }
 
+void pvm_writable_all(struct pvm_pool *p)
+{
+	if (__atomic_load_n(&p->ro_any, __ATOMIC_RELAXED))
+		(void)mprotect(p->heap, (size_t)p->heap_size, PROT_READ | PROT_WRITE);
+}
+
+/* Called with the metadata lock held. */
+void pvm_prot_sync(struct pvm_pool *p)
+{
+	if (!__atomic_load_n(&p->ro_any, __ATOMIC_RELAXED))
+		return;
+	uint64_t g = *pvm_prot_gen(p);
+	if (g != p->prot_seen) {
+		pvm_writable_all(p);
+		p->prot_seen = g;
+	}
+}
+
 /* ------------------------------------------------------------ locks */
 
 /* Roll back the journal of every client that died holding its claim.
@@ -144,6 +162,7 @@ static void recover_dead(struct pvm_pool *p)
 				c = pthread_mutex_lock(cm);
 		}
 		if (c == EOWNERDEAD) {
+			pvm_writable_all(p);
 			chell_journal_recover(p->r, j);
 			pthread_mutex_consistent(cm);
 		}

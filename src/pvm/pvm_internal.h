@@ -112,6 +112,8 @@ struct pvm_pool {
 	uint32_t max_apps, nlocks, journals;
 	uint8_t *claimed;         /* journals this process holds */
 	uint64_t alloc_hint;      /* next-fit start (under the metadata lock) */
+	int ro_any;               /* this process mapped pages read-only */
+	uint64_t prot_seen;       /* the protection generation it last saw */
 	pthread_mutex_t local;    /* claimed[] */
 };
 
@@ -176,6 +178,22 @@ void pvm_flush_new(struct pvm_pool *p, void *addr, size_t len);
 /* Grow the current size to at least `pages`, inside a
  * transaction holding the metadata lock. */
 int pvm_grow(struct pvm_app *a, uint64_t pages);
+/* Write protection is an mprotect in each process, and another process may
+ * unprotect an object, then delete it and reuse its pages for anything:
+ * this process's read-only mapping of them must not outlive that. Every
+ * unprotect bumps the pool's protection generation (pvm_prot_gen, in the
+ * metadata mutex's spare bytes) under the metadata lock; a process that
+ * has read-only pages and sees a new generation when it takes the lock
+ * makes its whole heap writable again (pvm_writable_all) before it writes
+ * anything or hands out a pointer; objects still protected become
+ * read-only again when it opens them. Recovery of another process's
+ * journal, which may write anywhere, does the same. */
+void pvm_writable_all(struct pvm_pool *p);
+void pvm_prot_sync(struct pvm_pool *p);
+static inline volatile uint64_t *pvm_prot_gen(struct pvm_pool *p)
+{
+	return (volatile uint64_t *)((uint8_t *)pvm_mutex(p, PVM_M_META) + 48);
+}
 
 /* check.c: validate application i (entry and table); 0 or -EUCLEAN with a
  * sentence naming the structure and the field in err. */

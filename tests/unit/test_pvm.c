@@ -620,6 +620,64 @@ static void test_iter_while_changing(void **st)
 	pvm_pool_close(p);
 }
 
+/* Run fn in a child (which inherits this process's mappings and their
+ * protection); 1 if it exits 0, 0 if it dies (SIGSEGV) or fails. */
+static int in_child(void (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		signal(SIGSEGV, SIG_DFL); /* not cmocka's handler */
+		fn(arg);
+		_exit(0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+static void store_page(void *ptr)
+{
+	((volatile char *)ptr)[0] = 'w';
+}
+
+/* Another process unprotects an object this one has mapped read-only,
+ * deletes it, and its pages are used again: this process must not fault
+ * on them, whether it writes through a pointer from pvm_open or the
+ * library writes to them (a create, a table). */
+static void test_protect_other_process(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "prot2");
+	char *ro;
+	assert_int_equal(pvm_create(a, "ro", 3 * PVM_PAGE, (void **)&ro), 0);
+	assert_int_equal(pvm_protect(a, "ro", 1), 0);
+	assert_false(in_child(store_page, ro)); /* protected: faults */
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct pvm_pool *q;
+		struct pvm_app *b;
+		if (pvm_pool_open(path, &q, NULL, 0) || pvm_app_open(q, "prot2", NULL, 0, &b, NULL, 0) ||
+		    pvm_protect(b, "ro", 0) || pvm_delete(b, "ro"))
+			_exit(1);
+		_exit(0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The freed pages are the lowest free ones: the next objects get
+	 * them (the library fills them in this process). */
+	void *ptr;
+	assert_int_equal(pvm_create(a, "n1", PVM_PAGE, &ptr), 0);
+	assert_int_equal(pvm_create(a, "n2", 2 * PVM_PAGE, NULL), 0);
+	assert_int_equal(pvm_open(a, "n2", &ptr, NULL), 0);
+	assert_true(in_child(store_page, ptr));
+	assert_true(in_child(store_page, ro)); /* whatever holds those pages now */
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -634,6 +692,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_protect_other_process, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
