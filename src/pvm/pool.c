@@ -175,8 +175,9 @@ static void recover_dead(struct pvm_pool *p)
 
 int pvm_lock(struct pvm_pool *p, pthread_mutex_t *m, int timed)
 {
-	int rc;
-	if (timed) {
+	/* Uncontended (the common case): no clock read for the deadline. */
+	int rc = pthread_mutex_trylock(m);
+	if (rc == EBUSY && timed) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += PVM_LOCK_WAIT_MS / 1000;
@@ -186,7 +187,7 @@ int pvm_lock(struct pvm_pool *p, pthread_mutex_t *m, int timed)
 			ts.tv_nsec -= 1000000000L;
 		}
 		rc = pthread_mutex_timedlock(m, &ts);
-	} else {
+	} else if (rc == EBUSY) {
 		rc = pthread_mutex_lock(m);
 	}
 	if (rc == EOWNERDEAD) {
