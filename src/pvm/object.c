@@ -102,8 +102,12 @@ static void unlock_all(struct pvm_app *a)
 			a->nheld--;
 		}
 	}
-	if (a->meta_held)
+	if (a->meta_held) {
+		/* The commit or abort is done: the tables are whole. */
+		uint64_t *seq = pvm_table_seq(p);
+		__atomic_store_n(seq, (*seq | 1) + 1, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(pvm_mutex(p, PVM_M_META));
+	}
 	a->meta_held = 0;
 }
 
@@ -157,6 +161,10 @@ static int meta_hold(struct pvm_app *a)
 	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), a->nheld > 0);
 	if (!rc) {
 		a->meta_held = 1;
+		uint64_t *seq = pvm_table_seq(a->p);
+		__atomic_store_n(seq, *seq | 1, __ATOMIC_RELAXED);
+		/* Odd before any change to the tables is visible. */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		pvm_prot_sync(a->p);
 	}
 	return rc;
@@ -393,10 +401,10 @@ static uint32_t find_nh(const struct tab *t, uint64_t nh)
  * application ever took (0 unless a collision ever happened, so a lookup
  * is one probe). *free_nh (if not NULL) gets the first value absent, where
  * a new object of this name goes. */
-static uint32_t find_name_h(struct pvm_app *a, const char *name, size_t len, uint64_t h, uint64_t *free_nh)
+static uint32_t find_in(const struct tab *tp, uint64_t max, const char *name, size_t len, uint64_t h,
+			uint64_t *free_nh)
 {
-	struct tab t = tab_of(a);
-	uint64_t max = pvm_aent(a->p, a->idx)->max_step;
+	const struct tab t = *tp;
 	int want_free = free_nh != NULL;
 	for (uint64_t k = 0; k <= max || want_free; k++) {
 		uint32_t s = find_nh(&t, h + k);
@@ -411,6 +419,11 @@ static uint32_t find_name_h(struct pvm_app *a, const char *name, size_t len, uin
 			return s;
 	}
 	return UINT32_MAX;
+}
+static uint32_t find_name_h(struct pvm_app *a, const char *name, size_t len, uint64_t h, uint64_t *free_nh)
+{
+	struct tab t = tab_of(a);
+	return find_in(&t, pvm_aent(a->p, a->idx)->max_step, name, len, h, free_nh);
 }
 static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
 {
@@ -790,6 +803,38 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 	return rc;
 }
 
+/* Optimistic lookup without the metadata mutex (see pvm_table_seq): copy
+ * the descriptor of `name` (hash h) into *copy. 0: found; -ENOENT: not
+ * there; 1: the tables were changing (or this thread's transaction holds
+ * the mutex): look up under the mutex instead. Everything read may be torn
+ * until the sequence check, so it is bounds-checked, never trusted. */
+static int lookup_fast(struct pvm_app *a, const char *name, size_t len, uint64_t h, struct pvm_odesc *copy)
+{
+	struct pvm_pool *p = a->p;
+	if (in_tx(a) && a->meta_held)
+		return 1;
+	uint64_t *seq = pvm_table_seq(p);
+	uint64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+	if (s1 & 1)
+		return 1;
+	pvm_prot_sync(p);
+	const struct pvm_aent *e = pvm_aent(p, a->idx);
+	uint64_t toff = e->table_off, slots = e->slots, max = e->max_step;
+	uint64_t end = p->root->cur_pages * PVM_PAGE;
+	if (slots < 2 || slots > PVM_MAX_SLOTS || (slots & (slots - 1)) || toff % PVM_PAGE ||
+	    toff < p->data_page * PVM_PAGE || toff > end || slots * sizeof(struct pvm_odesc) > end - toff ||
+	    max >= PVM_MAX_SLOTS)
+		return 1;
+	struct tab t = {(struct pvm_odesc *)(p->heap + toff), toff, (uint32_t)slots - 1};
+	uint32_t s = find_in(&t, max, name, len, h, NULL);
+	if (s != UINT32_MAX)
+		memcpy(copy, &t.d[s], sizeof(*copy));
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(seq, __ATOMIC_RELAXED) != s1)
+		return 1;
+	return s == UINT32_MAX ? -ENOENT : 0;
+}
+
 /* Look `name` up with the metadata lock taken for the lookup (*brief:
  * release it with meta_unbrief once done with *d). */
 static int lookup(struct pvm_app *a, const char *name, int *brief, struct pvm_odesc **d)
@@ -816,7 +861,21 @@ int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *i
 	struct pvm_odesc *d;
 	if (!a)
 		return -EINVAL;
-	int rc = lookup(a, name, &brief, &d);
+	size_t len;
+	struct pvm_odesc c;
+	int rc = check_name(name, &len);
+	if (rc)
+		return rc;
+	rc = lookup_fast(a, name, len, pvm_name_hash(&a->guid, name, len), &c);
+	if (rc <= 0 && !(rc == 0 && (c.flags & PVM_F_PROTECTED))) { /* protected: mprotect under the lock */
+		if (rc == 0) {
+			fill_info(a, &c, info);
+			if (ptr)
+				*ptr = c.cap ? a->p->heap + c.off : NULL;
+		}
+		return rc;
+	}
+	rc = lookup(a, name, &brief, &d);
 	if (rc)
 		return rc;
 	fill_info(a, d, info);
@@ -843,6 +902,14 @@ static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint3
 	uint64_t h = rc ? 0 : pvm_name_hash(&a->guid, name, len);
 	if (!rc)
 		rc = stripe_hold(a, h);
+	if (!rc && !hold_meta && copy) {
+		/* Only the copy is wanted: the stripe keeps this object's own
+		 * fields still; the seqlock covers its slot moving. */
+		int f = lookup_fast(a, name, len, h, copy);
+		*slot = UINT32_MAX; /* not known without the lock */
+		if (f <= 0)
+			return f;
+	}
 	if (!rc && hold_meta)
 		rc = meta_hold(a);
 	if (!rc)

@@ -95,15 +95,15 @@ void pvm_writable_all(struct pvm_pool *p)
 		(void)mprotect(p->heap, (size_t)p->heap_size, PROT_READ | PROT_WRITE);
 }
 
-/* Called with the metadata lock held. */
+/* Called with the metadata lock held, or before an optimistic lookup. */
 void pvm_prot_sync(struct pvm_pool *p)
 {
 	if (!__atomic_load_n(&p->ro_any, __ATOMIC_RELAXED))
 		return;
 	uint64_t g = *pvm_prot_gen(p);
-	if (g != p->prot_seen) {
+	if (g != __atomic_load_n(&p->prot_seen, __ATOMIC_RELAXED)) {
 		pvm_writable_all(p);
-		p->prot_seen = g;
+		__atomic_store_n(&p->prot_seen, g, __ATOMIC_RELAXED);
 	}
 }
 
@@ -193,6 +193,10 @@ int pvm_lock(struct pvm_pool *p, pthread_mutex_t *m, int timed)
 	if (rc == EOWNERDEAD) {
 		recover_dead(p);
 		pthread_mutex_consistent(m);
+		if (m == pvm_mutex(p, PVM_M_META)) { /* its tables are whole again */
+			uint64_t *seq = pvm_table_seq(p);
+			__atomic_store_n(seq, (__atomic_load_n(seq, __ATOMIC_RELAXED) | 1) + 1, __ATOMIC_RELEASE);
+		}
 		return 0;
 	}
 	if (rc == ETIMEDOUT || rc == EDEADLK)
@@ -406,6 +410,7 @@ static int pool_attach(struct pvm_pool *p, int alone, char *err, size_t errlen)
 	if (!alone)
 		return 0;
 	rc = init_mutexes(p);
+	*pvm_table_seq(p) = 0;
 	if (rc) {
 		pvm_err(err, errlen, "cannot initialise the pool's locks: %s", strerror(-rc));
 		return rc;

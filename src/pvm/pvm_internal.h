@@ -194,6 +194,17 @@ static inline volatile uint64_t *pvm_prot_gen(struct pvm_pool *p)
 {
 	return (volatile uint64_t *)((uint8_t *)pvm_mutex(p, PVM_M_META) + 48);
 }
+/* The table sequence: odd while a transaction holding the metadata mutex
+ * may change the application or object tables (from meta_hold to the end
+ * of its commit or abort), bumped to even after. Lookups copy what they
+ * need without the mutex and keep it only if the sequence was even and
+ * unchanged around the copy (a seqlock); otherwise they take the mutex. A
+ * holder that dies leaves it odd: whoever next takes the mutex (owner
+ * dead, journal rolled back) makes it even again (pvm_lock). */
+static inline uint64_t *pvm_table_seq(struct pvm_pool *p)
+{
+	return (uint64_t *)((uint8_t *)pvm_mutex(p, PVM_M_META) + 56);
+}
 
 /* check.c: validate application i (entry and table); 0 or -EUCLEAN with a
  * sentence naming the structure and the field in err. */

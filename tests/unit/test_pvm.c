@@ -304,11 +304,37 @@ static void *thr_main(void *arg)
 	return NULL;
 }
 
+/* Creates and deletes objects (their slots shift, the table grows) while
+ * the other threads look theirs up without the metadata lock. */
+static volatile int churn_stop;
+static void *churn_main(void *arg)
+{
+	struct thr *t = arg;
+	char name[32];
+	for (int round = 0; !churn_stop; round++) {
+		for (int i = 0; i < 200; i++) {
+			snprintf(name, sizeof(name), "churn%d-%d", round % 2, i);
+			if (pvm_create(t->a, name, 16, NULL) && !churn_stop)
+				t->fails++;
+		}
+		for (int i = 0; i < 200; i++) {
+			snprintf(name, sizeof(name), "churn%d-%d", round % 2, i);
+			if (pvm_delete(t->a, name))
+				t->fails++;
+		}
+	}
+	return NULL;
+}
+
 static void test_threads(void **st)
 {
 	(void)st;
 	struct pvm_pool *p = mkpool(64 << 20, 0);
 	struct pvm_app *h[2] = {app(p, "thr"), app(p, "thr")};
+	struct pvm_app *hc = app(p, "thr");
+	struct thr ct = {hc, 9, 0};
+	pthread_t cth;
+	churn_stop = 0;
 	assert_int_equal(pvm_create(h[0], "shared", 8, NULL), 0);
 	struct thr t[4];
 	pthread_t th[4];
@@ -318,12 +344,17 @@ static void test_threads(void **st)
 		assert_int_equal(pvm_create(h[0], n, 8, NULL), 0);
 		t[i] = (struct thr){h[i % 2], i, 0};
 	}
+	pthread_create(&cth, NULL, churn_main, &ct);
 	for (int i = 0; i < 4; i++)
 		pthread_create(&th[i], NULL, thr_main, &t[i]);
 	for (int i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
 		assert_int_equal(t[i].fails, 0);
 	}
+	churn_stop = 1;
+	pthread_join(cth, NULL);
+	assert_int_equal(ct.fails, 0);
+	pvm_app_close(hc);
 	uint64_t *v;
 	assert_int_equal(pvm_open(h[1], "shared", (void **)&v, NULL), 0);
 	assert_int_equal(*v, 4 * TROUNDS);
