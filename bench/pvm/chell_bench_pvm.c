@@ -3,6 +3,11 @@
  * chell_bench_pvm: the measurements of scripts/bench_pvm.py (docs/PVM.md,
  * docs/PERFORMANCE.md). One JSON object per line on stdout.
  *
+ * Latencies (objects *_ns, kv *_us and *_ops) are those of the median batch
+ * of 100 operations, so that a preemption on a shared machine spoils one
+ * batch, not the result; objects *_ops and kv *_ops_phase are throughputs
+ * over the whole phase.
+ *
  *   objects --system pvm|pmemobj|files --dir DIR --size N --count C --threads T
  *       create+commit, transactional update, read, delete of C objects of
  *       N bytes per thread; ns per operation for each phase. Update goes
@@ -28,13 +33,15 @@
  *       memory first) with snappy and store the output as an object or a
  *       file (open+write+fsync+close); MB/s of input and the user and kernel
  *       CPU time of the storing phase (getrusage).
- *   pages --kind anon|tmpfs|pvm --dir DIR --mb M
+ *   pages --kind anon|tmpfs|pvm|tierheap --dir DIR --mb M
  *       touch every page of an M MiB mapping once in a random order (first
  *       touch: the fault and the page's allocation) and again (mapped):
- *       ns per page (the paper's figures 9 and 10).
+ *       ns per page (the paper's figures 9 and 10). tierheap: npmalloc'd
+ *       memory, the tiered heap's slow-tier pages (under chell tier run).
  */
 #include <chell/pvm.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -92,7 +99,8 @@ static const char *phase_name[P_N] = {"create", "update", "read", "delete"};
 
 struct worker {
 	int id;
-	double t[P_N];
+	double t[P_N];   /* seconds of the phase */
+	double lat[P_N]; /* median batch: seconds per operation */
 	pthread_barrier_t *bar;
 	struct pvm_pool *pp;
 #ifdef CHELL_HAVE_PMEMOBJ
@@ -100,12 +108,59 @@ struct worker {
 #endif
 };
 
+/* Operations are timed in batches of BATCH; a phase reports the median
+ * batch's ns per operation (a preemption on this shared machine spoils a
+ * batch, not the phase) and its throughput over the whole phase. */
+#define BATCH 100
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+static double median_of(double *v, size_t n)
+{
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Batch timer: bt_tick after each operation. */
+struct batches {
+	double *v, tb;
+	size_t n;
+	uint64_t done;
+};
+static void bt_start(struct batches *b, uint64_t ops)
+{
+	b->v = realloc(b->v, (ops / BATCH + 2) * sizeof(*b->v));
+	b->n = 0;
+	b->done = 0;
+	b->tb = now();
+}
+static void bt_tick(struct batches *b, uint64_t ops)
+{
+	if (++b->done % BATCH && b->done != ops)
+		return;
+	double t = now();
+	uint64_t in = b->done % BATCH ? b->done % BATCH : BATCH;
+	b->v[b->n++] = (t - b->tb) / (double)in;
+	b->tb = t;
+}
+
 #define PHASE(w, ph, body)                                                                                        \
 	do {                                                                                                       \
+		struct batches bt_ = {0};                                                                          \
 		pthread_barrier_wait((w)->bar);                                                                    \
 		double t0_ = now();                                                                                \
-		body;                                                                                              \
+		bt_start(&bt_, count);                                                                             \
+		for (uint64_t i = 0; i < count; i++) {                                                             \
+			body;                                                                                      \
+			bt_tick(&bt_, count);                                                                      \
+		}                                                                                                  \
 		(w)->t[ph] = now() - t0_;                                                                          \
+		(w)->lat[ph] = median_of(bt_.v, bt_.n);                                                            \
+		free(bt_.v);                                                                                       \
 	} while (0)
 
 static void *run_pvm(void *arg)
@@ -118,7 +173,7 @@ static void *run_pvm(void *arg)
 	memset(buf, 0xab, size);
 	if (pvm_app_open(w->pp, "bench", NULL, PVM_APP_CREATE, &a, err, sizeof err))
 		die(err, EINVAL);
-	PHASE(w, P_CREATE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_CREATE, {
 		snprintf(name, sizeof name, "t%d-o%" PRIu64, w->id, i);
 		if (pvm_tx_begin(a) || pvm_create(a, name, size, &ptrs[i]))
 			die("pvm create", ENOSPC);
@@ -128,7 +183,7 @@ static void *run_pvm(void *arg)
 	});
 	/* Update through the pointer the program holds (zero copy), as the
 	 * libpmemobj arm holds its PMEMoid; the name locks and logs. */
-	PHASE(w, P_UPDATE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_UPDATE, {
 		snprintf(name, sizeof name, "t%d-o%" PRIu64, w->id, i);
 		buf[0] = (uint8_t)i;
 		if (pvm_tx_begin(a) || pvm_tx_add(a, name, 0, size))
@@ -137,14 +192,14 @@ static void *run_pvm(void *arg)
 		if (pvm_tx_commit(a))
 			die("pvm commit", EIO);
 	});
-	PHASE(w, P_READ, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_READ, {
 		void *p;
 		snprintf(name, sizeof name, "t%d-o%" PRIu64, w->id, i);
 		if (pvm_open(a, name, &p, NULL))
 			die("pvm open", ENOENT);
 		memcpy(out, p, size);
 	});
-	PHASE(w, P_DELETE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_DELETE, {
 		snprintf(name, sizeof name, "t%d-o%" PRIu64, w->id, i);
 		if (pvm_delete(a, name))
 			die("pvm delete", ENOENT);
@@ -197,13 +252,13 @@ static void *run_pmemobj(void *arg)
 	PMEMoid root = pmemobj_root(w->pop, sizeof(PMEMoid) * count * (uint64_t)threads);
 	PMEMoid *slots = (PMEMoid *)pmemobj_direct(root) + (uint64_t)w->id * count;
 	PMEMobjpool *pop = w->pop;
-	PHASE(w, P_CREATE, for (uint64_t i = 0; i < count; i++) pmo_create(pop, &slots[i], buf));
-	PHASE(w, P_UPDATE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_CREATE, pmo_create(pop, &slots[i], buf));
+	PHASE(w, P_UPDATE, {
 		buf[0] = (uint8_t)i;
 		pmo_update(pop, &slots[i], buf);
 	});
-	PHASE(w, P_READ, for (uint64_t i = 0; i < count; i++) memcpy(out, pmemobj_direct(slots[i]), size));
-	PHASE(w, P_DELETE, for (uint64_t i = 0; i < count; i++) pmo_delete(pop, &slots[i]));
+	PHASE(w, P_READ, memcpy(out, pmemobj_direct(slots[i]), size));
+	PHASE(w, P_DELETE, pmo_delete(pop, &slots[i]));
 	free(buf);
 	free(out);
 	return NULL;
@@ -237,23 +292,23 @@ static void *run_files(void *arg)
 	char name[4200];
 	uint8_t *buf = malloc(size), *out = malloc(size);
 	memset(buf, 0xab, size);
-	PHASE(w, P_CREATE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_CREATE, {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
 		file_put(name, O_CREAT | O_TRUNC, buf);
 	});
-	PHASE(w, P_UPDATE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_UPDATE, {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
 		buf[0] = (uint8_t)i;
 		file_put(name, 0, buf);
 	});
-	PHASE(w, P_READ, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_READ, {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
 		int fd = open(name, O_RDONLY);
 		if (fd < 0 || read(fd, out, size) < 0)
 			die(name, errno);
 		close(fd);
 	});
-	PHASE(w, P_DELETE, for (uint64_t i = 0; i < count; i++) {
+	PHASE(w, P_DELETE, {
 		snprintf(name, sizeof name, "%s/t%d-o%" PRIu64, dir, w->id, i);
 		if (unlink(name))
 			die(name, errno);
@@ -317,13 +372,17 @@ static int cmd_objects(void)
 	printf("{\"bench\": \"objects\", \"system\": \"%s\", \"size\": %" PRIu64 ", \"threads\": %d, \"count\": %" PRIu64,
 	       sys_name, size, threads, count);
 	for (int ph = 0; ph < P_N; ph++) {
-		double slowest = 0;
-		for (int i = 0; i < threads; i++)
+		double slowest = 0, lat = 0;
+		for (int i = 0; i < threads; i++) {
 			if (ws[i].t[ph] > slowest)
 				slowest = ws[i].t[ph];
-		/* Throughput of all threads; latency of one operation. */
+			if (ws[i].lat[ph] > lat)
+				lat = ws[i].lat[ph];
+		}
+		/* Throughput of all threads over the phase; latency of one
+		 * operation (median batch, the slower thread's). */
 		printf(", \"%s_ops\": %.1f, \"%s_ns\": %.1f", phase_name[ph], (double)count * threads / slowest,
-		       phase_name[ph], slowest / (double)count * 1e9);
+		       phase_name[ph], lat * 1e9);
 	}
 	printf("}\n");
 	if (pp) {
@@ -459,47 +518,36 @@ static int cmd_kv(void)
 	struct {
 		const char *name;
 		uint64_t n;
-		double t;
+		double t, lat;
 	} r[5] = {{"fillseq", num, 0}, {"fillrandom", num, 0}, {"fillsync", num / 10, 0},
 		  {"overwrite", num, 0}, {"readrandom", num, 0}};
-	double t0 = now();
-	for (uint64_t i = 0; i < num; i++) { /* fillseq: keys in order */
-		key_of(i, key);
-		ops.put(ops.ctx, key, val, sync_on);
-	}
-	r[0].t = now() - t0;
-	t0 = now();
-	for (uint64_t i = 0; i < num; i++) { /* fillrandom: new keys, random order */
-		key_of(num + rnd(&s) % (num * 8), key);
-		ops.put(ops.ctx, key, val, sync_on);
-	}
-	r[1].t = now() - t0;
-	t0 = now();
-	for (uint64_t i = 0; i < num / 10; i++) {
-		key_of(num * 10 + rnd(&s) % num, key);
-		ops.put(ops.ctx, key, val, 1);
-	}
-	r[2].t = now() - t0;
-	t0 = now();
-	for (uint64_t i = 0; i < num; i++) {
-		key_of(rnd(&s) % num, key);
-		val[0] = (char)i;
-		ops.put(ops.ctx, key, val, sync_on);
-	}
-	r[3].t = now() - t0;
 	uint64_t found = 0;
-	t0 = now();
-	for (uint64_t i = 0; i < num; i++) {
-		key_of(rnd(&s) % num, key);
-		found += (uint64_t)ops.get(ops.ctx, key, val);
-	}
-	r[4].t = now() - t0;
+	struct batches bt = {0};
+	/* Each benchmark: seconds in r[b].t (throughput), the median batch in
+	 * r[b].lat (latency, robust to preemption). */
+#define KV_RUN(b, body)                                                                                            \
+	do {                                                                                                       \
+		double t0_ = now();                                                                                \
+		bt_start(&bt, r[b].n);                                                                             \
+		for (uint64_t i = 0; i < r[b].n; i++) {                                                            \
+			body;                                                                                      \
+			bt_tick(&bt, r[b].n);                                                                      \
+		}                                                                                                  \
+		r[b].t = now() - t0_;                                                                              \
+		r[b].lat = median_of(bt.v, bt.n);                                                                  \
+	} while (0)
+	KV_RUN(0, { key_of(i, key); ops.put(ops.ctx, key, val, sync_on); });            /* fillseq: keys in order */
+	KV_RUN(1, { key_of(num + rnd(&s) % (num * 8), key); ops.put(ops.ctx, key, val, sync_on); }); /* new keys */
+	KV_RUN(2, { key_of(num * 10 + rnd(&s) % num, key); ops.put(ops.ctx, key, val, 1); });          /* fillsync */
+	KV_RUN(3, { key_of(rnd(&s) % num, key); val[0] = (char)i; ops.put(ops.ctx, key, val, sync_on); }); /* overwrite */
+	KV_RUN(4, { key_of(rnd(&s) % num, key); found += (uint64_t)ops.get(ops.ctx, key, val); });     /* readrandom */
+	free(bt.v);
 	if (found != num)
 		die("readrandom missed keys", ENOENT);
 	printf("{\"bench\": \"kv\", \"system\": \"%s\", \"sync\": %d, \"num\": %" PRIu64, sys_name, sync_on, num);
 	for (int i = 0; i < 5; i++)
-		printf(", \"%s_us\": %.3f, \"%s_ops\": %.1f", r[i].name, r[i].t / (double)r[i].n * 1e6, r[i].name,
-		       (double)r[i].n / r[i].t);
+		printf(", \"%s_us\": %.3f, \"%s_ops\": %.1f, \"%s_ops_phase\": %.1f", r[i].name, r[i].lat * 1e6,
+		       r[i].name, 1.0 / r[i].lat, r[i].name, (double)r[i].n / r[i].t);
 	printf("}\n");
 	if (a) {
 		pvm_app_close(a);
@@ -664,8 +712,16 @@ static int cmd_pages(void)
 		    pvm_tx_begin(a) || pvm_create(a, "region", len, &p))
 			die(err, EINVAL);
 		m = p;
+	} else if (!strcmp(kind, "tierheap")) {
+		/* The tiered heap's non-persistent pages (npmalloc): run under
+		 * `chell tier run`, whose launcher allocated the slow tier's
+		 * pages before the program started. */
+		void *(*npm)(size_t) = (void *(*)(size_t))dlsym(RTLD_DEFAULT, "npmalloc");
+		if (!npm)
+			die("--kind tierheap: npmalloc not found (run under chell tier run)", ENOENT);
+		m = npm(len);
 	} else {
-		die("--kind anon|tmpfs|pvm", EINVAL);
+		die("--kind anon|tmpfs|pvm|tierheap", EINVAL);
 	}
 	if (m == MAP_FAILED || !m)
 		die("mmap", errno);
@@ -699,7 +755,7 @@ static int cmd_pages(void)
 		pvm_app_close(a);
 		pvm_pool_close(pp);
 		unlink(path);
-	} else {
+	} else if (strcmp(kind, "tierheap")) {
 		munmap(m, len);
 		if (fd >= 0) {
 			close(fd);

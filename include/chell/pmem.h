@@ -124,6 +124,11 @@ int chell_tx_begin(struct chell_region *r, unsigned journal, struct chell_tx **o
 /* Record the current contents of [off, off+len) of the heap (undo entry),
  * persisted before the caller may modify that range in place. */
 int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len);
+/* The same without making the record durable yet: several ranges of one
+ * change can share one fence. The caller must not store into any range so
+ * recorded before chell_tx_fence returns. */
+int chell_tx_add_range_nodrain(struct chell_tx *tx, uint64_t off, size_t len);
+void chell_tx_fence(struct chell_tx *tx);
 /* Persist the modified ranges, then write and persist the finish record. */
 int chell_tx_commit(struct chell_tx *tx);
 /* Restore every recorded range now (an explicit abort). */

@@ -48,6 +48,12 @@ void chell_ptx_wrap(struct chell_ptx *t, struct chell_region *r, struct chell_tx
 /* Undo-log [off, off+len) and return a pointer to modify it; NULL (with
  * t->err set) on failure, and every later call fails too. */
 void *chell_ptx_add(struct chell_ptx *t, uint64_t off, size_t len);
+/* Undo-log [off, off+len) without a fence of its own: log every range a
+ * change touches, then chell_ptx_fence once, and only then store into
+ * them (one fence instead of one per range). NULL with t->err on failure. */
+void *chell_ptx_log(struct chell_ptx *t, uint64_t off, size_t len);
+/* Make the ranges chell_ptx_log recorded durable; returns t->err. */
+int chell_ptx_fence(struct chell_ptx *t);
 /* Commit if everything succeeded, abort otherwise; returns t->err or the
  * commit's error. */
 int chell_ptx_end(struct chell_ptx *t);
@@ -62,6 +68,11 @@ uint32_t chell_bm_find_run(const uint8_t *heap, uint64_t bm_off, uint32_t n, uin
 int chell_bm_set(struct chell_ptx *t, uint64_t bm_off, uint32_t i, int on);
 /* Set or clear bits [i, i+count), logging the words they touch once. */
 int chell_bm_set_run(struct chell_ptx *t, uint64_t bm_off, uint32_t i, uint32_t count, int on);
+/* The halves of chell_bm_set_run: undo-log the words of bits [i, i+count)
+ * as chell_ptx_log does (no fence: chell_ptx_fence before applying; NULL
+ * with t->err on failure), and change the bits without logging. */
+void *chell_bm_log_run(struct chell_ptx *t, uint64_t bm_off, uint32_t i, uint32_t count);
+void chell_bm_apply_run(uint8_t *heap, uint64_t bm_off, uint32_t i, uint32_t count, int on);
 
 /* A table of mask+1 slots of esize bytes at heap offset off. home() hashes
  * a used slot's key; used() tells an empty (all-zero) slot from a full one. */

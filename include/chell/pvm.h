@@ -20,7 +20,7 @@
  *                pool's region (the region's master slot table is the
  *                master journal).
  *   object       named by (gUID, name); its ID is the gUID plus the 64-bit
- *                hash of the name, moved to the next free value on a
+ *                hash of the name (63 bits), moved to the next free value on a
  *                collision (pvm_info.oid). Data is page-aligned and takes
  *                whole pages (PVM_PAGE), so it can be write-protected.
  *   pointers     pvm_open gives a pointer into the shared mapping (zero
@@ -201,9 +201,13 @@ int pvm_protect(struct pvm_app *a, const char *name, int on);
  * -EPERM, -EINVAL (range beyond the size). */
 int pvm_write(struct pvm_app *a, const char *name, uint64_t off, const void *buf, size_t len);
 
-/* The object at *cursor or after (start with 0): 1 and *info filled, or 0
- * at the end. Objects created or deleted during an iteration may or may not
- * be seen; the others are seen once. */
+/* Iterate over the application's objects, in the order of their IDs:
+ * start with *cursor = 0; each call returns 1 and fills *info (if not
+ * NULL) with the next object, advancing *cursor, or 0 at the end. Objects
+ * that exist during the whole iteration are returned exactly once, even if
+ * others are created, deleted or renamed meanwhile (by this or any
+ * process); objects created or renamed during it may or may not be, and
+ * deleted ones are not returned after their deletion. Errors: -ENOMEM. */
 int pvm_iter(struct pvm_app *a, uint64_t *cursor, struct pvm_info *info);
 
 /* ------------------------------------------------------------ history */

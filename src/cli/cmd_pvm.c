@@ -3,7 +3,7 @@
  * `chell pvm ...`: the pVM object store (include/chell/pvm.h, docs/PVM.md)
  * from the command line.
  *
- *   stat [--json]                      capacity, use per application, free space
+ *   stat [--app A] [--json]            capacity, use per application, free space
  *   ls --app A [--json]                objects of an application
  *   cat --app A NAME                   an object's bytes to stdout
  *   put --app A NAME [FILE]            an object from a file (or stdin), replaced atomically
@@ -77,16 +77,18 @@ static int run_history(struct pvm_opts *o, int argc, char **argv);
 static int run_check(struct pvm_opts *o, int argc, char **argv);
 
 static const struct sub subs[] = {
-	{"stat", run_stat, O_POOL | O_JSON, 0, 0, 0,
-	 "Usage: chell pvm stat [--pool PATH] [--json]\n\n"
+	{"stat", run_stat, O_POOL | O_APP | O_JSON, 0, 0, 0,
+	 "Usage: chell pvm stat [--pool PATH] [--app NAME] [--json]\n\n"
 	 "Capacity (the size the pool may grow to), its current size, the bytes each\n"
 	 "application holds (objects, tables, kept versions), free space, the number\n"
 	 "of free extents (fragmentation) and the largest one.\n\n"
 	 "Options:\n"
 	 "      --pool PATH  the pool (default: the pvm.pool setting)\n"
+	 "      --app NAME   list only this application (exit 1 if it is not there)\n"
 	 "      --json       machine-readable output\n"
 	 "  -h, --help       show this help\n\n"
-	 "Exit status: 0 ok, 1 the pool cannot be opened, 2 usage error.\n"},
+	 "Exit status: 0 ok, 1 the pool (or the application) cannot be found, 2 usage\n"
+	 "error.\n"},
 	{"ls", run_ls, O_POOL | O_APP | O_JSON, 1, 0, 0,
 	 "Usage: chell pvm ls [--pool PATH] --app NAME [--json]\n\n"
 	 "List an application's objects: size, version, versions kept, flags, name.\n\n"
@@ -339,6 +341,16 @@ static int run_stat(struct pvm_opts *o, int argc, char **argv)
 	double frag = st.free ? 1.0 - (double)st.largest_free / (double)st.free : 0;
 	struct pvm_app_info ai;
 	uint32_t cur = 0;
+	if (o->app) {
+		int found = 0;
+		while (!found && pvm_app_next(o->p, &cur, &ai) == 1)
+			found = !strncmp(ai.name, o->app, sizeof ai.name);
+		if (!found) {
+			cli_err("pvm stat: no application \"%s\" in %s", o->app, o->pool);
+			return 1;
+		}
+		cur = 0;
+	}
 	if (o->json) {
 		printf("{\"pool\": ");
 		cli_json_str(stdout, o->pool);
@@ -349,6 +361,8 @@ static int run_stat(struct pvm_opts *o, int argc, char **argv)
 		       st.dax ? "true" : "false");
 		int first = 1;
 		while (pvm_app_next(o->p, &cur, &ai) == 1) {
+			if (o->app && strncmp(ai.name, o->app, sizeof ai.name))
+				continue;
 			printf("%s{\"name\": ", first ? "" : ", ");
 			cli_json_str(stdout, ai.name);
 			printf(", \"objects\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"persistent\": %" PRIu64
@@ -373,6 +387,8 @@ static int run_stat(struct pvm_opts *o, int argc, char **argv)
 	printf("\nFree extents:      %" PRIu64 "\nFragmentation:     %.1f%%\n", st.free_extents, frag * 100);
 	printf("Applications:      %u of %u\n", st.apps, st.max_apps);
 	while (pvm_app_next(o->p, &cur, &ai) == 1) {
+		if (o->app && strncmp(ai.name, o->app, sizeof ai.name))
+			continue;
 		printf("  %-24s ", ai.name);
 		if (ai.damaged) {
 			printf("DAMAGED (run chell pvm check)\n");

@@ -36,7 +36,7 @@ void chell_ptx_wrap(struct chell_ptx *t, struct chell_region *r, struct chell_tx
 	t->nadd = 0;
 }
 
-void *chell_ptx_add(struct chell_ptx *t, uint64_t off, size_t len)
+static void *ptx_add(struct chell_ptx *t, uint64_t off, size_t len, int drain)
 {
 	if (t->err)
 		return NULL;
@@ -44,13 +44,32 @@ void *chell_ptx_add(struct chell_ptx *t, uint64_t off, size_t len)
 		t->err = -EUCLEAN;
 		return NULL;
 	}
-	int rc = chell_ptx_fault_skip_undo && t->nadd == 1 ? 0 : chell_tx_add_range(t->tx, off, len);
+	int rc = chell_ptx_fault_skip_undo && t->nadd == 1 ? 0
+		 : drain ? chell_tx_add_range(t->tx, off, len)
+			 : chell_tx_add_range_nodrain(t->tx, off, len);
 	t->nadd++;
 	if (rc < 0) {
 		t->err = rc;
 		return NULL;
 	}
 	return t->heap + off;
+}
+
+void *chell_ptx_add(struct chell_ptx *t, uint64_t off, size_t len)
+{
+	return ptx_add(t, off, len, 1);
+}
+
+void *chell_ptx_log(struct chell_ptx *t, uint64_t off, size_t len)
+{
+	return ptx_add(t, off, len, 0);
+}
+
+int chell_ptx_fence(struct chell_ptx *t)
+{
+	if (!t->err)
+		chell_tx_fence(t->tx);
+	return t->err;
 }
 
 int chell_ptx_end(struct chell_ptx *t)
@@ -127,17 +146,27 @@ int chell_bm_set_run(struct chell_ptx *t, uint64_t bm_off, uint32_t i, uint32_t 
 {
 	if (!count)
 		return t->err;
-	uint32_t w0 = i / 64, w1 = (i + count - 1) / 64;
-	uint64_t *w = chell_ptx_add(t, bm_off + 8ull * w0, 8ull * (w1 - w0 + 1));
-	if (!w)
+	if (!chell_bm_log_run(t, bm_off, i, count) || chell_ptx_fence(t))
 		return t->err;
+	chell_bm_apply_run(t->heap, bm_off, i, count, on);
+	return 0;
+}
+
+void *chell_bm_log_run(struct chell_ptx *t, uint64_t bm_off, uint32_t i, uint32_t count)
+{
+	uint32_t w0 = i / 64, w1 = (i + count - 1) / 64;
+	return chell_ptx_log(t, bm_off + 8ull * w0, 8ull * (w1 - w0 + 1));
+}
+
+void chell_bm_apply_run(uint8_t *heap, uint64_t bm_off, uint32_t i, uint32_t count, int on)
+{
+	uint64_t *w = (uint64_t *)(heap + bm_off);
 	for (uint32_t b = i; b < i + count; b++) {
 		if (on)
-			w[b / 64 - w0] |= 1ull << (b % 64);
+			w[b / 64] |= 1ull << (b % 64);
 		else
-			w[b / 64 - w0] &= ~(1ull << (b % 64));
+			w[b / 64] &= ~(1ull << (b % 64));
 	}
-	return 0;
 }
 
 /* ------------------------------------------------------------ tables */

@@ -87,7 +87,9 @@ static void note_range(struct chell_tx *tx, uint64_t off, uint64_t len)
 	tx->nranges++;
 }
 
-int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
+/* Write the undo record of [off, off+len); drained before returning when
+ * `drain`, else by the caller's chell_tx_fence before it stores. */
+static int add_range(struct chell_tx *tx, uint64_t off, size_t len, int drain)
 {
 	if (!tx || !atomic_load(&tx->in_use))
 		return -EINVAL;
@@ -128,13 +130,31 @@ int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
 	if (len > PM_INLINE) /* the rest straight from the heap, no staging copy */
 		r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next + 1), old + PM_INLINE,
 				      len - PM_INLINE);
-	/* The undo image is durable before add_range returns, hence before
-	 * the caller's first store to the range. */
-	r->ops.drain(r->ops.ctx);
+	/* The undo image is durable before add_range returns (or before
+	 * chell_tx_fence does), hence before the caller's first store to the
+	 * range. */
+	if (drain)
+		r->ops.drain(r->ops.ctx);
 	tx->last = tx->next;
 	tx->next += (uint32_t)need;
 	note_range(tx, off, len);
 	return 0;
+}
+
+int chell_tx_add_range(struct chell_tx *tx, uint64_t off, size_t len)
+{
+	return add_range(tx, off, len, 1);
+}
+
+int chell_tx_add_range_nodrain(struct chell_tx *tx, uint64_t off, size_t len)
+{
+	return add_range(tx, off, len, 0);
+}
+
+void chell_tx_fence(struct chell_tx *tx)
+{
+	if (tx && atomic_load(&tx->in_use))
+		tx->r->ops.drain(tx->r->ops.ctx);
 }
 
 /* Read back the undo record whose header is at index i of journal j as we

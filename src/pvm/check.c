@@ -40,6 +40,12 @@ int pvm_app_validate(struct pvm_pool *p, uint32_t i, char *err, size_t errlen)
 			(unsigned long long)e.table_off);
 		return -EUCLEAN;
 	}
+	/* A step is below the number of objects that existed at once. */
+	if (e.max_step >= PVM_MAX_SLOTS) {
+		pvm_err(err, errlen, "application \"%s\": entry field max_step %llu is not below %u", an,
+			(unsigned long long)e.max_step, PVM_MAX_SLOTS);
+		return -EUCLEAN;
+	}
 	const struct pvm_odesc *t = (const struct pvm_odesc *)(p->heap + e.table_off);
 	struct pvm_guid g;
 	memcpy(g.b, e.guid, 16);
@@ -58,7 +64,7 @@ int pvm_app_validate(struct pvm_pool *p, uint32_t i, char *err, size_t errlen)
 		if (d->name_len == 0 || d->name_len >= PVM_NAME_MAX || d->name[d->name_len] ||
 		    strnlen(d->name, d->name_len) != d->name_len)
 			bad = "name_len";
-		else if (d->nh - pvm_name_hash(&g, d->name, d->name_len) >= e.slots)
+		else if (d->nh - pvm_name_hash(&g, d->name, d->name_len) > e.max_step)
 			bad = "nh";
 		else if (d->cap % PVM_PAGE || d->size > d->cap)
 			bad = "size";

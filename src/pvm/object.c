@@ -24,6 +24,15 @@
 #include <unistd.h>
 
 
+/* Test builds narrow the name hash (tests/unit: test_pvm_narrow) so that
+ * collisions, which 64 bits make practically impossible, happen all the
+ * time there; everything else is the same code. */
+/* 63 bits: an ID plus a collision step stays below 2^64 - 1, so pvm_iter's
+ * cursor (the next ID to look for) never wraps. */
+#ifndef PVM_NH_MASK
+#define PVM_NH_MASK (UINT64_MAX >> 1)
+#endif
+
 static uint64_t pages_of(uint64_t bytes)
 {
 	return (bytes + PVM_PAGE - 1) / PVM_PAGE;
@@ -36,7 +45,7 @@ uint64_t pvm_name_hash(const struct pvm_guid *g, const char *name, size_t len)
 	memcpy(&g1, g->b + 8, 8);
 	for (size_t i = 0; i < len; i++)
 		h = (h ^ (uint8_t)name[i]) * 0x100000001b3ULL;
-	return chell_hash64(chell_hash64(g0, g1), h);
+	return chell_hash64(chell_hash64(g0, g1), h) & PVM_NH_MASK;
 }
 
 void pvm_guid_from_name(const char *name, struct pvm_guid *g)
@@ -93,8 +102,12 @@ static void unlock_all(struct pvm_app *a)
 			a->nheld--;
 		}
 	}
-	if (a->meta_held)
+	if (a->meta_held) {
+		/* The commit or abort is done: the tables are whole. */
+		uint64_t *seq = pvm_table_seq(p);
+		__atomic_store_n(seq, (*seq | 1) + 1, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(pvm_mutex(p, PVM_M_META));
+	}
 	a->meta_held = 0;
 }
 
@@ -146,8 +159,14 @@ static int meta_hold(struct pvm_app *a)
 	if (a->meta_held)
 		return 0;
 	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), a->nheld > 0);
-	if (!rc)
+	if (!rc) {
 		a->meta_held = 1;
+		uint64_t *seq = pvm_table_seq(a->p);
+		__atomic_store_n(seq, *seq | 1, __ATOMIC_RELAXED);
+		/* Odd before any change to the tables is visible. */
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		pvm_prot_sync(a->p);
+	}
 	return rc;
 }
 
@@ -159,8 +178,10 @@ static int meta_brief(struct pvm_app *a, int *brief)
 	if (in_tx(a) && a->meta_held)
 		return 0;
 	int rc = pvm_lock(a->p, pvm_mutex(a->p, PVM_M_META), in_tx(a) && a->nheld > 0);
-	if (!rc)
+	if (!rc) {
 		*brief = 1;
+		pvm_prot_sync(a->p);
+	}
 	return rc;
 }
 static void meta_unbrief(struct pvm_app *a, int brief)
@@ -186,7 +207,10 @@ static int stripe_hold(struct pvm_app *a, uint64_t h)
 
 /* ------------------------------------------------------------ pages */
 
-static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
+/* Find n free pages (growing the pool if needed) without taking them:
+ * the caller logs their bitmap words and sets them (alloc_pages, or
+ * pvm_create's batch). */
+static int find_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 {
 	struct pvm_pool *p = a->p;
 	for (int tries = 0; tries < 2; tries++) {
@@ -199,11 +223,7 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 		if (s != CHELL_BM_NONE && s < p->data_page) /* wrapped into the reserved pages */
 			s = chell_bm_find_run(p->heap, p->bm_off, (uint32_t)cur, (uint32_t)p->data_page, (uint32_t)n);
 		if (s != CHELL_BM_NONE && s >= p->data_page) {
-			int rc = chell_bm_set_run(&a->t, p->bm_off, s, (uint32_t)n, 1);
-			if (rc)
-				return rc;
 			*page = s;
-			p->alloc_hint = s + n;
 			return 0;
 		}
 		int rc = pvm_grow(a, cur + n);
@@ -211,6 +231,23 @@ static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
 			return rc;
 	}
 	return -ENOSPC;
+}
+
+/* Mark pages found by find_pages in use; their words are logged. */
+static void take_pages(struct pvm_app *a, uint64_t page, uint64_t n)
+{
+	chell_bm_apply_run(a->p->heap, a->p->bm_off, (uint32_t)page, (uint32_t)n, 1);
+	a->p->alloc_hint = page + n;
+}
+
+static int alloc_pages(struct pvm_app *a, uint64_t n, uint64_t *page)
+{
+	int rc = find_pages(a, n, page);
+	if (!rc && (!chell_bm_log_run(&a->t, a->p->bm_off, (uint32_t)*page, (uint32_t)n) || chell_ptx_fence(&a->t)))
+		rc = a->t.err;
+	if (!rc)
+		take_pages(a, *page, n);
+	return rc;
 }
 
 static int push_extent(struct pvm_extent **v, size_t *n, size_t *cap, uint64_t off, uint64_t len)
@@ -232,10 +269,21 @@ static int free_pages(struct pvm_app *a, uint64_t off, uint64_t bytes)
 	return bytes ? push_extent(&a->frees, &a->nfrees, &a->capfrees, off, bytes) : 0;
 }
 
-/* Allocate pages for `bytes`, fill them from src (srclen bytes) and zeros
+/* Fill new pages at heap offset off: from src (srclen bytes), then zeros
  * up to `bytes` (what lies past it in the last page is not part of
  * anything: a resize in place zeroes it, logged); they are flushed at the
- * commit. *off = heap offset (0 for 0 bytes). */
+ * commit. */
+static int fill_new(struct pvm_app *a, uint64_t off, uint64_t bytes, const void *src, uint64_t srclen)
+{
+	uint8_t *d = a->p->heap + off;
+	if (srclen)
+		memcpy(d, src, srclen);
+	memset(d + srclen, 0, bytes - srclen);
+	return push_extent(&a->fresh, &a->nfresh, &a->capfresh, off, bytes);
+}
+
+/* Allocate pages for `bytes` and fill them (fill_new). *off = heap offset
+ * (0 for 0 bytes). */
 static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint64_t srclen, uint64_t *off)
 {
 	*off = 0;
@@ -245,12 +293,8 @@ static int alloc_filled(struct pvm_app *a, uint64_t bytes, const void *src, uint
 	int rc = alloc_pages(a, pages_of(bytes), &page);
 	if (rc)
 		return rc;
-	uint8_t *d = a->p->heap + page * PVM_PAGE;
-	if (srclen)
-		memcpy(d, src, srclen);
-	memset(d + srclen, 0, bytes - srclen);
 	*off = page * PVM_PAGE;
-	return push_extent(&a->fresh, &a->nfresh, &a->capfresh, *off, bytes);
+	return fill_new(a, *off, bytes, src, srclen);
 }
 
 /* ------------------------------------------------------------ tables */
@@ -285,31 +329,55 @@ static struct chell_htab htab_of(struct pvm_app *a, const struct tab *t)
 	return (struct chell_htab){a->p->heap, t->off, sizeof(struct pvm_odesc), t->mask, od_home, od_used, NULL};
 }
 
+/* The first free slot on nh's probe sequence (UINT32_MAX: none). */
+static uint32_t free_slot(struct pvm_app *a, uint64_t nh)
+{
+	struct tab t = tab_of(a);
+	uint32_t i = home_of(nh) & t.mask;
+	for (uint32_t k = 0; k <= t.mask; k++, i = (i + 1) & t.mask)
+		if (!t.d[i].used)
+			return i;
+	return UINT32_MAX;
+}
+
+/* Undo-log slot i's used word (with name_len: 8 bytes). */
+static void *log_used(struct pvm_app *a, uint32_t i, int drain)
+{
+	struct tab t = tab_of(a);
+	uint64_t off = t.off + (uint64_t)i * sizeof(struct pvm_odesc) + offsetof(struct pvm_odesc, name_len);
+	return drain ? chell_ptx_add(&a->t, off, 8) : chell_ptx_log(&a->t, off, 8);
+}
+
+/* Zero slot i (its used word logged) for hash nh; written without undo
+ * and flushed at the commit. NULL with the error in t.err. */
+static struct pvm_odesc *init_desc(struct pvm_app *a, uint32_t i, uint64_t nh)
+{
+	struct tab t = tab_of(a);
+	struct pvm_odesc *d = &t.d[i];
+	memset(d, 0, sizeof(*d));
+	d->nh = nh;
+	int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
+	if (rc) {
+		a->t.err = rc;
+		return NULL;
+	}
+	return d;
+}
+
 /* Claim a free slot for hash nh: only its `used` word is logged (a
  * rollback makes the slot free again; what else it then holds is ignored,
  * as in every free slot); the rest is written without undo and flushed
  * at the commit. Returns the zeroed slot, NULL with the error in t.err. */
 static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh)
 {
-	struct tab t = tab_of(a);
-	uint32_t i = home_of(nh) & t.mask;
-	for (uint32_t k = 0; k <= t.mask; k++, i = (i + 1) & t.mask) {
-		struct pvm_odesc *d = &t.d[i];
-		if (d->used)
-			continue;
-		if (!chell_ptx_add(&a->t, t.off + (uint64_t)i * sizeof(*d) + offsetof(struct pvm_odesc, name_len), 8))
-			return NULL;
-		memset(d, 0, sizeof(*d));
-		d->nh = nh;
-		int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
-		if (rc) {
-			a->t.err = rc;
-			return NULL;
-		}
-		return d;
+	uint32_t i = free_slot(a, nh);
+	if (i == UINT32_MAX) {
+		a->t.err = -EUCLEAN; /* full: the load bound was broken */
+		return NULL;
 	}
-	a->t.err = -EUCLEAN; /* full: the load bound was broken */
-	return NULL;
+	if (!log_used(a, i, 1))
+		return NULL;
+	return init_desc(a, i, nh);
 }
 
 /* Slot holding hash nh, or UINT32_MAX. */
@@ -325,25 +393,43 @@ static uint32_t find_nh(const struct tab *t, uint64_t nh)
 	return UINT32_MAX;
 }
 
-/* Find by name: the hashes h, h+1, ... are taken by names that collided;
- * the first one absent ends the search. *free_nh (if not NULL) gets that
- * first absent hash (where a new object of this name goes). */
-static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
+/* Find by name. An object's ID is its name's hash h plus a collision
+ * step k: the first of h, h+1, ... that no other object held when it was
+ * created (or renamed to this name). Deleting an object frees its value
+ * without moving anyone else's ID, so an absent value does not end the
+ * search: it goes on to h + max_step, the largest step any object of the
+ * application ever took (0 unless a collision ever happened, so a lookup
+ * is one probe). *free_nh (if not NULL) gets the first value absent, where
+ * a new object of this name goes. */
+static uint32_t find_in(const struct tab *tp, uint64_t max, const char *name, size_t len, uint64_t h,
+			uint64_t *free_nh)
 {
-	struct tab t = tab_of(a);
-	uint64_t h = pvm_name_hash(&a->guid, name, len);
-	for (uint32_t k = 0; k <= t.mask; k++) {
+	const struct tab t = *tp;
+	int want_free = free_nh != NULL;
+	for (uint64_t k = 0; k <= max || want_free; k++) {
 		uint32_t s = find_nh(&t, h + k);
 		if (s == UINT32_MAX) {
-			if (free_nh)
+			if (want_free) {
 				*free_nh = h + k;
-			return UINT32_MAX;
+				want_free = 0;
+			}
+			continue;
 		}
-		if (t.d[s].name_len == len && !memcmp(t.d[s].name, name, len))
+		if (k <= max && t.d[s].name_len == len && !memcmp(t.d[s].name, name, len))
 			return s;
 	}
 	return UINT32_MAX;
 }
+static uint32_t find_name_h(struct pvm_app *a, const char *name, size_t len, uint64_t h, uint64_t *free_nh)
+{
+	struct tab t = tab_of(a);
+	return find_in(&t, pvm_aent(a->p, a->idx)->max_step, name, len, h, free_nh);
+}
+static uint32_t find_name(struct pvm_app *a, const char *name, size_t len, uint64_t *free_nh)
+{
+	return find_name_h(a, name, len, pvm_name_hash(&a->guid, name, len), free_nh);
+}
+
 
 static int check_name(const char *name, size_t *len)
 {
@@ -353,9 +439,29 @@ static int check_name(const char *name, size_t *len)
 	return *len >= PVM_NAME_MAX ? -ENAMETOOLONG : 0;
 }
 
+static uint64_t heap_off(struct pvm_app *a, const void *at)
+{
+	return (uint64_t)((const uint8_t *)at - a->p->heap);
+}
+
 static void *log_field(struct pvm_app *a, const void *field, size_t len)
 {
 	return chell_ptx_add(&a->t, (uint64_t)((const uint8_t *)field - a->p->heap), len);
+}
+
+/* A new object takes ID nh for `name`: raise the application's max_step
+ * (logged) if its step is the largest yet. */
+static int note_step(struct pvm_app *a, const char *name, size_t len, uint64_t nh)
+{
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	uint64_t k = nh - pvm_name_hash(&a->guid, name, len);
+	if (k <= e->max_step)
+		return 0;
+	uint64_t *m = log_field(a, &e->max_step, 8);
+	if (!m)
+		return a->t.err;
+	*m = k;
+	return 0;
 }
 
 /* Double the object table when one more object would load it past 1/2.
@@ -475,6 +581,7 @@ static int claim_journal(struct pvm_pool *p, uint32_t *out)
 			pthread_mutex_t *rm = pvm_mutex(p, PVM_M_RECOVERY);
 			if (pthread_mutex_lock(rm) == EOWNERDEAD)
 				pthread_mutex_consistent(rm);
+			pvm_writable_all(p);
 			chell_journal_recover(p->r, j);
 			pthread_mutex_consistent(cm);
 			pthread_mutex_unlock(rm);
@@ -556,6 +663,7 @@ void pvm_app_close(struct pvm_app *a)
 	free(a->frees);
 	free(a->fresh);
 	free(a->touched);
+	free(a->iter_nh);
 	free(a);
 }
 
@@ -640,40 +748,91 @@ static void fill_info(struct pvm_app *a, const struct pvm_odesc *d, struct pvm_i
 int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 {
 	size_t len;
-	uint64_t nh = 0, off = 0;
+	uint64_t nh = 0, off = 0, np = pages_of(size), page = 0;
+	uint32_t slot = UINT32_MAX;
 	if (!a)
 		return -EINVAL;
 	int rc = check_name(name, &len);
 	if (rc)
 		return rc;
+	uint64_t h = pvm_name_hash(&a->guid, name, len);
 	rc = tx_enter(a);
 	if (!rc)
 		rc = meta_hold(a);
-	if (!rc && find_name(a, name, len, &nh) != UINT32_MAX)
+	if (!rc && find_name_h(a, name, len, h, &nh) != UINT32_MAX)
 		rc = -EEXIST;
 	if (!rc)
 		rc = table_room(a);
-	if (!rc)
-		rc = alloc_filled(a, size, NULL, 0, &off);
+	if (!rc && np)
+		rc = find_pages(a, np, &page);
+	if (!rc && (slot = free_slot(a, nh)) == UINT32_MAX)
+		rc = -EUCLEAN; /* full: the load bound was broken */
+	/* Every word this changes in place - the pages' bitmap words, the
+	 * slot's used word, the count, the largest collision step - is logged
+	 * under one fence instead of one each: small creates are mostly
+	 * fences. Nothing is stored to them before it. */
+	struct pvm_aent *e = pvm_aent(a->p, a->idx);
+	int step_up = !rc && nh - h > e->max_step;
+	if (!rc && ((np && !chell_bm_log_run(&a->t, a->p->bm_off, (uint32_t)page, (uint32_t)np)) ||
+		    !log_used(a, slot, 0) || !chell_ptx_log(&a->t, heap_off(a, &e->objects), 8) ||
+		    (step_up && !chell_ptx_log(&a->t, heap_off(a, &e->max_step), 8)) || chell_ptx_fence(&a->t)))
+		rc = a->t.err;
+	if (!rc && np) {
+		take_pages(a, page, np);
+		off = page * PVM_PAGE;
+		rc = fill_new(a, off, size, NULL, 0);
+	}
+	struct pvm_odesc *d = rc ? NULL : init_desc(a, slot, nh);
+	if (!rc && !d)
+		rc = a->t.err;
 	if (!rc) {
-		struct pvm_odesc *d = claim_desc(a, nh);
-		if (!d) {
-			rc = a->t.err;
-		} else {
-			d->off = off;
-			d->size = size;
-			d->cap = pages_of(size) * PVM_PAGE;
-			d->version = 1;
-			d->name_len = (uint32_t)len;
-			d->used = PVM_O_USED;
-			memcpy(d->name, name, len);
-			rc = count_objects(a, 1);
-		}
+		d->off = off;
+		d->size = size;
+		d->cap = np * PVM_PAGE;
+		d->version = 1;
+		d->name_len = (uint32_t)len;
+		d->used = PVM_O_USED;
+		memcpy(d->name, name, len);
+		e->objects++;
+		if (step_up)
+			e->max_step = nh - h;
 	}
 	rc = tx_leave(a, rc);
 	if (!rc && ptr)
 		*ptr = off ? a->p->heap + off : NULL;
 	return rc;
+}
+
+/* Optimistic lookup without the metadata mutex (see pvm_table_seq): copy
+ * the descriptor of `name` (hash h) into *copy. 0: found; -ENOENT: not
+ * there; 1: the tables were changing (or this thread's transaction holds
+ * the mutex): look up under the mutex instead. Everything read may be torn
+ * until the sequence check, so it is bounds-checked, never trusted. */
+static int lookup_fast(struct pvm_app *a, const char *name, size_t len, uint64_t h, struct pvm_odesc *copy)
+{
+	struct pvm_pool *p = a->p;
+	if (in_tx(a) && a->meta_held)
+		return 1;
+	uint64_t *seq = pvm_table_seq(p);
+	uint64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
+	if (s1 & 1)
+		return 1;
+	pvm_prot_sync(p);
+	const struct pvm_aent *e = pvm_aent(p, a->idx);
+	uint64_t toff = e->table_off, slots = e->slots, max = e->max_step;
+	uint64_t end = p->root->cur_pages * PVM_PAGE;
+	if (slots < 2 || slots > PVM_MAX_SLOTS || (slots & (slots - 1)) || toff % PVM_PAGE ||
+	    toff < p->data_page * PVM_PAGE || toff > end || slots * sizeof(struct pvm_odesc) > end - toff ||
+	    max >= PVM_MAX_SLOTS)
+		return 1;
+	struct tab t = {(struct pvm_odesc *)(p->heap + toff), toff, (uint32_t)slots - 1};
+	uint32_t s = find_in(&t, max, name, len, h, NULL);
+	if (s != UINT32_MAX)
+		memcpy(copy, &t.d[s], sizeof(*copy));
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	if (__atomic_load_n(seq, __ATOMIC_RELAXED) != s1)
+		return 1;
+	return s == UINT32_MAX ? -ENOENT : 0;
 }
 
 /* Look `name` up with the metadata lock taken for the lookup (*brief:
@@ -702,13 +861,29 @@ int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *i
 	struct pvm_odesc *d;
 	if (!a)
 		return -EINVAL;
-	int rc = lookup(a, name, &brief, &d);
+	size_t len;
+	struct pvm_odesc c;
+	int rc = check_name(name, &len);
+	if (rc)
+		return rc;
+	rc = lookup_fast(a, name, len, pvm_name_hash(&a->guid, name, len), &c);
+	if (rc <= 0 && !(rc == 0 && (c.flags & PVM_F_PROTECTED))) { /* protected: mprotect under the lock */
+		if (rc == 0) {
+			fill_info(a, &c, info);
+			if (ptr)
+				*ptr = c.cap ? a->p->heap + c.off : NULL;
+		}
+		return rc;
+	}
+	rc = lookup(a, name, &brief, &d);
 	if (rc)
 		return rc;
 	fill_info(a, d, info);
 	uint8_t *data = d->cap ? a->p->heap + d->off : NULL;
-	if (data && (d->flags & PVM_F_PROTECTED))
+	if (data && (d->flags & PVM_F_PROTECTED)) {
+		__atomic_store_n(&a->p->ro_any, 1, __ATOMIC_RELAXED);
 		mprotect(data, d->cap, PROT_READ);
+	}
 	meta_unbrief(a, brief);
 	if (ptr)
 		*ptr = data;
@@ -724,15 +899,24 @@ static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint3
 	size_t len;
 	int brief;
 	int rc = check_name(name, &len);
+	uint64_t h = rc ? 0 : pvm_name_hash(&a->guid, name, len);
 	if (!rc)
-		rc = stripe_hold(a, pvm_name_hash(&a->guid, name, len));
+		rc = stripe_hold(a, h);
+	if (!rc && !hold_meta && copy) {
+		/* Only the copy is wanted: the stripe keeps this object's own
+		 * fields still; the seqlock covers its slot moving. */
+		int f = lookup_fast(a, name, len, h, copy);
+		*slot = UINT32_MAX; /* not known without the lock */
+		if (f <= 0)
+			return f;
+	}
 	if (!rc && hold_meta)
 		rc = meta_hold(a);
 	if (!rc)
 		rc = meta_brief(a, &brief);
 	if (rc)
 		return rc;
-	uint32_t s = find_name(a, name, len, NULL);
+	uint32_t s = find_name_h(a, name, len, h, NULL);
 	if (s != UINT32_MAX && copy)
 		*copy = tab_of(a).d[s];
 	meta_unbrief(a, brief);
@@ -924,6 +1108,7 @@ int pvm_rename(struct pvm_app *a, const char *from, const char *to)
 			memset(d->name, 0, sizeof(d->name));
 			memcpy(d->name, to, len);
 			d->name_len = (uint32_t)len;
+			rc = note_step(a, to, len, nh);
 		}
 	}
 	return tx_leave(a, rc);
@@ -945,6 +1130,10 @@ int pvm_protect(struct pvm_app *a, const char *name, int on)
 		else
 			*f = on ? (*f | PVM_F_PROTECTED) : (*f & ~PVM_F_PROTECTED);
 	}
+	if (!rc && d->cap && on)
+		__atomic_store_n(&a->p->ro_any, 1, __ATOMIC_RELAXED);
+	if (!rc && !on)
+		(*pvm_prot_gen(a->p))++; /* under the metadata lock (lock_object) */
 	if (!rc && d->cap)
 		mprotect(a->p->heap + d->off, d->cap, on ? PROT_READ : PROT_READ | PROT_WRITE);
 	return tx_leave(a, rc);
@@ -1055,6 +1244,39 @@ int pvm_restore(struct pvm_app *a, const char *name, uint64_t version)
 	return tx_leave(a, rc);
 }
 
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* Iteration goes in the order of object IDs, not of table slots: deleting
+ * an object shifts later slots back (and growing the table moves every
+ * object), so a slot cursor would skip or repeat objects that were there
+ * all along. The cursor is the smallest ID still to be returned; the IDs
+ * come from a sorted snapshot taken when an iteration starts (cursor 0),
+ * and each is looked up again before it is returned, so deleted objects
+ * are not. Any snapshot serves any cursor, so iterations of several
+ * threads on one handle do not disturb each other. Called with the
+ * metadata lock held. */
+static int iter_snapshot(struct pvm_app *a)
+{
+	struct tab t = tab_of(a);
+	uint64_t n = pvm_aent(a->p, a->idx)->objects;
+	uint64_t *v = malloc((n ? n : 1) * sizeof(*v));
+	if (!v)
+		return -ENOMEM;
+	size_t k = 0;
+	for (uint32_t i = 0; i <= t.mask && k < n; i++)
+		if (t.d[i].used)
+			v[k++] = t.d[i].nh;
+	qsort(v, k, sizeof(*v), cmp_u64);
+	free(a->iter_nh);
+	a->iter_nh = v;
+	a->iter_n = k;
+	return 0;
+}
+
 int pvm_iter(struct pvm_app *a, uint64_t *cursor, struct pvm_info *info)
 {
 	int brief;
@@ -1063,20 +1285,33 @@ int pvm_iter(struct pvm_app *a, uint64_t *cursor, struct pvm_info *info)
 	int rc = meta_brief(a, &brief);
 	if (rc)
 		return rc;
-	struct tab t = tab_of(a);
+	if (*cursor == 0 || !a->iter_nh)
+		rc = iter_snapshot(a);
 	int found = 0;
-	for (uint64_t i = *cursor; i <= t.mask; i++) {
-		if (t.d[i].used) {
-			fill_info(a, &t.d[i], info);
-			*cursor = i + 1;
-			found = 1;
-			break;
+	if (!rc) {
+		/* The first snapshot ID >= *cursor that still exists. */
+		size_t lo = 0, hi = a->iter_n;
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+			if (a->iter_nh[mid] < *cursor)
+				lo = mid + 1;
+			else
+				hi = mid;
 		}
+		struct tab t = tab_of(a);
+		for (; lo < a->iter_n && !found; lo++) {
+			uint32_t s = find_nh(&t, a->iter_nh[lo]);
+			if (s == UINT32_MAX)
+				continue;
+			fill_info(a, &t.d[s], info);
+			*cursor = a->iter_nh[lo] + 1; /* IDs are below 2^64 - 1 */
+			found = 1;
+		}
+		if (!found)
+			*cursor = UINT64_MAX;
 	}
-	if (!found)
-		*cursor = (uint64_t)t.mask + 1;
 	meta_unbrief(a, brief);
-	return found;
+	return rc ? rc : found;
 }
 
 int pvm_tx_begin(struct pvm_app *a)

@@ -67,12 +67,14 @@ struct pvm_aent {
 	uint32_t crc;             /*  96 CRC32C of bytes 0..95 */
 	uint32_t pad;             /* 100 */
 	uint64_t objects;         /* 104 */
-	uint8_t reserved[256 - 112];
+	uint64_t max_step;        /* 112 largest collision step of any object
+	                           *     ever created here (see find_name) */
+	uint8_t reserved[256 - 120];
 };
 
 #define PVM_O_USED 1u
 struct pvm_odesc {
-	uint64_t nh;              /*   0 name hash (collision-adjusted) */
+	uint64_t nh;              /*   0 name hash + collision step (<= max_step) */
 	uint64_t off;             /*   8 heap offset of the data (page-aligned; 0 if cap 0) */
 	uint64_t size;            /*  16 */
 	uint64_t cap;             /*  24 bytes of pages held */
@@ -110,6 +112,8 @@ struct pvm_pool {
 	uint32_t max_apps, nlocks, journals;
 	uint8_t *claimed;         /* journals this process holds */
 	uint64_t alloc_hint;      /* next-fit start (under the metadata lock) */
+	int ro_any;               /* this process mapped pages read-only */
+	uint64_t prot_seen;       /* the protection generation it last saw */
 	pthread_mutex_t local;    /* claimed[] */
 };
 
@@ -137,6 +141,10 @@ struct pvm_app {
 	size_t nfresh, capfresh;
 	uint64_t *touched;        /* name hashes snapshotted in this transaction */
 	size_t ntouched, captouched;
+	/* pvm_iter: the object IDs (nh) sorted, taken when an iteration
+	 * starts; read and replaced under the metadata lock. */
+	uint64_t *iter_nh;
+	size_t iter_n;
 };
 
 static inline pthread_mutex_t *pvm_mutex(struct pvm_pool *p, uint32_t i)
@@ -170,6 +178,33 @@ void pvm_flush_new(struct pvm_pool *p, void *addr, size_t len);
 /* Grow the current size to at least `pages`, inside a
  * transaction holding the metadata lock. */
 int pvm_grow(struct pvm_app *a, uint64_t pages);
+/* Write protection is an mprotect in each process, and another process may
+ * unprotect an object, then delete it and reuse its pages for anything:
+ * this process's read-only mapping of them must not outlive that. Every
+ * unprotect bumps the pool's protection generation (pvm_prot_gen, in the
+ * metadata mutex's spare bytes) under the metadata lock; a process that
+ * has read-only pages and sees a new generation when it takes the lock
+ * makes its whole heap writable again (pvm_writable_all) before it writes
+ * anything or hands out a pointer; objects still protected become
+ * read-only again when it opens them. Recovery of another process's
+ * journal, which may write anywhere, does the same. */
+void pvm_writable_all(struct pvm_pool *p);
+void pvm_prot_sync(struct pvm_pool *p);
+static inline volatile uint64_t *pvm_prot_gen(struct pvm_pool *p)
+{
+	return (volatile uint64_t *)((uint8_t *)pvm_mutex(p, PVM_M_META) + 48);
+}
+/* The table sequence: odd while a transaction holding the metadata mutex
+ * may change the application or object tables (from meta_hold to the end
+ * of its commit or abort), bumped to even after. Lookups copy what they
+ * need without the mutex and keep it only if the sequence was even and
+ * unchanged around the copy (a seqlock); otherwise they take the mutex. A
+ * holder that dies leaves it odd: whoever next takes the mutex (owner
+ * dead, journal rolled back) makes it even again (pvm_lock). */
+static inline uint64_t *pvm_table_seq(struct pvm_pool *p)
+{
+	return (uint64_t *)((uint8_t *)pvm_mutex(p, PVM_M_META) + 56);
+}
 
 /* check.c: validate application i (entry and table); 0 or -EUCLEAN with a
  * sentence naming the structure and the field in err. */

@@ -17,6 +17,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* test_pvm_narrow builds this file and the library with a 3-bit name hash. */
+#ifdef PVM_NH_MASK
+#define PVM_TEST_NH_MASK PVM_NH_MASK
+#else
+#define PVM_TEST_NH_MASK UINT64_MAX
+#endif
+#include <stdint.h>
+
 static char dir[256];
 static char path[300];
 
@@ -296,11 +304,37 @@ static void *thr_main(void *arg)
 	return NULL;
 }
 
+/* Creates and deletes objects (their slots shift, the table grows) while
+ * the other threads look theirs up without the metadata lock. */
+static volatile int churn_stop;
+static void *churn_main(void *arg)
+{
+	struct thr *t = arg;
+	char name[32];
+	for (int round = 0; !churn_stop; round++) {
+		for (int i = 0; i < 200; i++) {
+			snprintf(name, sizeof(name), "churn%d-%d", round % 2, i);
+			if (pvm_create(t->a, name, 16, NULL) && !churn_stop)
+				t->fails++;
+		}
+		for (int i = 0; i < 200; i++) {
+			snprintf(name, sizeof(name), "churn%d-%d", round % 2, i);
+			if (pvm_delete(t->a, name))
+				t->fails++;
+		}
+	}
+	return NULL;
+}
+
 static void test_threads(void **st)
 {
 	(void)st;
 	struct pvm_pool *p = mkpool(64 << 20, 0);
 	struct pvm_app *h[2] = {app(p, "thr"), app(p, "thr")};
+	struct pvm_app *hc = app(p, "thr");
+	struct thr ct = {hc, 9, 0};
+	pthread_t cth;
+	churn_stop = 0;
 	assert_int_equal(pvm_create(h[0], "shared", 8, NULL), 0);
 	struct thr t[4];
 	pthread_t th[4];
@@ -310,12 +344,17 @@ static void test_threads(void **st)
 		assert_int_equal(pvm_create(h[0], n, 8, NULL), 0);
 		t[i] = (struct thr){h[i % 2], i, 0};
 	}
+	pthread_create(&cth, NULL, churn_main, &ct);
 	for (int i = 0; i < 4; i++)
 		pthread_create(&th[i], NULL, thr_main, &t[i]);
 	for (int i = 0; i < 4; i++) {
 		pthread_join(th[i], NULL);
 		assert_int_equal(t[i].fails, 0);
 	}
+	churn_stop = 1;
+	pthread_join(cth, NULL);
+	assert_int_equal(ct.fails, 0);
+	pvm_app_close(hc);
 	uint64_t *v;
 	assert_int_equal(pvm_open(h[1], "shared", (void **)&v, NULL), 0);
 	assert_int_equal(*v, 4 * TROUNDS);
@@ -480,6 +519,196 @@ static void test_damaged_app(void **st)
 	pvm_pool_close(p);
 }
 
+/* Object IDs are the name's hash plus a collision step. Built as
+ * test_pvm_narrow the hash has 3 bits (PVM_NH_MASK), so nearly every name
+ * collides: deleting or renaming an object must not hide the objects
+ * that took later steps of its hash, and a recreated name must not make a
+ * second object. */
+static void test_collisions(void **st)
+{
+	(void)st;
+	enum { N = 64 };
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "coll");
+	char name[32], *ptr;
+	struct pvm_info info;
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_create(a, name, 32, (void **)&ptr), 0);
+		strcpy(ptr, name);
+	}
+	for (int i = 0; i < N; i += 2) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_delete(a, name), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		int rc = pvm_open(a, name, (void **)&ptr, NULL);
+		if (i % 2) {
+			assert_int_equal(rc, 0);
+			assert_string_equal(ptr, name);
+			assert_int_equal(pvm_create(a, name, 8, NULL), -EEXIST);
+		} else {
+			assert_int_equal(rc, -ENOENT);
+		}
+	}
+	for (int i = 0; i < N; i += 2) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_create(a, name, 32, (void **)&ptr), 0);
+		strcpy(ptr, name);
+	}
+	assert_int_equal(pvm_rename(a, "c01", "renamed"), 0);
+	assert_int_equal(pvm_open(a, "c01", NULL, NULL), -ENOENT);
+	assert_int_equal(pvm_open(a, "renamed", (void **)&ptr, NULL), 0);
+	assert_string_equal(ptr, "c01");
+	assert_int_equal(pvm_rename(a, "renamed", "c01"), 0);
+	assert_int_equal(pvm_rename(a, "c03", "c05"), -EEXIST);
+	/* Iteration sees each object once; the IDs are distinct. */
+	uint64_t cur = 0, nh[N];
+	int n = 0;
+#if PVM_TEST_NH_MASK != UINT64_MAX
+	int displaced = 0;
+#endif
+	while (pvm_iter(a, &cur, &info) == 1) {
+		assert_true(n < N);
+		for (int k = 0; k < n; k++)
+			assert_true(nh[k] != info.oid.nh);
+		nh[n++] = info.oid.nh;
+#if PVM_TEST_NH_MASK != UINT64_MAX
+		if (info.oid.nh > PVM_TEST_NH_MASK)
+			displaced++;
+#endif
+	}
+	assert_int_equal(n, N);
+#if PVM_TEST_NH_MASK != UINT64_MAX
+	assert_true(displaced > N / 2); /* the narrow build really collides */
+#endif
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+	assert_int_equal(pvm_pool_open(path, &p, rep, sizeof(rep)), 0);
+	a = app(p, "coll");
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "c%02d", i);
+		assert_int_equal(pvm_open(a, name, (void **)&ptr, NULL), 0);
+		assert_string_equal(ptr, name);
+	}
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
+/* Iteration while the table changes: deleting what was just seen (the
+ * table shifts slots back) and creating enough to double the table must
+ * neither skip nor repeat an object that was there all along. */
+static void test_iter_while_changing(void **st)
+{
+	(void)st;
+	enum { N = 200 };
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "iter");
+	char name[32];
+	struct pvm_info info;
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "i%03d", i);
+		assert_int_equal(pvm_create(a, name, 8, NULL), 0);
+	}
+	/* Pass 1: delete every object as it is seen. */
+	uint64_t cur = 0;
+	int seen = 0;
+	while (pvm_iter(a, &cur, &info) == 1) {
+		assert_int_equal(pvm_delete(a, info.name), 0);
+		seen++;
+	}
+	assert_int_equal(seen, N);
+	cur = 0;
+	assert_int_equal(pvm_iter(a, &cur, &info), 0);
+	/* Pass 2: create 3 new objects per object seen (the table doubles
+	 * several times); each old one is seen exactly once. */
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "i%03d", i);
+		assert_int_equal(pvm_create(a, name, 8, NULL), 0);
+	}
+	int count[N] = {0}, made = 0;
+	cur = 0;
+	while (pvm_iter(a, &cur, &info) == 1) {
+		int k;
+		if (sscanf(info.name, "i%d", &k) == 1 && info.name[0] == 'i') {
+			assert_true(k >= 0 && k < N);
+			count[k]++;
+		}
+		for (int j = 0; j < 3; j++) {
+			snprintf(name, sizeof(name), "new%05d", made++);
+			assert_int_equal(pvm_create(a, name, 8, NULL), 0);
+		}
+	}
+	for (int i = 0; i < N; i++)
+		assert_int_equal(count[i], 1);
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
+/* Run fn in a child (which inherits this process's mappings and their
+ * protection); 1 if it exits 0, 0 if it dies (SIGSEGV) or fails. */
+static int in_child(void (*fn)(void *), void *arg)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		signal(SIGSEGV, SIG_DFL); /* not cmocka's handler */
+		fn(arg);
+		_exit(0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+static void store_page(void *ptr)
+{
+	((volatile char *)ptr)[0] = 'w';
+}
+
+/* Another process unprotects an object this one has mapped read-only,
+ * deletes it, and its pages are used again: this process must not fault
+ * on them, whether it writes through a pointer from pvm_open or the
+ * library writes to them (a create, a table). */
+static void test_protect_other_process(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "prot2");
+	char *ro;
+	assert_int_equal(pvm_create(a, "ro", 3 * PVM_PAGE, (void **)&ro), 0);
+	assert_int_equal(pvm_protect(a, "ro", 1), 0);
+	assert_false(in_child(store_page, ro)); /* protected: faults */
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct pvm_pool *q;
+		struct pvm_app *b;
+		if (pvm_pool_open(path, &q, NULL, 0) || pvm_app_open(q, "prot2", NULL, 0, &b, NULL, 0) ||
+		    pvm_protect(b, "ro", 0) || pvm_delete(b, "ro"))
+			_exit(1);
+		_exit(0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	/* The freed pages are the lowest free ones: the next objects get
+	 * them (the library fills them in this process). */
+	void *ptr;
+	assert_int_equal(pvm_create(a, "n1", PVM_PAGE, &ptr), 0);
+	assert_int_equal(pvm_create(a, "n2", 2 * PVM_PAGE, NULL), 0);
+	assert_int_equal(pvm_open(a, "n2", &ptr, NULL), 0);
+	assert_true(in_child(store_page, ptr));
+	assert_true(in_child(store_page, ro)); /* whatever holds those pages now */
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -492,6 +721,9 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_two_processes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_protect_other_process, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
