@@ -38,6 +38,7 @@ static void refs_adjust(int delta)
  */
 static void before_fork(void)
 {
+	chell_threads_fork_quiesce(); /* sanitizer builds only (threads.c) */
 	hub_proc_event(CHELL_EV_FORK_PREPARE, 0);
 	chell_threads_fork_prepare();
 	fdt_lock();
@@ -53,6 +54,7 @@ static void after_fork_parent(bool failed)
 	fdt_unlock();
 	chell_threads_fork_parent();
 	hub_proc_event(CHELL_EV_FORK_PARENT, 0);
+	chell_threads_fork_unquiesce();
 }
 
 static void after_fork_child(pid_t parent)

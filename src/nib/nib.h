@@ -53,6 +53,8 @@ void chell_tid_reset(void);
 /* ---- threads.c: Chell's background threads across fork, exec, exit ---- */
 void chell_threads_halt_all(void);      /* before exec, at exit */
 void chell_threads_resume(void);        /* failed exec; fork child, after its events */
+void chell_threads_fork_quiesce(void);   /* sanitizer builds: stop them around fork */
+void chell_threads_fork_unquiesce(void);
 void chell_threads_fork_prepare(void);
 void chell_threads_fork_parent(void);
 void chell_threads_fork_child(void);    /* first thing in the child */
