@@ -76,7 +76,7 @@ def test_which_one_rule_forms(workdir):
 @pytest.mark.parametrize("args, msg", [
     (["--route", "/x"], "option --route needs PREFIX=STACK, got '/x'"),
     (["--route", "/x=fast"], "setting route (option --route): 'fast' is not a built-in handler "
-                             "(posix, trace, shadow, direct, cache), and handlers.dir is empty"),
+                             "(posix, trace, shadow, direct, cache, warp), and handlers.dir is empty"),
     (["--route", "/x=trace:direct"], "only shadow takes a handler under test"),
     (["--route", "/x=shadow:shadow"], "shadow cannot check 'shadow': it checks one of "
                                       "posix, trace, direct, cache"),
