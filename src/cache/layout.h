@@ -98,12 +98,11 @@
  * Extending writes: a client publishes a file's new size only after the
  * bytes below it are stored, as the kernel does (a reader that reads up to
  * the size it sees must never see bytes that were not written). It
- * reserves the blocks in the backing file first (fallocate KEEP_SIZE,
- * unless they exist), raises ext_end in the control page of each chunk it
- * is about to store into past the end, stores, then grows the backing file
- * (a write of the stored bytes, copied from the chunk, for small writes;
- * fallocate for large ones and where that write fails) and the size shared
- * by its process tree. Clients shrink files only through
+ * raises ext_end in the control page of each chunk it is about to store
+ * into past the end, stores, then grows the backing file (a write of the
+ * stored bytes, copied from the chunk; fallocate where that write fails;
+ * if both fail, the marks go back to the published end) and the size
+ * shared by its process tree. Clients shrink files only through
  * TRUNCATE. Write-back writes dirty bytes below max(the backing file's
  * size, the job's ext_end), never past: a dirty block past both belongs
  * to a file that was truncated since. So a chunk written back (by the

@@ -167,6 +167,9 @@ int cache_copy_overwrite(unsigned char *base, size_t off, const void *src, size_
 /* ext_end (both): 0, or the file offset where the bytes stored end when
  * they extend the file: the chunk's ext_end is raised to it before the
  * store (cache/layout.h, "Extending writes"). */
+/* Put the ext_end mark of the chunk mapped at base back to `to` if it still
+ * holds `expect` (a publication failed: cache.c, "Extending writes"). */
+void cache_ext_lower(const unsigned char *base, uint64_t expect, uint64_t to);
 /* Check a freshly mapped chunk's control page (magic, version, dirty
  * table); 0 or -EPROTO, -EFAULT if it faults. */
 int cache_ctl_check(const unsigned char *base, uint64_t dev, uint64_t ino, uint64_t chunk);

@@ -159,6 +159,23 @@ __attribute__((noinline)) static void ext_rollback(void)
 	}
 }
 
+/* A publication that failed (cache.c, "Extending writes"): chunk k's mark,
+ * if it still holds `expect` (what this write raised it to), goes back to
+ * `to` (where the published file ends). Guarded: a revoked chunk's control
+ * page faults, and then there is nothing left to lower. */
+void cache_ext_lower(const unsigned char *base, uint64_t expect, uint64_t to)
+{
+	if (sigsetjmp(tls_jmp, 0) == 0) {
+		tls_in = 1;
+		__asm__ volatile("" ::: "memory");
+		uint64_t cur = expect;
+		__atomic_compare_exchange_n(&((struct cache_ctl *)(uintptr_t)ctl_of(base))->ext_end, &cur, to, 0,
+					    __ATOMIC_SEQ_CST, __ATOMIC_RELAXED);
+		__asm__ volatile("" ::: "memory");
+	}
+	tls_in = 0;
+}
+
 /* After a fault in cache_copy_in. */
 __attribute__((noinline)) static int verdict_in(void)
 {

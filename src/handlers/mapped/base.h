@@ -64,13 +64,6 @@ struct mapped_inode {
 	 * (O_DIRECT, escaped): it would append at the kernel's size, so no
 	 * more steps. */
 	uint32_t nolazy;
-	/* Blocks of the file known allocated by the handler's own growth
-	 * (cache: its write-through and reservations) below this offset, a
-	 * multiple of `blk`, the file system's block: an extension ending
-	 * below it needs no reservation. 0 after any other size change
-	 * (truncate, hole punching). Changed under `lock`. */
-	uint64_t alloc_end;
-	uint32_t blk;
 };
 
 /* The shared table; 0 once it exists (idempotent), -1 if it cannot. */

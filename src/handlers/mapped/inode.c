@@ -79,7 +79,6 @@ struct mapped_inode *mapped_inode_get(uint64_t dev, uint64_t ino, uint64_t kerne
 			atomic_store((_Atomic uint64_t *)&res->size, kernel_size);
 			atomic_store((_Atomic uint64_t *)&res->ksize, 0);
 			atomic_store((_Atomic uint32_t *)&res->nolazy, 0);
-			res->alloc_end = 0;
 		}
 	}
 	chell_lock_release(&table->lock);
@@ -168,7 +167,6 @@ void mapped_inode_set_size(uint64_t dev, uint64_t ino, uint64_t size)
 		uint64_t old = atomic_load((_Atomic uint64_t *)&in->size);
 		atomic_store((_Atomic uint64_t *)&in->size, size);
 		atomic_store((_Atomic uint64_t *)&in->ksize, 0); /* the kernel's is exact now */
-		in->alloc_end = 0; /* a shrink may have freed blocks */
 		if (size > old) /* grown by truncate: a hole */
 			atomic_fetch_add((_Atomic uint32_t *)&in->hole_gen, 1);
 	}
