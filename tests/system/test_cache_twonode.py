@@ -15,7 +15,9 @@ pool, until that node writes them back.
 Skipped only where GlusterFS cannot run here (exit 3 of gluster.sh up).
 The volume is left up unless this module's fixture brought it up.
 """
+import hashlib
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -180,3 +182,42 @@ def test_without_shared_is_write_back(nodes):
     a.m.flush()  # A's write-back (also done by its cleaner, eviction, fsync or stop)
     assert f.read_bytes() == data
     assert b.get(f) == data, "B's open did not revalidate after A's write-back"
+
+
+# Reads PATH, prints a digest, then again for each line on stdin: one
+# process that opens and closes the file several times.
+REREAD_PROG = r'''
+import hashlib, sys
+for _ in iter(sys.stdin.readline, ""):
+    with open(sys.argv[1], "rb") as f:
+        print(hashlib.sha256(f.read()).hexdigest(), flush=True)
+'''
+
+
+@pytest.mark.parametrize("nodes", [True], indirect=True, ids=["shared"])
+def test_reopen_in_one_process(nodes, tmp_path):
+    """A process on A that read the file and closed it reads B's later
+    bytes at its next open: closing releases the process's registration, so
+    that open is its manager's first again and revalidates."""
+    backing, a, b = nodes
+    f = backing / "f"
+    data = bytearray(pattern(3, CHUNK + 4096))
+    a.put(f, bytes(data))
+    prog = tmp_path / "reread.py"
+    prog.write_text(REREAD_PROG)
+    p = subprocess.Popen(a.m.cmd([sys.executable, prog, f], extra=a.extra),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def read_once():
+            p.stdin.write(b"\n")
+            p.stdin.flush()
+            return p.stdout.readline().decode().strip()
+        assert read_once() == hashlib.sha256(data).hexdigest()
+        patch = pattern(4, 9000)
+        b.put(f, patch, CHUNK - 4500)
+        data[CHUNK - 4500:CHUNK + 4500] = patch
+        assert read_once() == hashlib.sha256(data).hexdigest(), \
+            "a process on A reads stale bytes at its second open"
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read().decode(errors="replace")
