@@ -221,3 +221,36 @@ def test_reopen_in_one_process(nodes, tmp_path):
     finally:
         p.stdin.close()
         assert p.wait(timeout=60) == 0, p.stderr.read().decode(errors="replace")
+
+
+# Writes stdin's first line (hex) at offset 0 of PATH, closes, says so,
+# and keeps running until stdin closes.
+WRITE_AND_WAIT_PROG = r'''
+import os, sys
+data = bytes.fromhex(sys.stdin.readline().strip())
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)
+os.pwrite(fd, data, 0)
+os.close(fd)
+print("closed", flush=True)
+sys.stdin.read()
+'''
+
+
+@pytest.mark.parametrize("nodes", [True], indirect=True, ids=["shared"])
+def test_visible_when_close_returns(nodes, tmp_path):
+    """The write-back is done when close returns, not at the process's exit."""
+    backing, a, b = nodes
+    f = backing / "f"
+    data = pattern(5, CHUNK + 100)
+    prog = tmp_path / "write_wait.py"
+    prog.write_text(WRITE_AND_WAIT_PROG)
+    p = subprocess.Popen(a.m.cmd([sys.executable, prog, f], extra=a.extra),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        p.stdin.write(data.hex().encode() + b"\n")
+        p.stdin.flush()
+        assert p.stdout.readline() == b"closed\n"
+        assert b.get(f) == data, "B does not see A's bytes once A's close returned"
+    finally:
+        p.stdin.close()
+        assert p.wait(timeout=60) == 0, p.stderr.read().decode(errors="replace")

@@ -219,15 +219,21 @@ static bool under_shared(const char *abs)
  * - under a checker (shadow mode: a layer above this one), so the checker's
  *   final comparison of the backing file with its copy also proves the
  *   manager's write-back;
- * - for a file under a cache.shared directory (close-to-open consistency
- *   with other nodes: another node's open then sees these bytes; its
- *   manager revalidates at that open, files.c cfile_register).
+ * - for a file under a cache.shared directory opened for writing
+ *   (close-to-open consistency with other nodes: another node's open then
+ *   sees these bytes; its manager revalidates at that open, files.c
+ *   cfile_register).
  * Otherwise cache mode keeps dirty data in the pool across closes: that is
  * the point of a write-back cache.
  */
 static void flush_at_last_close(chell_ctx *c, struct mapped_local *l)
 {
-	if (!c->f->release_pending || !c->f->path || (c->layer == 0 && !under_shared(c->f->path)))
+	if (!c->f->release_pending || !c->f->path)
+		return;
+	/* A read-only description wrote nothing: whatever is dirty came
+	 * through another one, whose own last close writes it back. */
+	if (c->layer == 0 &&
+	    ((status(c) & O_ACCMODE) == O_RDONLY || !under_shared(c->f->path)))
 		return;
 	int fd = sys_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
 	struct stat st;
