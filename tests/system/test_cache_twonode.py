@@ -12,6 +12,10 @@ Without the setting cache mode is a write-back cache: the other node reads
 what the backing file holds, not the bytes still dirty in the first node's
 pool, until that node writes them back.
 
+Each case runs twice: both nodes on scripts/gluster.sh's mount, and each
+node on a mount of its own (two FUSE clients, as on two machines; mounted
+with NODE_MOUNT_OPTIONS and unmounted at the end).
+
 Skipped only where GlusterFS cannot run here (exit 3 of gluster.sh up).
 The volume is left up unless this module's fixture brought it up.
 """
