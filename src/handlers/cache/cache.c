@@ -214,7 +214,7 @@ static bool under_shared(const char *abs)
 
 /*
  * The last close of an open file description writes the file's dirty
- * blocks back (FLUSH: write-back, then fsync of the backing file) before
+ * blocks back (FLUSH: write-back, then a sync of the backing file) before
  * close returns, in two cases:
  * - under a checker (shadow mode: a layer above this one), so the checker's
  *   final comparison of the backing file with its copy also proves the
