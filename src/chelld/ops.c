@@ -134,8 +134,11 @@ bool do_flush(struct server *s, struct client *c, const struct chelld_flush *m)
 		int rc = wb_file(k, f, &r.blocks_written, &r.bytes_written, &r.files);
 		if (rc < 0)
 			st = -rc;
-		/* and what clients wrote on the kernel path meanwhile */
-		int fd = f ? cfile_fd(k, f) : -1;
+		/* and what clients wrote on the kernel path meanwhile (a write-back
+		 * of this file ended in fdatasync, which covered that already: a
+		 * second sync would cost another round trip on a distributed
+		 * file system, at every close under cache.shared) */
+		int fd = f && r.bytes_written == 0 ? cfile_fd(k, f) : -1;
 		if (st == 0 && fd >= 0 && fsync(fd) < 0)
 			st = errno;
 	}

@@ -26,9 +26,12 @@
 #include <sys/uio.h>
 
 #include "cache.h"
+#include "registry.h"
 #include "../mapped/short.h"
 
 static bool route_check;          /* routing let every file through: check the backings */
+static char **shared_dirs;        /* cache.shared: close-to-open directories (normalised) */
+static int nshared_dirs;
 static __thread int tls_open_trunc; /* open() -> opened(): the open had O_TRUNC */
 static const struct mapped_ops cache_mapped;
 
@@ -42,6 +45,20 @@ static int cache_proc_init(void)
 		return -1;
 	}
 	route_check = !chell_setting("paths")[0] && !chell_setting("cache.backing")[0];
+	if (chell_setting("cache.shared")[0] && !shared_dirs) {
+		int ns = chell_config_paths(&chell_cfg, "cache.shared", &shared_dirs);
+		if (ns < 0) {
+			chell_log("cache: out of memory reading setting cache.shared");
+			return -1;
+		}
+		for (int i = 0; i < ns; i++)
+			if (chell_path_normalise(shared_dirs[i]) < 0) {
+				chell_log("cache: cache.shared: '%s' is not an absolute path",
+					  shared_dirs[i]);
+				return -1;
+			}
+		nshared_dirs = ns;
+	}
 	return cache_copy_init();
 }
 
@@ -186,16 +203,37 @@ static int cache_adopt(chell_ctx *c)
 	return mapped_adopt(c, &cache_mapped);
 }
 
-/*
- * Under a checker (shadow mode: a layer above this one), the last close of
- * an open file description writes the file's dirty blocks back, so the
- * checker's final comparison of the backing file with its copy also proves
- * the manager's write-back. (On its own, cache mode keeps dirty data in the
- * pool across closes: that is the point of a write-back cache.)
- */
-static void flush_for_checker(chell_ctx *c, struct mapped_local *l)
+/* Is the file under a cache.shared directory (close-to-open with other nodes)? */
+static bool under_shared(const char *abs)
 {
-	if (c->layer == 0 || !c->f->release_pending || !c->f->path)
+	for (int i = 0; abs && i < nshared_dirs; i++)
+		if (chell_path_under(abs, shared_dirs[i], strlen(shared_dirs[i])))
+			return true;
+	return false;
+}
+
+/*
+ * The last close of an open file description writes the file's dirty
+ * blocks back (FLUSH: write-back, then a sync of the backing file) before
+ * close returns, in two cases:
+ * - under a checker (shadow mode: a layer above this one), so the checker's
+ *   final comparison of the backing file with its copy also proves the
+ *   manager's write-back;
+ * - for a file under a cache.shared directory opened for writing
+ *   (close-to-open consistency with other nodes: another node's open then
+ *   sees these bytes; its manager revalidates at that open, files.c
+ *   cfile_register).
+ * Otherwise cache mode keeps dirty data in the pool across closes: that is
+ * the point of a write-back cache.
+ */
+static void flush_at_last_close(chell_ctx *c, struct mapped_local *l)
+{
+	if (!c->f->release_pending || !c->f->path)
+		return;
+	/* A read-only description wrote nothing: whatever is dirty came
+	 * through another one, whose own last close writes it back. */
+	if (c->layer == 0 &&
+	    ((status(c) & O_ACCMODE) == O_RDONLY || !under_shared(c->f->path)))
 		return;
 	int fd = sys_open(c->f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0);
 	struct stat st;
@@ -212,7 +250,7 @@ static void cache_detach(chell_ctx *c)
 {
 	struct mapped_local *l = L(c);
 	if (l)
-		flush_for_checker(c, l);
+		flush_at_last_close(c, l);
 	mapped_detach(c, &cache_mapped);
 }
 
