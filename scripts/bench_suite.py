@@ -834,26 +834,26 @@ def warp_tables(res):
         if _name(r) not in names:
             names.append(_name(r))
     cell = {(_name(r), r["preset"]): r for r in rows}
-    L = ["**warp / best static choice** (the better of posix and direct under the same preset; "
-         "in brackets which one was best: p posix, d direct):", "",
-         "| workload | " + " | ".join(presets) + " |", "|---|" + "---:|" * len(presets)]
-    for n in names:
-        cs = []
-        for p in presets:
-            r = cell.get((n, p))
-            v = r and r["vs_best_static"].get("warp")
-            cs.append("-" if v is None else f"{v:.2f} ({r['best_static'][0]})")
-        L.append(f"| {n} | " + " | ".join(cs) + " |")
-    L.append("")
-    L += ["**warp / kernel path** (posix under the same preset):", "",
-          "| workload | " + " | ".join(presets) + " |", "|---|" + "---:|" * len(presets)]
-    for n in names:
-        cs = []
-        for p in presets:
-            r = cell.get((n, p))
-            cs.append(fmt(r and r["vs_kernel_path"].get("warp"), ".2f"))
-        L.append(f"| {n} | " + " | ".join(cs) + " |")
-    L.append("")
+
+    def matrix(title, value):
+        """One table: a row per workload, a column per preset, value(row)."""
+        out = [title, "", "| workload | " + " | ".join(presets) + " |", "|---|" + "---:|" * len(presets)]
+        for n in names:
+            out.append(f"| {n} | " + " | ".join(value(cell[n, p]) if (n, p) in cell else "-" for p in presets) + " |")
+        return out + [""]
+
+    def best(r):
+        v = r["vs_best_static"].get("warp")
+        return "-" if v is None else f"{v:.2f} ({r['best_static'][0]})"
+
+    def acc(r):
+        a = r["accuracy"].get("warp")
+        return "-" if a is None else f"{a:.1%}"
+
+    L = matrix("**warp / best static choice** (the better of posix and direct under the same preset; "
+               "in brackets which one was best: p posix, d direct):", best)
+    L += matrix("**warp / kernel path** (posix under the same preset):",
+                lambda r: fmt(r["vs_kernel_path"].get("warp"), ".2f"))
     sw = [r for r in rows if r["preset"] == "pcm" and r["workload"] in SWEEPS]
     if sw:
         sizes = sorted({_case_key(r["case"])[1] for r in sw})
@@ -871,18 +871,9 @@ def warp_tables(res):
                 cs.append(f"{fmt(ratio(wv, dv), '.2f')} ({fmt(wv, ',.0f')} / {fmt(dv, ',.0f')})")
             L.append(f"| {human(z)} | " + " | ".join(cs) + " |")
         L.append("")
-    L += ["**warp prediction accuracy** (accurate node accesses / node accesses; *again*: the same "
-          "program restarted, from the patterns the first run persisted in `warp.patterns`; *repeated*: "
-          "make after make clean, same patterns file):", "",
-          "| workload | " + " | ".join(presets) + " |", "|---|" + "---:|" * len(presets)]
-    for n in names:
-        cs = []
-        for p in presets:
-            r = cell.get((n, p))
-            a = r and r["accuracy"].get("warp")
-            cs.append("-" if a is None else f"{a:.1%}")
-        L.append(f"| {n} | " + " | ".join(cs) + " |")
-    L.append("")
+    L += matrix("**warp prediction accuracy** (accurate node accesses / node accesses; *again*: the same "
+                "program restarted, from the patterns the first run persisted in `warp.patterns`; *repeated*: "
+                "make after make clean, same patterns file):", acc)
     return L
 
 
