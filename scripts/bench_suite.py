@@ -654,9 +654,12 @@ def summarize(res):
             if acc is not None:
                 g["acc"].setdefault(e["arm"], []).append(acc)
     order = {w: i for i, w in enumerate(PERSONALITIES + SWEEPS + PROGRAMS)}
+    # presets in the build's order (none, then the registry's: pcm first)
+    porder = {p: i for i, p in enumerate(res.get("discovered", {}).get("tier_presets", ["none"]))}
     rows = []
     for (w, case, preset), g in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][2] != "none",
-                                                                         kv[0][2], _case_key(kv[0][1]))):
+                                                                         porder.get(kv[0][2], 99), kv[0][2],
+                                                                         _case_key(kv[0][1]))):
         vals = {a: median(v) for a, v in g["vals"].items()}
         # the plain kernel and the page cache exist only without a model:
         # under a preset, the kernel path is posix with that model
@@ -873,7 +876,7 @@ def warp_tables(res):
         L.append("")
     L += matrix("**warp prediction accuracy** (accurate node accesses / node accesses; *again*: the same "
                 "program restarted, from the patterns the first run persisted in `warp.patterns`; *repeated*: "
-                "make after make clean, same patterns file):", acc)
+                "make after make clean, same patterns file; the sweeps: one figure per run, over all its I/O sizes):", acc)
     return L
 
 
