@@ -69,10 +69,14 @@ PROFILES = {
                  postmark_files=5000, postmark_tx=100000, dbench_s=10, dbench_clients=2,
                  sysbench_size=512 * MB, sysbench_s=10, cat_size=1024 * MB, cat_reps=3,
                  grep_tree="/usr/include", make_every=1),
-    "quick": dict(seconds=3, sweep_s=0.5, files_scale=0.1, sweep_file=128 * MB, sizes=None, rounds=1,
-                  postmark_files=1000, postmark_tx=20000, dbench_s=3, dbench_clients=2,
-                  sysbench_size=128 * MB, sysbench_s=3, cat_size=256 * MB, cat_reps=2,
-                  grep_tree="/usr/include", make_every=4),
+    # quick: every arm under every preset (26 arms with warp, cache and five
+    # presets) in about half an hour: 7 of the 11 sweep sizes (4 KB - 4 MB,
+    # 2 MB included for the random-write target), every 8th make unit
+    "quick": dict(seconds=2, sweep_s=0.4, files_scale=0.1, sweep_file=64 * MB,
+                  sizes=[4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 2 << 20, 4 << 20], rounds=1,
+                  postmark_files=1000, postmark_tx=10000, dbench_s=2, dbench_clients=2,
+                  sysbench_size=64 * MB, sysbench_s=2, cat_size=256 * MB, cat_reps=2,
+                  grep_tree="/usr/include", make_every=8),
     "smoke": dict(seconds=0.3, sweep_s=0.1, files_scale=0.005, sweep_file=8 * MB,
                   sizes=[4096, 1 << 20], rounds=1,
                   postmark_files=50, postmark_tx=200, dbench_s=2, dbench_clients=1,
@@ -147,6 +151,10 @@ class Arms:
         self.pool = None
         self.pool_size = args.pool_size
         self.stats_dir = None
+        # warp.patterns of the current run (outside every --path: a patterns
+        # file inside the warp arm's directory would itself be opened under
+        # warp), fresh for each workload so its first run starts cold
+        self.patterns = None
         stack.callback(self.stop_cache)
 
     def dir(self, arm):
@@ -186,6 +194,8 @@ class Arms:
             extra += ["--set", f"tier.model={preset}"]
         if stats:
             extra += ["--set", f"stats.file={stats}"]
+        if arm == "warp" and self.patterns:
+            extra += ["--set", f"warp.patterns={self.patterns}"]
         if arm == "cache":
             return [str(self.chell), "run", "--mode", "cache", "--set", f"cache.pool={self.pool}",
                     "--set", f"cache.backing={self.backing}", *extra, "--", *cmd]
@@ -346,12 +356,21 @@ def run_program(arms, prof, prog, arm, preset, rnd, stats):
             rows.append({"case": f"{size} again", "unit": "MB/s", "value": prof["cat_size"] / min(walls[1:]) / 1e6,
                          "wall_s": min(walls[1:]), "accuracy": median(accs[1:])})
     elif prog == "grep":
+        # twice, as cat: the second run is the same program restarted
         tree = d / "tree"
         nbytes = tree_bytes(tree)
-        r, wall = arms.run(arm, preset, ["grep", "-r", "-F", "-e", "chell-suite-no-such-string", tree],
-                           ok_codes=(1,), stats=stats)
-        raw = {"wall_s": wall, "bytes": nbytes}
-        rows.append({"case": "", "unit": "MB/s", "value": nbytes / wall / 1e6, "wall_s": wall})
+        walls, accs, sts = [], [], []
+        for _ in range(2):
+            _, wall = arms.run(arm, preset, ["grep", "-r", "-F", "-e", "chell-suite-no-such-string", tree],
+                               ok_codes=(1,), stats=stats)
+            walls.append(wall)
+            sts.append(collect_stats(arms, stats.parent) if stats else None)
+            accs.append((sts[-1] or {}).get("accuracy"))
+        raw = {"walls": walls, "bytes": nbytes, "stats": sts}
+        rows.append({"case": "", "unit": "MB/s", "value": nbytes / walls[0] / 1e6, "wall_s": walls[0],
+                     "accuracy": accs[0]})
+        rows.append({"case": "again", "unit": "MB/s", "value": nbytes / walls[1] / 1e6, "wall_s": walls[1],
+                     "accuracy": accs[1]})
     elif prog == "make":
         w = d / "mk"
         units = make_tree(w, prof["make_every"])
@@ -397,6 +416,7 @@ def collect_stats(arms, stats_glob_dir):
     except ValueError:
         return {"error": "chell stat printed no JSON"}
     total = data.get("total", data) if isinstance(data, dict) else data
+    procs = data.get("processes", []) if isinstance(data, dict) else []
     f = flat_numbers(total)
     keep = {k: v for k, v in f.items() if any(w in k.lower() for w in WARP_WORDS)}
     # an accuracy the handler computed (a fraction or a percentage), else
@@ -408,7 +428,63 @@ def collect_stats(arms, stats_glob_dir):
         a = next((v for k, v in f.items() if k.lower().endswith("accurate")), None)
         n = next((v for k, v in f.items() if k.lower().endswith("accesses")), None)
         acc = ratio(a, n)
-    return {"warp": keep, "accuracy": acc, "reads": f.get("reads"), "writes": f.get("writes")}
+    return {"warp": keep, "accuracy": acc, "reads": f.get("reads"), "writes": f.get("writes"),
+            "procs": len(procs), "modes": sorted({p.get("mode", "?") for p in procs}),
+            "tier_models": sorted({p.get("tier_model", "none") for p in procs}), "total": f}
+
+
+def _sum(sts, *keys):
+    return sum(st["total"].get(k, 0) for st in sts for k in keys)
+
+
+def mode_check(arm, preset, sts):
+    """Did the run really go through the arm's handler and the tier model it
+    claims, or silently through the kernel alone? From the counters every
+    process of the run wrote (stats.file): each process's `mode` is the arm,
+    its `tier_model` the preset and the model charged bytes; the handler
+    served operations itself (direct: its reads and writes; warp: node
+    accesses, with the share served mapped and buffered; cache: its
+    operations). ok None: nothing to check (no Chell, or posix without a
+    model, which writes no counters by design: docs/TIER.md)."""
+    if arm in ("kernel", "pagecache"):
+        return {"ok": None, "why": "no Chell"}
+    sts = [st for st in sts if st and "total" in st]
+    if not sts:
+        if arm == "posix" and preset == "none":
+            return {"ok": None, "why": "posix writes no counters without a tier model"}
+        return {"ok": False, "why": "no stats.file written"}
+    out = {"procs": sum(st["procs"] for st in sts)}
+    modes = sorted({m for st in sts for m in st["modes"]})
+    models = sorted({m for st in sts for m in st["tier_models"]})
+    out.update(modes=modes, tier_models=models)
+    bad = []
+    if modes != [arm]:
+        bad.append(f"processes ran in mode(s) {', '.join(modes)}")
+    if models != [preset]:
+        bad.append(f"tier model(s) {', '.join(models)}")
+    if preset != "none":
+        out["tier_bytes"] = _sum(sts, "tier_read_bytes", "tier_write_bytes")
+        if not out["tier_bytes"]:
+            bad.append("the tier model charged no byte")
+    ops = _sum(sts, "reads", "writes")
+    out["ops"] = ops
+    if arm in ("direct", "cache", "warp") and not ops:
+        bad.append(f"{arm} served no read or write")
+    if arm == "direct" and ops:
+        out["kernel_fallback_share"] = round(_sum(sts, "kernel_fallbacks") / ops, 4)
+    if arm == "warp":
+        acc = _sum(sts, "accesses")
+        out["node_accesses"] = acc
+        if not acc:
+            bad.append("warp accessed no node")
+        if ops:
+            out["mapped_read_share"] = round(_sum(sts, "mapped_reads") / ops, 4)
+            out["buffered_share"] = round(_sum(sts, "buffered_reads", "buffered_writes") / ops, 4)
+        out["transitions"] = _sum(sts, "transitions")
+        out["checkpoints"] = _sum(sts, "checkpoints")
+    out["ok"] = not bad
+    out["why"] = "; ".join(bad) if bad else "ok"
+    return out
 
 
 def warp_node_map(arms, path):
@@ -416,7 +492,9 @@ def warp_node_map(arms, path):
     list of node states; None when the command is missing or says nothing."""
     if not arms.disc.get("warp_cli"):
         return None
-    for argv in ([str(arms.chell), "warp", "show", "--json", str(path)], [str(arms.chell), "warp", "show", str(path)]):
+    pat = ["--patterns", str(arms.patterns)] if arms.patterns else []
+    for argv in ([str(arms.chell), "warp", "show", "--json", *pat, str(path)],
+                 [str(arms.chell), "warp", "show", *pat, str(path)]):
         r = subprocess.run(argv, capture_output=True, text=True, env=arms.env)
         if r.returncode != 0:
             continue
@@ -425,7 +503,7 @@ def warp_node_map(arms, path):
             nodes = data.get("nodes", data) if isinstance(data, dict) else data
             states = [n.get("state") if isinstance(n, dict) else n for n in nodes]
             if states:
-                return {"states": states, "raw": data if len(r.stdout) < 20000 else None}
+                return {"file": path.name, "states": states, "raw": data if len(r.stdout) < 20000 else None}
         except (ValueError, AttributeError, TypeError):
             pass
         states = re.findall(r"^\s*(\d+)\b.*?\b(normal|mapped|buffered|read-mapped|write-buffered)\b", r.stdout, re.M)
@@ -481,6 +559,10 @@ def run_all(args, prof, disc, arms, res):
     combos = plan(args, disc)
     res["config"]["arms"] = [f"{a}/{p}" for a, p in combos]
     res["startup_ms"] = startup_ms(arms, combos)
+    # the node-state maps (chell warp show) under one preset: pcm, the
+    # issue's reference device, else the first one
+    presets = [p for _, p in combos]
+    map_preset = "pcm" if "pcm" in presets else (presets[0] if presets else None)
     failed = []
     for rnd in range(prof["rounds"]):
         order = combos if rnd % 2 == 0 else list(reversed(combos))
@@ -489,10 +571,16 @@ def run_all(args, prof, disc, arms, res):
                 tag = f"{w} {arm}/{preset} round {rnd + 1}/{prof['rounds']}"
                 log(f"  {tag}")
                 stats = None
-                if arm in ("warp", "direct", "cache"):
+                if arm not in ("kernel", "pagecache"):  # every Chell arm: the mode check needs them
                     arms.stats_dir = arms.scratch / "stats"
                     arms.stats_dir.mkdir(exist_ok=True)
+                    for f in arms.stats_dir.glob("*.json"):
+                        f.unlink()
                     stats = arms.stats_dir / f"{w}-%p.json"
+                arms.patterns = None
+                if arm == "warp":
+                    arms.patterns = arms.scratch / f"warp-{w}-{preset}.patterns"
+                    arms.patterns.unlink(missing_ok=True)
                 t0 = time.monotonic()
                 entry = {"workload": w, "arm": arm, "preset": preset, "round": rnd}
                 try:
@@ -507,7 +595,10 @@ def run_all(args, prof, disc, arms, res):
                     entry.update(ok=True, rows=rows, raw=raw)
                     if stats:
                         entry["stats"] = collect_stats(arms, arms.stats_dir)
-                    if arm == "warp":
+                    entry["mode_check"] = mode_check(arm, preset, [entry.get("stats")] + list(raw.get("stats") or []))
+                    if not entry["mode_check"]["ok"] and entry["mode_check"]["ok"] is not None:
+                        log(f"    MODE CHECK: {entry['mode_check']['why']}")
+                    if arm == "warp" and preset == map_preset:
                         entry["node_map"] = warp_map_for(arms, prof, w, preset)
                 except (RuntimeError, ValueError, KeyError, OSError, subprocess.SubprocessError) as e:
                     log(f"    FAILED: {str(e)[:800]}")
@@ -516,21 +607,28 @@ def run_all(args, prof, disc, arms, res):
                 finally:
                     if arm == "cache":
                         arms.stop_cache()
+                    if arms.patterns:
+                        arms.patterns.unlink(missing_ok=True)
+                        arms.patterns = None
                 entry["elapsed_s"] = round(time.monotonic() - t0, 2)
                 res["runs"].append(entry)
     return failed
 
 
 def warp_map_for(arms, prof, workload, preset):
-    """The per-node state map of a file after a run under warp: the sweeps'
-    file (kept) and the cat file; skipped cleanly without `chell warp`."""
+    """The per-node state map of a file after a run under warp, as stored in
+    the run's patterns file (`chell warp show --json --patterns`): the `cat`
+    file, and a random-write file (a short extra run that keeps its file);
+    skipped cleanly without `chell warp`."""
     if not arms.disc.get("warp_cli"):
         return None
     if workload == "cat":
         return warp_node_map(arms, arms.dir("warp") / "progs" / "big.bin")
-    if workload in SWEEPS:
+    if workload == "randwrite":  # the random-write file: where buffered nodes show
         d = arms.dir("warp") / f"{workload}-map"
-        cmd = filebench_cmd(arms, prof, workload, d, 1) + ["--keep", "--iosize", "4k,64k,1m"]
+        # without the read-back check, so that the last accesses the
+        # patterns keep are the writes themselves
+        cmd = filebench_cmd(arms, prof, workload, d, 1) + ["--keep", "--iosize", "4k,64k", "--verify", "none"]
         try:
             arms.run("warp", preset, cmd)
             return warp_node_map(arms, d / "largefile1")
@@ -556,9 +654,12 @@ def summarize(res):
             if acc is not None:
                 g["acc"].setdefault(e["arm"], []).append(acc)
     order = {w: i for i, w in enumerate(PERSONALITIES + SWEEPS + PROGRAMS)}
+    # presets in the build's order (none, then the registry's: pcm first)
+    porder = {p: i for i, p in enumerate(res.get("discovered", {}).get("tier_presets", ["none"]))}
     rows = []
     for (w, case, preset), g in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][2] != "none",
-                                                                         kv[0][2], _case_key(kv[0][1]))):
+                                                                         porder.get(kv[0][2], 99), kv[0][2],
+                                                                         _case_key(kv[0][1]))):
         vals = {a: median(v) for a, v in g["vals"].items()}
         # the plain kernel and the page cache exist only without a model:
         # under a preset, the kernel path is posix with that model
@@ -617,8 +718,9 @@ def targets(res):
         sel(lambda r: (r["workload"] in ("cat", "grep") and not r["case"].endswith("again"))
             or (r["workload"] == "make" and r["case"] == "repeated"), lambda r: r["accuracy"].get("warp")),
         ">= 0.99", lambda v: v >= 0.99)
-    add("warp prediction accuracy: cat restarted (persisted patterns)",
-        sel(lambda r: r["workload"] == "cat" and r["case"].endswith("again"), lambda r: r["accuracy"].get("warp")),
+    add("warp prediction accuracy: cat and grep -r restarted (persisted patterns)",
+        sel(lambda r: r["workload"] in ("cat", "grep") and r["case"].endswith("again"),
+            lambda r: r["accuracy"].get("warp")),
         ">= 0.90", lambda v: v >= 0.90)
     return out
 
@@ -656,6 +758,8 @@ def markdown(res):
             verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
             L.append(f"| {t['target']} | {t['measured']} | {t['goal']} | {verdict} |")
         L.append("")
+    L += warp_tables(res)
+    L += mode_check_lines(res)
     if res.get("unavailable"):
         L.append("**Not in this build / not run:** " + "; ".join(f"{u['what']}: {u['why']}" for u in res["unavailable"]))
         L.append("")
@@ -711,6 +815,97 @@ def markdown(res):
         L.append("±: half the range over the rounds, relative to the median.")
         L.append("")
     return "\n".join(L)
+
+
+def _name(r):
+    return r["workload"] + (f" {r['case']}" if r["case"] else "")
+
+
+def warp_tables(res):
+    """The compact WARP views: warp / best static per workload and preset,
+    the sweeps' warp / direct under pcm, and the prediction accuracy per
+    workload and preset (accurate / node accesses, warp.md §VI-D)."""
+    rows = [r for r in res["summary"] if "warp" in r["values"]]
+    if not rows:
+        return []
+    presets = []
+    for r in rows:
+        if r["preset"] not in presets:
+            presets.append(r["preset"])
+    names = []
+    for r in rows:
+        if _name(r) not in names:
+            names.append(_name(r))
+    cell = {(_name(r), r["preset"]): r for r in rows}
+
+    def matrix(title, value):
+        """One table: a row per workload, a column per preset, value(row)."""
+        out = [title, "", "| workload | " + " | ".join(presets) + " |", "|---|" + "---:|" * len(presets)]
+        for n in names:
+            out.append(f"| {n} | " + " | ".join(value(cell[n, p]) if (n, p) in cell else "-" for p in presets) + " |")
+        return out + [""]
+
+    def best(r):
+        v = r["vs_best_static"].get("warp")
+        return "-" if v is None else f"{v:.2f} ({r['best_static'][0]})"
+
+    def acc(r):
+        a = r["accuracy"].get("warp")
+        return "-" if a is None else f"{a:.1%}"
+
+    L = matrix("**warp / best static choice** (the better of posix and direct under the same preset; "
+               "in brackets which one was best: p posix, d direct):", best)
+    L += matrix("**warp / kernel path** (posix under the same preset):",
+                lambda r: fmt(r["vs_kernel_path"].get("warp"), ".2f"))
+    sw = [r for r in rows if r["preset"] == "pcm" and r["workload"] in SWEEPS]
+    if sw:
+        sizes = sorted({_case_key(r["case"])[1] for r in sw})
+        by = {(r["workload"], _case_key(r["case"])[1]): r for r in sw}
+        L += ["**I/O-size sweeps under pcm: warp / direct** (MB/s of each in brackets):", "",
+              "| I/O size | seqread warp / direct | randwrite warp / direct |", "|---|---:|---:|"]
+        for z in sizes:
+            cs = []
+            for w in SWEEPS:
+                r = by.get((w, z))
+                if not r:
+                    cs.append("-")
+                    continue
+                wv, dv = r["values"].get("warp"), r["values"].get("direct")
+                cs.append(f"{fmt(ratio(wv, dv), '.2f')} ({fmt(wv, ',.0f')} / {fmt(dv, ',.0f')})")
+            L.append(f"| {human(z)} | " + " | ".join(cs) + " |")
+        L.append("")
+    L += matrix("**warp prediction accuracy** (accurate node accesses / node accesses; *again*: the same "
+                "program restarted, from the patterns the first run persisted in `warp.patterns`; *repeated*: "
+                "make after make clean, same patterns file; the sweeps: one figure per run, over all its I/O sizes):", acc)
+    return L
+
+
+def mode_check_lines(res):
+    """Did every arm run in the mode it claims (mode_check per run)?"""
+    runs = [e for e in res["runs"] if e.get("ok") and e.get("mode_check")]
+    if not runs:
+        return []
+    good = [e for e in runs if e["mode_check"]["ok"]]
+    bad = [e for e in runs if e["mode_check"]["ok"] is False]
+    na = sorted({f"{e['arm']}/{e['preset']} ({e['mode_check']['why']})" for e in runs
+                 if e["mode_check"]["ok"] is None and e["arm"] not in ("kernel", "pagecache")})
+    L = [f"**Mode check** (every process's `stats.file` record names the arm's mode and the preset, the "
+         f"model charged bytes, the handler served reads and writes itself): {len(good)} runs passed, "
+         f"{len(bad)} failed" + (f"; not checkable: {', '.join(na)}" if na else "") + "."]
+    for e in bad:
+        L.append(f"* FAILED {e['workload']} {e['arm']}/{e['preset']}: {e['mode_check']['why']}")
+    w = [e for e in good if e["arm"] == "warp" and "mapped_read_share" in e["mode_check"]]
+    if w:
+        mr = [e["mode_check"]["mapped_read_share"] for e in w]
+        bf = [e["mode_check"]["buffered_share"] for e in w]
+        L.append(f"Under warp, the share of reads and writes served mapped ranged {min(mr):.0%}-{max(mr):.0%} "
+                 f"and buffered {min(bf):.0%}-{max(bf):.0%} over the runs (the rest: nodes in the normal state, "
+                 f"the kernel path); per run in suite.json (`mode_check`).")
+    d = [e["mode_check"]["kernel_fallback_share"] for e in good if "kernel_fallback_share" in e["mode_check"]]
+    if d:
+        L.append(f"Direct mode's kernel fallbacks: {min(d):.1%}-{max(d):.1%} of its reads and writes.")
+    L.append("")
+    return L
 
 
 def plot(res, out):
@@ -806,7 +1001,7 @@ def plot(res, out):
             st = [palette.get(s, 0) for s in e["node_map"]["states"]]
             ax.imshow([st], aspect="auto", cmap=cmap, vmin=0, vmax=2, interpolation="nearest")
             ax.set_yticks([])
-            ax.set_title(f"{e['workload']} ({e['preset']}): node states (grey normal, green mapped, red buffered)",
+            ax.set_title(f"{e['workload']}, {e['node_map'].get('file', '')} ({e['preset']}): node states (grey normal, green mapped, red buffered)",
                          fontsize=8)
         axes[-1, 0].set_xlabel("node")
         fig.tight_layout()

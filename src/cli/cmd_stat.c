@@ -199,14 +199,28 @@ int cmd_stat(int argc, char **argv)
 		}
 		free(text);
 	}
-	/* totals over the numeric fields of the first record's shape */
-	struct stat_rec *first = nrec ? &recs[0] : NULL;
-	unsigned long long tot[MAX_FIELDS] = {0};
+	/* The rows: every field any record has, in the order first seen. The
+	 * processes of one run need not share a shape: a parent that touched
+	 * no file under the handler writes only the tier model's counters, its
+	 * children the handler's too, and those must still be totalled. */
+	const char **keys = calloc((size_t)nrec * MAX_FIELDS + 1, sizeof(*keys));
+	bool *numeric = calloc((size_t)nrec * MAX_FIELDS + 1, sizeof(*numeric));
+	unsigned long long *tot = calloc((size_t)nrec * MAX_FIELDS + 1, sizeof(*tot));
+	int nkeys = 0;
+	if (!keys || !numeric || !tot)
+		nrec = 0, status = 1;
 	for (int r = 0; r < nrec; r++)
-		for (int k = 0; first && k < first->n; k++)
-			for (int j = 0; j < recs[r].n; j++)
-				if (!strcmp(recs[r].keys[j], first->keys[k]) && is_number(recs[r].vals[j]))
-					tot[k] += strtoull(recs[r].vals[j], NULL, 10);
+		for (int j = 0; j < recs[r].n; j++) {
+			int k = 0;
+			while (k < nkeys && strcmp(keys[k], recs[r].keys[j]))
+				k++;
+			if (k == nkeys) {
+				keys[nkeys] = recs[r].keys[j];
+				numeric[nkeys++] = is_number(recs[r].vals[j]) && strcmp(recs[r].keys[j], "pid");
+			}
+			if (numeric[k] && is_number(recs[r].vals[j]))
+				tot[k] += strtoull(recs[r].vals[j], NULL, 10);
+		}
 	if (json) {
 		printf("{\"processes\": [");
 		for (int r = 0; r < nrec; r++) {
@@ -224,15 +238,15 @@ int cmd_stat(int argc, char **argv)
 		}
 		printf("], \"total\": {");
 		int printed = 0;
-		for (int k = 0; first && k < first->n; k++) {
-			if (!is_number(first->vals[k]) || !strcmp(first->keys[k], "pid"))
+		for (int k = 0; k < nkeys; k++) {
+			if (!numeric[k])
 				continue;
 			printf("%s", printed++ ? ", " : "");
-			cli_json_str(stdout, first->keys[k]);
+			cli_json_str(stdout, keys[k]);
 			printf(": %llu", tot[k]);
 		}
 		printf("}}\n");
-	} else if (first) {
+	} else if (nrec) {
 		printf("%-18s", "counter");
 		for (int r = 0; r < nrec; r++) {
 			const char *pid = "?";
@@ -244,17 +258,20 @@ int cmd_stat(int argc, char **argv)
 		printf(" %14s\n", "total");
 		/* the words first (mode, handler, the tier model in force), then
 		 * the counters with their total */
-		for (int k = 0; k < first->n; k++)
-			if (!is_number(first->vals[k]))
-				print_row(recs, nrec, first->keys[k], "");
-		for (int k = 0; k < first->n; k++) {
-			if (!is_number(first->vals[k]) || !strcmp(first->keys[k], "pid"))
+		for (int k = 0; k < nkeys; k++)
+			if (!numeric[k] && strcmp(keys[k], "pid"))
+				print_row(recs, nrec, keys[k], "");
+		for (int k = 0; k < nkeys; k++) {
+			if (!numeric[k])
 				continue;
 			char total[24];
 			snprintf(total, sizeof total, "%llu", tot[k]);
-			print_row(recs, nrec, first->keys[k], total);
+			print_row(recs, nrec, keys[k], total);
 		}
 	}
+	free(keys);
+	free(numeric);
+	free(tot);
 	for (int r = 0; r < nrec; r++)
 		for (int j = 0; j < recs[r].n; j++)
 			free(recs[r].keys[j]), free(recs[r].vals[j]);

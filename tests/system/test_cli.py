@@ -283,3 +283,23 @@ def test_run_exports_on_error_unless_set(tmp_path):
     r = chell("run", "--config", str(conf), *cmd, env=clean_env())
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["on_error=", "mode="]
+
+
+def test_stat_totals_fields_the_first_record_lacks(tmp_path):
+    """The processes of one run need not write the same fields (a parent
+    that opened no file under the handler writes only the tier model's
+    counters, its children the handler's as well): the total and the table
+    have every field of every record, not the first record's only."""
+    parent = tmp_path / "s-100.json"
+    child = tmp_path / "s-101.json"
+    parent.write_text('{"pid": 100, "mode": "direct", "tier_model": "pcm", "tier_reads": 0}\n')
+    child.write_text('{"pid": 101, "mode": "direct", "reads": 7, "writes": 3, "tier_model": "pcm", '
+                     '"tier_reads": 7}\n')
+    res = run([CHELL, "stat", "--json", parent, child])
+    assert res.returncode == 0, res.stderr
+    js = json.loads(res.stdout)
+    assert js["total"] == {"tier_reads": 7, "reads": 7, "writes": 3}, js
+    table = run([CHELL, "stat", parent, child]).stdout.decode()
+    rows = {ln.split()[0]: ln.split()[1:] for ln in table.splitlines()}
+    assert rows["reads"] == ["-", "7", "7"] and rows["writes"] == ["-", "3", "3"], table
+    assert rows["mode"] == ["direct", "direct"], table

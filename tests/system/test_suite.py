@@ -178,6 +178,20 @@ def test_runner_smoke(tmp_path):
     assert expected <= workloads
     for r in data["summary"]:
         assert r["values"].get("posix") is not None, r
+    # every Chell arm ran in the mode and under the tier model it claims
+    # (its processes' stats.file records), not silently on the kernel
+    for e in data["runs"]:
+        mc = e["mode_check"]
+        if e["arm"] in ("kernel", "pagecache") or (e["arm"] == "posix" and e["preset"] == "none"):
+            assert mc["ok"] is None, e["arm"]
+        else:
+            assert mc["ok"] is True and mc["modes"] == [e["arm"]], (e["workload"], e["arm"], e["preset"], mc)
+    if disc["warp"]:
+        assert any(r["accuracy"].get("warp") is not None for r in data["summary"] if r["workload"] == "cat" or only)
+        if disc["warp_cli"]:
+            maps = [e for e in data["runs"] if e["arm"] == "warp" and e.get("node_map")]
+            assert maps and all(e["node_map"].get("states") for e in maps), maps
+            assert (out / "suite_warp_nodes.png").stat().st_size > 0
     assert (out / "suite.md").read_text().count("| fileserver |") >= 1
     for fig in ("suite_personalities.png", "suite_programs.png", "suite_seqread.png", "suite_randwrite.png"):
         assert (out / fig).stat().st_size > 0
