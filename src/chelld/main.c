@@ -31,7 +31,7 @@
 #include <sys/resource.h>
 
 #include "chelld/engine.h"
-#include "chelld/registry.h"
+#include "chelld/mgr_registry.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
 #include "tier/internal.h" /* chell_tier_init */
 
@@ -544,7 +544,7 @@ int main(int argc, char **argv)
 		unlink(cfg.sock_path);
 		goto out;
 	}
-	/* Findable without --pool (registry.h); a daemon that is not is still
+	/* Findable without --pool (mgr_registry.h); a daemon that is not is still
 	 * a daemon, so a failure is only logged. */
 	int reg = mgr_registry_add(getpid(), cfg.pool, cfg.sock_path);
 	if (reg)

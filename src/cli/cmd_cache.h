@@ -52,7 +52,7 @@ void mgr_sock_path(const char *pool, const char *sockopt, char *out, size_t len)
  * several managers run and none was named. */
 const char *pool_dir_default(const char *given);
 
-/* ---- finding a manager (cmd_cache_find.c, chelld/registry.h) ---- */
+/* ---- finding a manager (cmd_cache_find.c, chelld/mgr_registry.h) ---- */
 enum { MGR_POOL_GIVEN = 0, MGR_POOL_FOUND = 1 };
 /* The pool to use into out: `pool` when pool_set (cache.pool was given) or
  * a chelld serves it (MGR_POOL_GIVEN); else the pool of the only running

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Finding a cache manager without being told its pool (registry.h), and
+ * Finding a cache manager without being told its pool (chelld/mgr_registry.h), and
  * `chell cache ls [--json]`, which lists the running ones.
  *
  * The rule, for every command that needs a pool and got none:
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chelld/registry.h"
+#include "chelld/mgr_registry.h"
 #include "cli.h"
 #include "cmd_cache.h"
 #include "common/config.h"

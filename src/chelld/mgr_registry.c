@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The per-user registry of running cache managers: see registry.h. */
+/* The per-user registry of running cache managers: see mgr_registry.h. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "chelld/protocol.h"
-#include "chelld/registry.h"
+#include "chelld/mgr_registry.h"
 
 /* mkdir one level, then insist it is ours: a directory someone else made
  * in /tmp first must not collect (or feed us) manager entries. */

@@ -17,8 +17,8 @@
  *   pool /dev/shm/chell-cache      (absolute, resolved by chelld)
  *   socket /dev/shm/chell-cache/chelld.sock
  */
-#ifndef CHELLD_REGISTRY_H
-#define CHELLD_REGISTRY_H
+#ifndef CHELLD_MGR_REGISTRY_H
+#define CHELLD_MGR_REGISTRY_H
 
 #include <limits.h>
 #include <stdbool.h>
