@@ -27,25 +27,54 @@ static struct warp_costs costs;
 static bool have_costs;
 static struct warp_policy policy;
 
+/* Blocks the checkpoint writes back per hold of the buffer's lock: the
+ * application's buffered calls wait for one step (1 MB), not for the whole
+ * buffer, and the modelled device's time is waited out between steps. */
+#define WB_STEP_BLOCKS 256
+
 void warp_checkpoint(struct warp_file *w)
 {
 	struct warp_hdr *h = w->hdr;
 	uint64_t n[WARP_NSTATES] = {0}, bytes[WARP_NSTATES] = {0};
-	chell_lock_acquire(&h->lock);
 	atomic_store(&h->last_ckpt, mapped_tick());
-	warp_writeback(w, w->wfd, 0, WARP_MAX_BLOCKS);
 	uint32_t nn = warp_nnodes(w);
+	uint64_t hi = (uint64_t)nn << (h->node_shift - WARP_BLK_SHIFT);
+	if (hi > WARP_MAX_BLOCKS || nn == WARP_MAX_NODES)
+		hi = WARP_MAX_BLOCKS; /* blocks past the last node with a record */
+	for (uint64_t b = 0; b < hi && atomic_load(&h->dirty_blocks);) {
+		chell_lock_acquire(&h->lock);
+		int e = warp_writeback_step(w, w->wfd, &b, hi, WB_STEP_BLOCKS);
+		chell_lock_release(&h->lock);
+		warp_writeback_settle();
+		if (e < 0)
+			break; /* stays dirty: the next checkpoint, fsync or close */
+	}
+	struct warp_costs fc = costs; /* this file's node size caps T_WriteBack */
+	fc.wb_cap = (double)(1ull << h->node_shift);
+	chell_lock_acquire(&h->lock);
+	nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
 		enum warp_state cur = (enum warp_state)atomic_load(&nd->state);
-		if (have_costs && (nd->st.nr | nd->st.nw | nd->streak)) {
+		/* only a node accessed since the last checkpoint is judged: a
+		 * checkpoint without accesses is no evidence either way, so a
+		 * sparsely used node (large random I/O over many nodes) keeps its
+		 * streak until its next access instead of starting it again */
+		if (have_costs && (nd->st.nr | nd->st.nw)) {
 			struct warp_hyst hy = {nd->cand, nd->streak};
 			struct warp_node_stats st = nd->st;
-			enum warp_state want = warp_model_decide(&costs, &policy, cur, &hy, &st);
+			enum warp_state want = warp_model_decide(&fc, &policy, cur, &hy, &st);
 			nd->cand = hy.candidate;
 			nd->streak = hy.streak;
-			if (want != cur && warp_set_state(w, k, want) == 0)
+			/* Buffered needs the lease (warp.outside=lease), which only
+			 * the application's description can take: the node's next
+			 * write asks for it (warp.c: access_node) */
+			atomic_store_explicit(&nd->want, want == WARP_BUFFERED && cur != WARP_BUFFERED,
+					      memory_order_relaxed);
+			if (want != cur && warp_set_state(w, k, want) == 0) {
 				cur = want;
+				atomic_store_explicit(&nd->want, 0, memory_order_relaxed);
+			}
 		}
 		if (nd->st.nr | nd->st.nw)
 			memset(&nd->st, 0, sizeof(nd->st));
@@ -86,8 +115,10 @@ static void pass(struct warp_file *w, void *arg)
 {
 	uint64_t now = *(uint64_t *)arg;
 	struct warp_hdr *h = w->hdr;
-	if (w->wfd < 0 && w->rfd < 0)
-		return; /* let go (a lease): the kernel's */
+	if (w->retired)
+		return; /* let go (the application's lease): the kernel's */
+	if (w->wfd < 0 && atomic_load(&h->dirty_blocks))
+		return; /* the lease's holders write back and decide (lease.c) */
 	uint64_t last = atomic_load(&h->last_ckpt);
 	if (now - last >= warp_checkpoint_ns && atomic_compare_exchange_strong(&h->last_ckpt, &last, now))
 		warp_checkpoint(w);

@@ -93,6 +93,20 @@ static inline uint64_t node_of(struct warp_file *w, uint64_t pos)
 	return pos >> w->hdr->node_shift;
 }
 
+/* The checkpoint chose buffered for node k, which needs the tree's lease
+ * (warp.outside=lease): taken here, on the application's description (at
+ * most one try per checkpoint interval, warp_lease_ok). */
+static void want_buffered(chell_ctx *c, struct warp_file *w, uint64_t k)
+{
+	struct warp_node *nd = &w->nodes[k];
+	if (!warp_lease_ok(w, c))
+		return;
+	chell_lock_acquire(&w->hdr->lock);
+	if (atomic_load(&nd->want) && warp_set_state(w, k, WARP_BUFFERED) == 0)
+		atomic_store(&nd->want, 0);
+	chell_lock_release(&w->hdr->lock);
+}
+
 /* An access to node k: the counters (plain stores, brain.h), the node's
  * first state, the successor record and prefetch of the predicted next. */
 static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n, bool write)
@@ -110,6 +124,8 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 			chell_lock_release(&w->hdr->lock);
 		}
 	}
+	if (unlikely(atomic_load_explicit(&nd->want, memory_order_relaxed)) && write)
+		want_buffered(c, w, k);
 	nd->last_use = mapped_tick();
 	if (write) {
 		nd->st.nw++;

@@ -45,7 +45,10 @@
  * counters are plain stores (brain.h). */
 struct warp_node {
 	_Atomic uint8_t state;     /* enum warp_state */
-	uint8_t cand, streak, pad_; /* struct warp_hyst, kept with the node */
+	uint8_t cand, streak;      /* struct warp_hyst, kept with the node */
+	/* the last checkpoint chose buffered but could not apply it (no
+	 * lease yet): the node's next write asks for the lease */
+	_Atomic uint8_t want;
 	uint32_t succ1;            /* 1 + the node accessed after this one; 0: none (zeroed records) */
 	uint64_t last_use;         /* coarse ns of the last access */
 	struct warp_node_stats st; /* since the last checkpoint */
@@ -177,6 +180,12 @@ void warp_blk_mark_dirty(struct warp_file *w, uint64_t b);
 /* Write back the dirty blocks of [lo, hi) (block numbers) through fd in
  * sorted, merged extents, cut at the tier file's size; 0 or -errno. */
 int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi);
+/* The checkpoint's write-back, a step at a time: under the lock, dirty
+ * blocks from *cursor until `most` are written back (*cursor: where it
+ * stopped, hi when done); their charge waits for warp_writeback_settle,
+ * called after the lock is released. */
+int warp_writeback_step(struct warp_file *w, int fd, uint64_t *cursor, uint64_t hi, uint64_t most);
+void warp_writeback_settle(void);
 /* Drop blocks [lo, hi) from the buffer (no write-back: the caller did it
  * or the bytes are gone, truncated). */
 void warp_invalidate(struct warp_file *w, uint64_t lo, uint64_t hi);
