@@ -18,6 +18,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "warp.h"
 #include "chell/tier.h"
@@ -32,8 +33,16 @@ static struct warp_policy policy;
  * buffer, and the modelled device's time is waited out between steps. */
 #define WB_STEP_BLOCKS 256
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void warp_checkpoint(struct warp_file *w)
 {
+	uint64_t t0 = now_ns();
 	struct warp_hdr *h = w->hdr;
 	uint64_t n[WARP_NSTATES] = {0}, bytes[WARP_NSTATES] = {0};
 	atomic_store(&h->last_ckpt, mapped_tick());
@@ -49,6 +58,7 @@ void warp_checkpoint(struct warp_file *w)
 		if (e < 0)
 			break; /* stays dirty: the next checkpoint, fsync or close */
 	}
+	uint64_t t1 = now_ns();
 	struct warp_costs fc = costs; /* this file's node size caps T_WriteBack */
 	fc.wb_cap = (double)(1ull << h->node_shift);
 	chell_lock_acquire(&h->lock);
@@ -68,9 +78,12 @@ void warp_checkpoint(struct warp_file *w)
 			nd->streak = hy.streak;
 			/* Buffered needs the lease (warp.outside=lease), which only
 			 * the application's description can take: the node's next
-			 * write asks for it (warp.c: access_node) */
-			atomic_store_explicit(&nd->want, want == WARP_BUFFERED && cur != WARP_BUFFERED,
-					      memory_order_relaxed);
+			 * write asks for it (warp.c: access_node), for as long as
+			 * buffered stays the model's candidate */
+			bool wb = want == WARP_BUFFERED ||
+				  (atomic_load_explicit(&nd->want, memory_order_relaxed) &&
+				   hy.candidate == WARP_BUFFERED);
+			atomic_store_explicit(&nd->want, wb && cur != WARP_BUFFERED, memory_order_relaxed);
 			if (want != cur && warp_set_state(w, k, want) == 0) {
 				cur = want;
 				atomic_store_explicit(&nd->want, 0, memory_order_relaxed);
@@ -81,13 +94,20 @@ void warp_checkpoint(struct warp_file *w)
 		n[cur]++;
 		bytes[cur] += 1ull << h->node_shift;
 	}
-	chell_lock_release(&h->lock);
-	warp_patterns_keep(w);
+	/* the process's counts are the sum over its files of each one's
+	 * last checkpoint (unsigned: a negative change wraps and adds up) */
 	for (int s = 0; s < WARP_NSTATES; s++) {
-		atomic_store_explicit(&warp_ctr.nodes[s], n[s], memory_order_relaxed);
-		atomic_store_explicit(&warp_ctr.node_bytes[s], bytes[s], memory_order_relaxed);
+		WCTR(nodes[s], n[s] - w->ck_nodes[s]);
+		WCTR(node_bytes[s], bytes[s] - w->ck_bytes[s]);
+		w->ck_nodes[s] = n[s];
+		w->ck_bytes[s] = bytes[s];
 	}
+	chell_lock_release(&h->lock);
+	uint64_t t2 = now_ns();
+	warp_patterns_keep(w);
 	WCTR(checkpoints, 1);
+	WCTR(decide_ns, t2 - t1);
+	WCTR(checkpoint_ns, now_ns() - t0);
 }
 
 /* Buffered nodes nobody touched for warp.idle_ms: written back, their

@@ -109,6 +109,9 @@ struct warp_file {
 	int retired;               /* no mapping any more (a lease, an escape) */
 	uint32_t hole_gen;         /* inode->hole_gen the dense marks were made against */
 	_Atomic uint32_t prev_node; /* the last node accessed in this process */
+	/* nodes and their bytes per state at this process's last checkpoint
+	 * of the file (under the lock): its share of warp_ctr.nodes */
+	uint64_t ck_nodes[WARP_NSTATES], ck_bytes[WARP_NSTATES];
 	struct mapped_table tier;  /* node k: its mapping; flags: WARP_DENSE */
 	void **reserved;           /* retired mappings' address ranges */
 	size_t nreserved;
@@ -242,6 +245,9 @@ struct warp_counters {
 	_Atomic uint64_t transitions[WARP_NSTATES][WARP_NSTATES];
 	_Atomic uint64_t buffered_reads, buffered_writes, mapped_reads, kernel_reads, kernel_writes;
 	_Atomic uint64_t fills, writeback_bytes, writeback_extents, reclaims, flips, checkpoints;
+	/* time in checkpoints: all of it (write-back included), and the part
+	 * that judges the nodes (statistics, model, census) */
+	_Atomic uint64_t checkpoint_ns, decide_ns;
 	_Atomic uint64_t nodes[WARP_NSTATES], node_bytes[WARP_NSTATES]; /* last checkpoint's census */
 	_Atomic uint64_t buffer_bytes_max, recovered_blocks;
 	_Atomic uint64_t accesses, accurate, prefetch_used;

@@ -39,6 +39,8 @@ static void more(char *json, size_t *n, size_t cap)
 		{"transitions", trans},
 		{"flips", atomic_load(&c->flips)},
 		{"checkpoints", atomic_load(&c->checkpoints)},
+		{"checkpoint_ns", atomic_load(&c->checkpoint_ns)},
+		{"decide_ns", atomic_load(&c->decide_ns)},
 		{"buffered_writes", atomic_load(&c->buffered_writes)},
 		{"buffered_reads", atomic_load(&c->buffered_reads)},
 		{"mapped_reads", atomic_load(&c->mapped_reads)},
