@@ -618,14 +618,16 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 			return -EAGAIN;
 		/* Calls that saw the old state may still be moving bytes of the
 		 * tier: the buffer may fill a block only after they are done.
-		 * They count themselves in tier_ops before they look at the
-		 * state (seq_cst on both sides): either they see buffered, or we
-		 * see them. */
+		 * They count themselves in the node's tier_ops (or, spanning
+		 * nodes, the header's) before they look at the state (seq_cst on
+		 * both sides): either they see buffered, or we see them. Calls
+		 * in other nodes do not matter: a file written all the time
+		 * still gets its nodes buffered. */
 		if (mapped_tick() < atomic_load(&w->hdr->refuse_until))
 			return -EAGAIN;
 		atomic_store(&n->state, (uint8_t)s);
 		int spins = 0;
-		while (atomic_load(&w->hdr->tier_ops) != 0) {
+		while (atomic_load(&n->tier_ops) != 0 || atomic_load(&w->hdr->tier_ops) != 0) {
 			if (++spins > WAIT_TIER_SPINS) {
 				atomic_store(&n->state, (uint8_t)cur);
 				atomic_store(&w->hdr->refuse_until, mapped_tick() + 1000000000ull);

@@ -121,7 +121,10 @@ static void idle_reclaim(struct warp_file *w, uint64_t now)
 	uint32_t nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
-		if (!nd->valid || now - nd->last_use < warp_idle_ns)
+		/* last_use may be later than `now` (taken before this pass's
+		 * checkpoint, which can take a while): not idle, no wrap-around */
+		uint64_t used = nd->last_use;
+		if (!nd->valid || used > now || now - used < warp_idle_ns)
 			continue;
 		uint64_t lo = ((uint64_t)k << h->node_shift) >> WARP_BLK_SHIFT;
 		uint64_t hi = ((uint64_t)(k + 1) << h->node_shift) >> WARP_BLK_SHIFT;

@@ -53,7 +53,9 @@ struct warp_node {
 	uint64_t last_use;         /* coarse ns of the last access */
 	struct warp_node_stats st; /* since the last checkpoint */
 	uint32_t valid;            /* blocks of the node valid in the buffer */
-	uint32_t pad2_;
+	/* calls on the tier path in this node in flight (warp.c: piece); the
+	 * header's tier_ops counts those that may span nodes (growing writes) */
+	_Atomic uint32_t tier_ops;
 };
 
 struct warp_hdr {
