@@ -450,6 +450,8 @@ static __thread struct {
 
 static void wb_charge(size_t n)
 {
+	if (warp_bg)
+		WCTR(writeback_bg_bytes, n);
 	if (wb_defer.on) {
 		wb_defer.bytes += n;
 		wb_defer.extents++;

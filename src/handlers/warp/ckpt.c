@@ -23,6 +23,7 @@
 #include "warp.h"
 #include "chell/tier.h"
 
+__thread bool warp_bg;
 static struct chell_thread *thread;
 static struct warp_costs costs;
 static bool have_costs;
@@ -42,7 +43,7 @@ static uint64_t now_ns(void)
 
 void warp_checkpoint(struct warp_file *w)
 {
-	uint64_t t0 = now_ns();
+	uint64_t t0 = now_ns(), held = 0;
 	struct warp_hdr *h = w->hdr;
 	uint64_t n[WARP_NSTATES] = {0}, bytes[WARP_NSTATES] = {0};
 	atomic_store(&h->last_ckpt, mapped_tick());
@@ -52,16 +53,29 @@ void warp_checkpoint(struct warp_file *w)
 		hi = WARP_MAX_BLOCKS; /* blocks past the last node with a record */
 	for (uint64_t b = 0; b < hi && atomic_load(&h->dirty_blocks);) {
 		chell_lock_acquire(&h->lock);
+		uint64_t a = now_ns();
 		int e = warp_writeback_step(w, w->wfd, &b, hi, WB_STEP_BLOCKS);
+		held += now_ns() - a;
 		chell_lock_release(&h->lock);
 		warp_writeback_settle();
 		if (e < 0)
 			break; /* stays dirty: the next checkpoint, fsync or close */
 	}
-	uint64_t t1 = now_ns();
 	struct warp_costs fc = costs; /* this file's node size caps T_WriteBack */
 	fc.wb_cap = (double)(1ull << h->node_shift);
+	/* T is the application's time. A write-back this thread makes runs
+	 * beside the application (on another CPU; only its device time is
+	 * the tier's), one at fsync, close or a state change is waited for:
+	 * T_WriteBack counts in the share of this process's write-back bytes
+	 * the application waited for so far (none before the first: the
+	 * checkpoint is where buffered bytes go by default). */
+	uint64_t wb_all = atomic_load(&warp_ctr.writeback_bytes);
+	uint64_t wb_bg = atomic_load(&warp_ctr.writeback_bg_bytes);
+	double waited = wb_all > wb_bg ? (double)(wb_all - wb_bg) / (double)wb_all : 0.0;
+	fc.byte_w[WARP_BUFFERED] -= (1.0 - waited) * fc.wb_byte;
+	fc.wb_byte *= waited;
 	chell_lock_acquire(&h->lock);
+	uint64_t t1 = now_ns();
 	nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
@@ -102,11 +116,12 @@ void warp_checkpoint(struct warp_file *w)
 		w->ck_nodes[s] = n[s];
 		w->ck_bytes[s] = bytes[s];
 	}
-	chell_lock_release(&h->lock);
 	uint64_t t2 = now_ns();
+	chell_lock_release(&h->lock);
 	warp_patterns_keep(w);
 	WCTR(checkpoints, 1);
 	WCTR(decide_ns, t2 - t1);
+	WCTR(checkpoint_lock_ns, held + (t2 - t1));
 	WCTR(checkpoint_ns, now_ns() - t0);
 }
 
@@ -161,6 +176,7 @@ static void poll_one(struct warp_file *w, void *arg)
 
 static void loop(struct chell_thread *t, void *arg)
 {
+	warp_bg = true;
 	uint64_t period = warp_checkpoint_ns ? warp_checkpoint_ns : 100000000ull;
 	if (warp_idle_ns && warp_idle_ns / 2 < period)
 		period = warp_idle_ns / 2;

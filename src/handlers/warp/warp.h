@@ -247,15 +247,22 @@ struct warp_counters {
 	_Atomic uint64_t transitions[WARP_NSTATES][WARP_NSTATES];
 	_Atomic uint64_t buffered_reads, buffered_writes, mapped_reads, kernel_reads, kernel_writes;
 	_Atomic uint64_t fills, writeback_bytes, writeback_extents, reclaims, flips, checkpoints;
-	/* time in checkpoints: all of it (write-back included), and the part
-	 * that judges the nodes (statistics, model, census) */
-	_Atomic uint64_t checkpoint_ns, decide_ns;
+	/* time in checkpoints: all of it (write-back and its wait for the
+	 * modelled device included), the part holding the buffer's lock (what
+	 * the application's buffered calls can wait for), and the part that
+	 * judges the nodes (model, state changes, census; under the lock) */
+	_Atomic uint64_t checkpoint_ns, checkpoint_lock_ns, decide_ns;
+	/* of writeback_bytes, those the background thread wrote back (the
+	 * application did not wait for them) */
+	_Atomic uint64_t writeback_bg_bytes;
 	_Atomic uint64_t nodes[WARP_NSTATES], node_bytes[WARP_NSTATES]; /* last checkpoint's census */
 	_Atomic uint64_t buffer_bytes_max, recovered_blocks;
 	_Atomic uint64_t accesses, accurate, prefetch_used;
 	_Atomic uint64_t leases, lease_breaks;
 };
 extern struct warp_counters warp_ctr;
+/* this thread is WARP's background thread (ckpt.c: loop) */
+extern __thread bool warp_bg;
 #define WCTR(f, n) atomic_fetch_add_explicit(&warp_ctr.f, (n), memory_order_relaxed)
 void warp_stats_dump(void);
 
