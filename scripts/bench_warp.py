@@ -51,13 +51,14 @@ def run_arm(build, arm, preset, sweep, sizes, seconds, file_size, work, stats_di
     if r.returncode != 0:
         sys.exit(f"bench_warp: {arm} {sweep} failed ({r.returncode}): {r.stderr[-2000:]}")
     out = json.loads(r.stdout)
-    ck = held = 0
+    ck = held = dec = 0
     for p in Path(stats_dir).glob("st.*.json"):
         s = json.loads(p.read_text())
         ck += s.get("checkpoint_ns", 0)
         held += s.get("checkpoint_lock_ns", 0)
+        dec += s.get("decide_ns", 0)
         p.unlink()
-    return {s["iosize"]: s["mb_s"] for s in out["sweep"]}, wall, ck, held
+    return {s["iosize"]: s["mb_s"] for s in out["sweep"]}, wall, ck, (held, dec)
 
 
 def main():
@@ -77,7 +78,7 @@ def main():
     try:
         for sweep in a.sweeps.split(","):
             vals = {"direct": {}, "warp": {}}
-            wall = ck = dec = 0.0
+            wall = ck = dec = judge = 0.0
             for rnd in range(a.rounds):
                 for arm in (("direct", "warp") if rnd % 2 == 0 else ("warp", "direct")):
                     v, w, c, d = run_arm(a.build, arm, a.preset, sweep, SWEEPS[sweep], a.seconds, a.file_size,
@@ -87,7 +88,8 @@ def main():
                     if arm == "warp":
                         wall += w
                         ck += c / 1e9
-                        dec += d / 1e9
+                        dec += d[0] / 1e9
+                        judge += d[1] / 1e9
             rows = []
             print(f"\n{sweep} under tier.model={a.preset}, {a.rounds} rounds of {a.seconds} s per size "
                   f"(MB/s: median [min-max])")
@@ -99,9 +101,11 @@ def main():
                 fmt = lambda xs, m: f"{m:8.1f} [{min(xs):.0f}-{max(xs):.0f}]"
                 print(f"{k:>8} {fmt(vals['direct'][k], dm):>24} {fmt(vals['warp'][k], wm):>24} {wm / dm:12.2f}")
             print(f"checkpoints (warp runs, {wall:.1f} s wall): holding the buffer's lock {dec:.3f} s "
-                  f"({100 * dec / wall:.2f}% of the wall time: what the application can wait for); "
+                  f"({100 * dec / wall:.2f}% of the wall time: what the application can wait for), of which "
+                  f"judging the nodes {judge:.4f} s ({100 * judge / wall:.3f}%) and the rest write-back; "
                   f"in all, with the background write-back and its wait for the device, {ck:.2f} s")
-            res[sweep] = {"rows": rows, "warp_wall_s": wall, "checkpoint_s": ck, "checkpoint_lock_s": dec}
+            res[sweep] = {"rows": rows, "warp_wall_s": wall, "checkpoint_s": ck, "checkpoint_lock_s": dec,
+                          "decide_s": judge}
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if a.json:
