@@ -272,5 +272,7 @@ int main(int argc, char **argv)
 	       " images recovered the store in flight\n", points, h.tested, h.in_flight_after);
 	printf("total: %" PRIu64 " crash images, %" PRIu64 " with violations\n", images, viol);
 	free(h.heaps);
+	free(h.work);
+	free(h.img);
 	return viol ? 1 : 0;
 }
