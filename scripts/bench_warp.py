@@ -9,9 +9,11 @@ range), the ratio warp / direct of the medians, and WARP's checkpoint cost:
 checkpoint_lock_ns (the time checkpoints hold the buffer's lock: what the
 application's calls can wait for) as a share of the warp runs' wall time,
 and checkpoint_ns (all of it, with the background write-back's wait for the
-emulated device).
+emulated device). With --map, a PNG of the node states WARP settled on
+over a file after a random-write and a sequential-read run (from
+`chell warp show --json`, which reads the patterns file, warp.patterns).
 
-    scripts/bench_warp.py [--rounds 3] [--seconds 2] [--preset pcm] [--json out.json]
+    scripts/bench_warp.py [--rounds 3] [--seconds 2] [--preset pcm] [--json out.json] [--map nodes.png]
 
 The full workload suite (every workload, mode and preset, its tables and
 figures) is scripts/bench_suite.py; this is the quick check of the targets
@@ -70,13 +72,14 @@ def main():
     ap.add_argument("--file-size", default="128m")
     ap.add_argument("--sweeps", default="randwrite,seqread")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--map", type=Path, help="also write a PNG of the node states over a file")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="chell-bench-warp-", dir="/dev/shm"))
     stats_dir = work / "stats"
     stats_dir.mkdir()
     res = {}
     try:
-        for sweep in a.sweeps.split(","):
+        for sweep in (a.sweeps.split(",") if a.rounds > 0 else []):
             vals = {"direct": {}, "warp": {}}
             wall = ck = dec = judge = 0.0
             for rnd in range(a.rounds):
@@ -108,9 +111,55 @@ def main():
                           "decide_s": judge}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if a.map:
+        res["node_map"] = node_map(a, work)
     if a.json:
         a.json.write_text(json.dumps(res, indent=1))
     return 0
+
+
+def node_map(a, work):
+    """A PNG of WARP's node states over one file: a random-write run and a
+    sequential-read run under warp with a patterns file (warp.patterns),
+    then `chell warp show --json` of each file, one strip per run."""
+    chell, fb = a.build / "bin" / "chell", a.build / "bin" / "chell_filebench"
+    pat = work / "patterns"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHELL_") and k != "LD_PRELOAD"}
+    strips = []
+    for sweep, size in (("randwrite", "4k"), ("seqread", "1m")):
+        d = work / f"map-{sweep}"
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+        r = subprocess.run([str(chell), "run", "--mode", "warp", "--path", str(d), "--set",
+                            f"tier.model={a.preset}", "--set", f"warp.patterns={pat}", "--",
+                            str(fb), sweep, "--dir", str(d), "--seconds", str(a.seconds), "--iosize", size,
+                            "--file-size", a.file_size, "--keep", "--verify", "none"], capture_output=True, text=True, env=env)
+        if r.returncode != 0:
+            sys.exit(f"bench_warp: map run {sweep} failed: {r.stderr[-2000:]}")
+        s = subprocess.run([str(chell), "warp", "show", "--json", "--patterns", str(pat), str(d / "largefile1")],
+                           capture_output=True, text=True, env=env)
+        if s.returncode != 0:
+            sys.exit(f"bench_warp: chell warp show failed: {s.stderr[-2000:]}")
+        states = [n["state"] for n in json.loads(s.stdout).get("nodes", [])]
+        strips.append((f"{sweep} {size} ({a.preset})", states))
+        print(f"node map, {sweep} {size}: " + " ".join(f"{k} {states.count(k)}" for k in
+                                                      ("normal", "mapped", "buffered")))
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    code = {"normal": 0, "mapped": 1, "buffered": 2}
+    fig, axes = plt.subplots(len(strips), 1, figsize=(10, 0.9 * len(strips) + 1), squeeze=False)
+    for ax, (title, states) in zip(axes[:, 0], strips):
+        ax.imshow([[code.get(x, 0) for x in states] or [0]], aspect="auto", interpolation="nearest",
+                  cmap=ListedColormap(["#cccccc", "#2ca02c", "#d62728"]), vmin=0, vmax=2)
+        ax.set_yticks([])
+        ax.set_title(f"{title}: node states (grey normal, green mapped, red buffered)", fontsize=8)
+    axes[-1, 0].set_xlabel(f"node ({a.file_size} file, warp.node_size)")
+    fig.tight_layout()
+    fig.savefig(a.map, dpi=80)
+    print(f"node map: {a.map}")
+    return {t: st for t, st in strips}
 
 
 if __name__ == "__main__":

@@ -223,6 +223,8 @@ void warp_patterns_apply(struct warp_file *w)
 				warp_succ_set(&w->nodes[k], succ[k]);
 			if (states[k] == WARP_MAPPED || (states[k] == WARP_BUFFERED && !warp_lease_mode))
 				atomic_store(&w->nodes[k].state, states[k]);
+			else if (states[k] == WARP_BUFFERED) /* its first write asks for the lease */
+				atomic_store(&w->nodes[k].want, 1);
 		}
 	}
 	free(states);
@@ -238,7 +240,9 @@ void warp_patterns_keep(struct warp_file *w)
 	uint32_t *succ = malloc(n * sizeof(*succ));
 	if (states && succ) {
 		for (uint32_t k = 0; k < n; k++) {
-			states[k] = atomic_load(&w->nodes[k].state);
+			/* a node the model wants buffered but the lease keeps
+			 * normal (not had yet, or broken) is kept as buffered */
+			states[k] = atomic_load(&w->nodes[k].want) ? WARP_BUFFERED : atomic_load(&w->nodes[k].state);
 			succ[k] = warp_succ(&w->nodes[k]);
 		}
 		warp_patterns_store(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf);
