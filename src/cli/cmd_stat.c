@@ -157,6 +157,26 @@ static void print_row(const struct stat_rec *recs, int nrec, const char *key, co
 	printf(" %14s\n", total);
 }
 
+/* A record's numeric field, or -1 if it has none. */
+static double field(const struct stat_rec *r, const char *key)
+{
+	for (int j = 0; j < r->n; j++)
+		if (!strcmp(r->keys[j], key) && is_number(r->vals[j]))
+			return strtod(r->vals[j], NULL);
+	return -1;
+}
+
+/* WARP's prediction accuracy (docs/WARP.md): accurate / accesses, in
+ * percent with one decimal, derived here because a percentage does not
+ * add up over processes; "-" without accesses. */
+static void accuracy(char *out, size_t n, double accurate, double accesses)
+{
+	if (accurate < 0 || accesses <= 0)
+		snprintf(out, n, "-");
+	else
+		snprintf(out, n, "%.1f", 100.0 * accurate / accesses);
+}
+
 int cmd_stat(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -245,6 +265,14 @@ int cmd_stat(int argc, char **argv)
 			cli_json_str(stdout, keys[k]);
 			printf(": %llu", tot[k]);
 		}
+		double ta = 0, tn = 0;
+		for (int r = 0; r < nrec; r++)
+			if (field(&recs[r], "accesses") > 0 && field(&recs[r], "accurate") >= 0) {
+				ta += field(&recs[r], "accurate");
+				tn += field(&recs[r], "accesses");
+			}
+		if (tn > 0)
+			printf("%s\"accuracy_pct\": %.1f", printed ? ", " : "", 100.0 * ta / tn);
 		printf("}}\n");
 	} else if (nrec) {
 		printf("%-18s", "counter");
@@ -267,6 +295,22 @@ int cmd_stat(int argc, char **argv)
 			char total[24];
 			snprintf(total, sizeof total, "%llu", tot[k]);
 			print_row(recs, nrec, keys[k], total);
+		}
+		double ta = 0, tn = 0;
+		for (int r = 0; r < nrec; r++)
+			if (field(&recs[r], "accesses") > 0 && field(&recs[r], "accurate") >= 0) {
+				ta += field(&recs[r], "accurate");
+				tn += field(&recs[r], "accesses");
+			}
+		if (tn > 0) {
+			char v[24];
+			printf("%-18s", "accuracy_pct");
+			for (int r = 0; r < nrec; r++) {
+				accuracy(v, sizeof v, field(&recs[r], "accurate"), field(&recs[r], "accesses"));
+				printf(" %14s", v);
+			}
+			accuracy(v, sizeof v, ta, tn);
+			printf(" %14s\n", v);
 		}
 	}
 	free(keys);

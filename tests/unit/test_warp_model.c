@@ -68,6 +68,25 @@ static void test_time(void **state)
 	assert_near(warp_model_time(&c, WARP_BUFFERED, &write_heavy), 32720);
 }
 
+/* A node of 64 KB written 1000 times 4 KB between checkpoints: each block
+ * is written back once, so only 65536 bytes pay the write-back (0.5 ns/B):
+ *   T_buffered = 1000*20 + 4096000*0.6 - (4096000-65536)*0.5 = 462368
+ *   T_normal   = 1000*700 + 4096000*0.5                       = 2748000
+ * and without the cap (every byte written back) T_buffered = 2477600. */
+static void test_writeback_capped_at_node(void **state)
+{
+	struct warp_costs c;
+	warp_costs_from(&c, &pcm, &loc);
+	const struct warp_node_stats hot = {.nw = 1000, .sw = 4096000};
+	assert_near(c.wb_byte, 0.5);
+	assert_near(warp_model_time(&c, WARP_BUFFERED, &hot), 2477600);
+	c.wb_cap = 65536;
+	assert_near(warp_model_time(&c, WARP_BUFFERED, &hot), 462368);
+	assert_near(warp_model_time(&c, WARP_NORMAL, &hot), 2748000);
+	/* below the cap nothing changes */
+	assert_near(warp_model_time(&c, WARP_BUFFERED, &write_heavy), 32720);
+}
+
 /* Run `k` checkpoints with the same counters; the state after each. */
 static enum warp_state run(const struct warp_costs *c, const struct warp_policy *p, enum warp_state s,
 			   struct warp_hyst *h, const struct warp_node_stats *st, int k, enum warp_state *trail)
@@ -260,6 +279,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_costs),
 		cmocka_unit_test(test_time),
+		cmocka_unit_test(test_writeback_capped_at_node),
 		cmocka_unit_test(test_read_heavy_maps),
 		cmocka_unit_test(test_write_heavy_buffers),
 		cmocka_unit_test(test_mixed_stays_normal),

@@ -43,10 +43,15 @@ struct warp_node_stats {
 /* ---- the cost of each state, in nanoseconds: per access (latency,
  * including the locating cost of that state on this machine) and per byte
  * (1 / bandwidth), for reads and writes. For WARP_BUFFERED the per-byte
- * write cost includes the write-back of the byte to the tier. */
+ * write cost includes the write-back of the byte to the tier (wb_byte of
+ * it) - but a checkpoint writes each dirty block back once, however often
+ * it was written since the last one: with wb_cap set (the node's bytes),
+ * at most wb_cap bytes of a node pay the write-back between checkpoints
+ * (T_WriteBack, warp.md Table II). wb_cap 0: every byte pays it. */
 struct warp_costs {
 	double lat_r[WARP_NSTATES], byte_r[WARP_NSTATES];
 	double lat_w[WARP_NSTATES], byte_w[WARP_NSTATES];
+	double wb_byte, wb_cap;
 };
 /* The tier being modelled (the tier model's effective figures: latency in
  * ns, bandwidth in GB/s; DRAM's own when no model is set). */

@@ -438,11 +438,44 @@ static int store_mapped(int fd, uint64_t from, const unsigned char *src, size_t 
 	return 0;
 }
 
-/* Dirty blocks of [lo, hi) in order, each run of consecutive ones one
- * pwrite, cut at the tier file's size (a block past it was truncated away
- * and is dropped). */
-int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
+/* The checkpoint thread's write-back waits for the modelled device (the
+ * tier's charge) after it lets go of the buffer's lock, not under it: the
+ * bytes of its extents add up here (warp_writeback_step) and are charged by
+ * warp_writeback_settle. Every other write-back charges at once. */
+static __thread struct {
+	bool on;
+	uint64_t bytes;
+	unsigned extents;
+} wb_defer;
+
+static void wb_charge(size_t n)
 {
+	if (warp_bg)
+		WCTR(writeback_bg_bytes, n);
+	if (wb_defer.on) {
+		wb_defer.bytes += n;
+		wb_defer.extents++;
+		return;
+	}
+	chell_tier_write(n);
+}
+
+void warp_writeback_settle(void)
+{
+	if (wb_defer.bytes && chell_tier_active)
+		chell_tier_charge(true, (size_t)wb_defer.bytes, wb_defer.extents);
+	wb_defer.bytes = 0;
+	wb_defer.extents = 0;
+}
+
+/* Dirty blocks of [*cursor, hi) in order, each run of consecutive ones one
+ * pwrite, cut at the tier file's size (a block past it was truncated away
+ * and is dropped), until at least `most` blocks are written back; *cursor
+ * is left where it stopped (hi: done). */
+static int writeback(struct warp_file *w, int fd, uint64_t *cursor, uint64_t hi, uint64_t most)
+{
+	uint64_t lo = *cursor;
+	*cursor = hi;
 	if (!atomic_load(&w->hdr->dirty_blocks))
 		return 0;
 	if (fd < 0)
@@ -456,8 +489,12 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 	if (hi > WARP_MAX_BLOCKS)
 		hi = WARP_MAX_BLOCKS;
 	int err = 0;
-	uint64_t b = lo;
+	uint64_t b = lo, done = 0;
 	while (b < hi) {
+		if (done >= most) {
+			*cursor = b;
+			break;
+		}
 		uint64_t word = atomic_load(&w->dirty[b >> 6]) >> (b & 63);
 		if (!word) {
 			b = (b | 63) + 1;
@@ -473,7 +510,7 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 		if (from < to && to > mapped_fsize()) {
 			err = store_mapped(fd, from, w->data + from, (size_t)(to - from));
 			if (err == 0) {
-				chell_tier_write((size_t)(to - from));
+				wb_charge((size_t)(to - from));
 				WCTR(writeback_bytes, to - from);
 				from = to;
 			}
@@ -488,21 +525,37 @@ int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
 				err = r < 0 ? (int)r : -EIO;
 				break;
 			}
-			chell_tier_write((size_t)r);
+			wb_charge((size_t)r);
 			WCTR(writeback_bytes, (uint64_t)r);
 			from += (uint64_t)r;
 		}
-		if (err)
+		if (err) {
+			*cursor = b;
 			return err; /* the rest stays dirty */
+		}
 		WCTR(writeback_extents, 1);
 		for (uint64_t i = b; i < e; i++) {
 			uint64_t bit = 1ull << (i & 63);
 			if (atomic_fetch_and(&w->dirty[i >> 6], ~bit) & bit)
 				atomic_fetch_sub(&w->hdr->dirty_blocks, 1);
 		}
+		done += e - b;
 		b = e;
 	}
 	return 0;
+}
+
+int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi)
+{
+	return writeback(w, fd, &lo, hi, UINT64_MAX);
+}
+
+int warp_writeback_step(struct warp_file *w, int fd, uint64_t *cursor, uint64_t hi, uint64_t most)
+{
+	wb_defer.on = true;
+	int r = writeback(w, fd, cursor, hi, most);
+	wb_defer.on = false;
+	return r;
 }
 
 void warp_invalidate(struct warp_file *w, uint64_t lo, uint64_t hi)
@@ -567,14 +620,16 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 			return -EAGAIN;
 		/* Calls that saw the old state may still be moving bytes of the
 		 * tier: the buffer may fill a block only after they are done.
-		 * They count themselves in tier_ops before they look at the
-		 * state (seq_cst on both sides): either they see buffered, or we
-		 * see them. */
+		 * They count themselves in the node's tier_ops (or, spanning
+		 * nodes, the header's) before they look at the state (seq_cst on
+		 * both sides): either they see buffered, or we see them. Calls
+		 * in other nodes do not matter: a file written all the time
+		 * still gets its nodes buffered. */
 		if (mapped_tick() < atomic_load(&w->hdr->refuse_until))
 			return -EAGAIN;
 		atomic_store(&n->state, (uint8_t)s);
 		int spins = 0;
-		while (atomic_load(&w->hdr->tier_ops) != 0) {
+		while (atomic_load(&n->tier_ops) != 0 || atomic_load(&w->hdr->tier_ops) != 0) {
 			if (++spins > WAIT_TIER_SPINS) {
 				atomic_store(&n->state, (uint8_t)cur);
 				atomic_store(&w->hdr->refuse_until, mapped_tick() + 1000000000ull);

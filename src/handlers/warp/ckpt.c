@@ -18,47 +18,111 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "warp.h"
 #include "chell/tier.h"
 
+__thread bool warp_bg;
 static struct chell_thread *thread;
 static struct warp_costs costs;
 static bool have_costs;
 static struct warp_policy policy;
 
+/* Blocks the checkpoint writes back per hold of the buffer's lock: the
+ * application's buffered calls wait for one step (1 MB), not for the whole
+ * buffer, and the modelled device's time is waited out between steps. */
+#define WB_STEP_BLOCKS 256
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 void warp_checkpoint(struct warp_file *w)
 {
+	uint64_t t0 = now_ns(), held = 0;
 	struct warp_hdr *h = w->hdr;
 	uint64_t n[WARP_NSTATES] = {0}, bytes[WARP_NSTATES] = {0};
-	chell_lock_acquire(&h->lock);
 	atomic_store(&h->last_ckpt, mapped_tick());
-	warp_writeback(w, w->wfd, 0, WARP_MAX_BLOCKS);
 	uint32_t nn = warp_nnodes(w);
+	uint64_t hi = (uint64_t)nn << (h->node_shift - WARP_BLK_SHIFT);
+	if (hi > WARP_MAX_BLOCKS || nn == WARP_MAX_NODES)
+		hi = WARP_MAX_BLOCKS; /* blocks past the last node with a record */
+	for (uint64_t b = 0; b < hi && atomic_load(&h->dirty_blocks);) {
+		chell_lock_acquire(&h->lock);
+		uint64_t a = now_ns();
+		int e = warp_writeback_step(w, w->wfd, &b, hi, WB_STEP_BLOCKS);
+		held += now_ns() - a;
+		chell_lock_release(&h->lock);
+		warp_writeback_settle();
+		if (e < 0)
+			break; /* stays dirty: the next checkpoint, fsync or close */
+	}
+	struct warp_costs fc = costs; /* this file's node size caps T_WriteBack */
+	fc.wb_cap = (double)(1ull << h->node_shift);
+	/* T is the application's time. A write-back this thread makes runs
+	 * beside the application (on another CPU; only its device time is
+	 * the tier's), one at fsync, close or a state change is waited for:
+	 * T_WriteBack counts in the share of this process's write-back bytes
+	 * the application waited for so far (none before the first: the
+	 * checkpoint is where buffered bytes go by default). */
+	uint64_t wb_all = atomic_load(&warp_ctr.writeback_bytes);
+	uint64_t wb_bg = atomic_load(&warp_ctr.writeback_bg_bytes);
+	double waited = wb_all > wb_bg ? (double)(wb_all - wb_bg) / (double)wb_all : 0.0;
+	fc.byte_w[WARP_BUFFERED] -= (1.0 - waited) * fc.wb_byte;
+	fc.wb_byte *= waited;
+	chell_lock_acquire(&h->lock);
+	uint64_t t1 = now_ns();
+	nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
 		enum warp_state cur = (enum warp_state)atomic_load(&nd->state);
-		if (have_costs && (nd->st.nr | nd->st.nw | nd->streak)) {
+		/* only a node accessed since the last checkpoint is judged: a
+		 * checkpoint without accesses is no evidence either way, so a
+		 * sparsely used node (large random I/O over many nodes) keeps its
+		 * streak until its next access instead of starting it again */
+		if (have_costs && (nd->st.nr | nd->st.nw)) {
 			struct warp_hyst hy = {nd->cand, nd->streak};
 			struct warp_node_stats st = nd->st;
-			enum warp_state want = warp_model_decide(&costs, &policy, cur, &hy, &st);
+			enum warp_state want = warp_model_decide(&fc, &policy, cur, &hy, &st);
 			nd->cand = hy.candidate;
 			nd->streak = hy.streak;
-			if (want != cur && warp_set_state(w, k, want) == 0)
+			/* Buffered needs the lease (warp.outside=lease), which only
+			 * the application's description can take: the node's next
+			 * write asks for it (warp.c: access_node), for as long as
+			 * buffered stays the model's candidate */
+			bool wb = want == WARP_BUFFERED ||
+				  (atomic_load_explicit(&nd->want, memory_order_relaxed) &&
+				   hy.candidate == WARP_BUFFERED);
+			atomic_store_explicit(&nd->want, wb && cur != WARP_BUFFERED, memory_order_relaxed);
+			if (want != cur && warp_set_state(w, k, want) == 0) {
 				cur = want;
+				atomic_store_explicit(&nd->want, 0, memory_order_relaxed);
+			}
 		}
 		if (nd->st.nr | nd->st.nw)
 			memset(&nd->st, 0, sizeof(nd->st));
 		n[cur]++;
 		bytes[cur] += 1ull << h->node_shift;
 	}
+	/* the process's counts are the sum over its files of each one's
+	 * last checkpoint (unsigned: a negative change wraps and adds up) */
+	for (int s = 0; s < WARP_NSTATES; s++) {
+		WCTR(nodes[s], n[s] - w->ck_nodes[s]);
+		WCTR(node_bytes[s], bytes[s] - w->ck_bytes[s]);
+		w->ck_nodes[s] = n[s];
+		w->ck_bytes[s] = bytes[s];
+	}
+	uint64_t t2 = now_ns();
 	chell_lock_release(&h->lock);
 	warp_patterns_keep(w);
-	for (int s = 0; s < WARP_NSTATES; s++) {
-		atomic_store_explicit(&warp_ctr.nodes[s], n[s], memory_order_relaxed);
-		atomic_store_explicit(&warp_ctr.node_bytes[s], bytes[s], memory_order_relaxed);
-	}
 	WCTR(checkpoints, 1);
+	WCTR(decide_ns, t2 - t1);
+	WCTR(checkpoint_lock_ns, held + (t2 - t1));
+	WCTR(checkpoint_ns, now_ns() - t0);
 }
 
 /* Buffered nodes nobody touched for warp.idle_ms: written back, their
@@ -72,7 +136,10 @@ static void idle_reclaim(struct warp_file *w, uint64_t now)
 	uint32_t nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
-		if (!nd->valid || now - nd->last_use < warp_idle_ns)
+		/* last_use may be later than `now` (taken before this pass's
+		 * checkpoint, which can take a while): not idle, no wrap-around */
+		uint64_t used = nd->last_use;
+		if (!nd->valid || used > now || now - used < warp_idle_ns)
 			continue;
 		uint64_t lo = ((uint64_t)k << h->node_shift) >> WARP_BLK_SHIFT;
 		uint64_t hi = ((uint64_t)(k + 1) << h->node_shift) >> WARP_BLK_SHIFT;
@@ -86,8 +153,10 @@ static void pass(struct warp_file *w, void *arg)
 {
 	uint64_t now = *(uint64_t *)arg;
 	struct warp_hdr *h = w->hdr;
-	if (w->wfd < 0 && w->rfd < 0)
-		return; /* let go (a lease): the kernel's */
+	if (w->retired)
+		return; /* let go (the application's lease): the kernel's */
+	if (w->wfd < 0 && atomic_load(&h->dirty_blocks))
+		return; /* the lease's holders write back and decide (lease.c) */
 	uint64_t last = atomic_load(&h->last_ckpt);
 	if (now - last >= warp_checkpoint_ns && atomic_compare_exchange_strong(&h->last_ckpt, &last, now))
 		warp_checkpoint(w);
@@ -107,6 +176,7 @@ static void poll_one(struct warp_file *w, void *arg)
 
 static void loop(struct chell_thread *t, void *arg)
 {
+	warp_bg = true;
 	uint64_t period = warp_checkpoint_ns ? warp_checkpoint_ns : 100000000ull;
 	if (warp_idle_ns && warp_idle_ns / 2 < period)
 		period = warp_idle_ns / 2;
@@ -153,6 +223,8 @@ void warp_patterns_apply(struct warp_file *w)
 				warp_succ_set(&w->nodes[k], succ[k]);
 			if (states[k] == WARP_MAPPED || (states[k] == WARP_BUFFERED && !warp_lease_mode))
 				atomic_store(&w->nodes[k].state, states[k]);
+			else if (states[k] == WARP_BUFFERED) /* its first write asks for the lease */
+				atomic_store(&w->nodes[k].want, 1);
 		}
 	}
 	free(states);
@@ -168,7 +240,9 @@ void warp_patterns_keep(struct warp_file *w)
 	uint32_t *succ = malloc(n * sizeof(*succ));
 	if (states && succ) {
 		for (uint32_t k = 0; k < n; k++) {
-			states[k] = atomic_load(&w->nodes[k].state);
+			/* a node the model wants buffered but the lease keeps
+			 * normal (not had yet, or broken) is kept as buffered */
+			states[k] = atomic_load(&w->nodes[k].want) ? WARP_BUFFERED : atomic_load(&w->nodes[k].state);
 			succ[k] = warp_succ(&w->nodes[k]);
 		}
 		warp_patterns_store(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf);

@@ -109,8 +109,8 @@ void warp_lease_release(struct warp_file *w)
 		warp_writeback(w, fd, 0, WARP_MAX_BLOCKS);
 		uint32_t nn = warp_nnodes(w);
 		for (uint32_t k = 0; k < nn; k++)
-			if (atomic_load(&w->nodes[k].state) == WARP_BUFFERED)
-				warp_set_state(w, k, WARP_NORMAL);
+			if (atomic_load(&w->nodes[k].state) == WARP_BUFFERED && warp_set_state(w, k, WARP_NORMAL) == 0)
+				atomic_store(&w->nodes[k].want, 1); /* the lease's choice, not the model's */
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
 		atomic_store(&h->leased, 0);
 		sys_fcntl(fd, F_SETLEASE, F_UNLCK);

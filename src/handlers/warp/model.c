@@ -16,7 +16,9 @@
  *   buffered  writes: a buffer lookup and a DRAM store per access; each byte
  *             is copied into DRAM and later written back to the tier, so its
  *             cost is both (the write-back is part of T, as the paper has
- *             it). Reads look the block up and then copy from the buffer or,
+ *             it), except that a checkpoint writes a block back once
+ *             however often it was written: at most the node's bytes
+ *             (wb_cap) pay the write-back per checkpoint interval. Reads look the block up and then copy from the buffer or,
  *             for a block it does not hold, from the mapping of the tier:
  *             the mapped read plus a lookup, never cheaper than mapped.
  *
@@ -59,6 +61,8 @@ void warp_costs_from(struct warp_costs *c, const struct warp_tier_figures *t, co
 	c->byte_r[WARP_BUFFERED] = tr;
 	c->lat_w[WARP_BUFFERED] = l->lookup_ns;
 	c->byte_w[WARP_BUFFERED] = dram + tw;
+	c->wb_byte = tw;
+	c->wb_cap = 0;
 }
 
 void warp_costs_init(struct warp_costs *c, const struct warp_tier_figures *t)
@@ -70,8 +74,11 @@ double warp_model_time(const struct warp_costs *c, enum warp_state s, const stru
 {
 	if ((unsigned)s >= WARP_NSTATES)
 		s = WARP_NORMAL;
-	return (double)st->nr * c->lat_r[s] + (double)st->sr * c->byte_r[s] +
-	       (double)st->nw * c->lat_w[s] + (double)st->sw * c->byte_w[s];
+	double t = (double)st->nr * c->lat_r[s] + (double)st->sr * c->byte_r[s] +
+		   (double)st->nw * c->lat_w[s] + (double)st->sw * c->byte_w[s];
+	if (s == WARP_BUFFERED && c->wb_cap > 0 && (double)st->sw > c->wb_cap)
+		t -= ((double)st->sw - c->wb_cap) * c->wb_byte; /* overwrites absorbed */
+	return t;
 }
 
 enum warp_state warp_model_decide(const struct warp_costs *c, const struct warp_policy *p,

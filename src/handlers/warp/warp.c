@@ -15,9 +15,10 @@
  * Invariants (docs/WARP.md, "Buffer coherence"):
  *  - a block is valid only in a buffered node; leaving buffered writes the
  *    node back and drops its blocks, under the lock;
- *  - calls on the tier path count themselves in hdr->tier_ops before they
- *    look at the state, so a node becomes buffered only once no call that
- *    saw it otherwise still moves bytes (warp_set_state);
+ *  - calls on the tier path count themselves in their node's tier_ops (or
+ *    hdr->tier_ops when they may span nodes) before they look at the state,
+ *    so a node becomes buffered only once no call that saw it otherwise
+ *    still moves bytes of it (warp_set_state);
  *  - no valid block lies wholly past the end of file: writes past the end
  *    of a buffered node grow the file in the kernel first, truncation drops
  *    the blocks past the new end and zeroes the tail of the last one, and
@@ -93,6 +94,20 @@ static inline uint64_t node_of(struct warp_file *w, uint64_t pos)
 	return pos >> w->hdr->node_shift;
 }
 
+/* The checkpoint chose buffered for node k, which needs the tree's lease
+ * (warp.outside=lease): taken here, on the application's description (at
+ * most one try per checkpoint interval, warp_lease_ok). */
+static void want_buffered(chell_ctx *c, struct warp_file *w, uint64_t k)
+{
+	struct warp_node *nd = &w->nodes[k];
+	if (!warp_lease_ok(w, c))
+		return;
+	chell_lock_acquire(&w->hdr->lock);
+	if (atomic_load(&nd->want) && warp_set_state(w, k, WARP_BUFFERED) == 0)
+		atomic_store(&nd->want, 0);
+	chell_lock_release(&w->hdr->lock);
+}
+
 /* An access to node k: the counters (plain stores, brain.h), the node's
  * first state, the successor record and prefetch of the predicted next. */
 static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n, bool write)
@@ -110,6 +125,8 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 			chell_lock_release(&w->hdr->lock);
 		}
 	}
+	if (unlikely(atomic_load_explicit(&nd->want, memory_order_relaxed)) && write)
+		want_buffered(c, w, k);
 	nd->last_use = mapped_tick();
 	if (write) {
 		nd->st.nw++;
@@ -231,6 +248,14 @@ static void demote(struct warp_file *w, uint64_t k)
 	chell_lock_release(&w->hdr->lock);
 }
 
+static inline void tier_done(struct warp_hdr *h, _Atomic uint32_t *ops32)
+{
+	if (ops32)
+		atomic_fetch_sub(ops32, 1);
+	else
+		atomic_fetch_sub(&h->tier_ops, 1);
+}
+
 /* One piece inside node k: the bytes moved (short at end of file), or
  * -errno if none. */
 static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64_t p, size_t len, int to_file)
@@ -239,9 +264,15 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 	if (unlikely(warp_flip_ppm))
 		warp_maybe_flip(c, w, k);
 	access_node(c, w, k, len, to_file);
+	/* node k's count of calls on the tier path (past the last node with a
+	 * record: the header's, which every change to buffered waits for) */
+	_Atomic uint32_t *ops32 = k < WARP_MAX_NODES ? &w->nodes[k].tier_ops : NULL;
 	for (int round = 0;; round++) {
 		struct warp_hdr *h = w->hdr;
-		atomic_fetch_add(&h->tier_ops, 1);
+		if (ops32)
+			atomic_fetch_add(ops32, 1);
+		else
+			atomic_fetch_add(&h->tier_ops, 1);
 		enum warp_state s = warp_state_of(w, k);
 		if (s != WARP_BUFFERED || round > 2) {
 			ssize_t r;
@@ -268,10 +299,10 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 				if (r > 0)
 					chell_tier_read((size_t)r);
 			}
-			atomic_fetch_sub(&h->tier_ops, 1);
+			tier_done(h, ops32);
 			return r;
 		}
-		atomic_fetch_sub(&h->tier_ops, 1);
+		tier_done(h, ops32);
 		chell_lock_acquire(&h->lock);
 		if (warp_state_of(w, k) != WARP_BUFFERED) {
 			chell_lock_release(&h->lock);

@@ -45,12 +45,17 @@
  * counters are plain stores (brain.h). */
 struct warp_node {
 	_Atomic uint8_t state;     /* enum warp_state */
-	uint8_t cand, streak, pad_; /* struct warp_hyst, kept with the node */
+	uint8_t cand, streak;      /* struct warp_hyst, kept with the node */
+	/* the last checkpoint chose buffered but could not apply it (no
+	 * lease yet): the node's next write asks for the lease */
+	_Atomic uint8_t want;
 	uint32_t succ1;            /* 1 + the node accessed after this one; 0: none (zeroed records) */
 	uint64_t last_use;         /* coarse ns of the last access */
 	struct warp_node_stats st; /* since the last checkpoint */
 	uint32_t valid;            /* blocks of the node valid in the buffer */
-	uint32_t pad2_;
+	/* calls on the tier path in this node in flight (warp.c: piece); the
+	 * header's tier_ops counts those that may span nodes (growing writes) */
+	_Atomic uint32_t tier_ops;
 };
 
 struct warp_hdr {
@@ -106,6 +111,9 @@ struct warp_file {
 	int retired;               /* no mapping any more (a lease, an escape) */
 	uint32_t hole_gen;         /* inode->hole_gen the dense marks were made against */
 	_Atomic uint32_t prev_node; /* the last node accessed in this process */
+	/* nodes and their bytes per state at this process's last checkpoint
+	 * of the file (under the lock): its share of warp_ctr.nodes */
+	uint64_t ck_nodes[WARP_NSTATES], ck_bytes[WARP_NSTATES];
 	struct mapped_table tier;  /* node k: its mapping; flags: WARP_DENSE */
 	void **reserved;           /* retired mappings' address ranges */
 	size_t nreserved;
@@ -177,6 +185,12 @@ void warp_blk_mark_dirty(struct warp_file *w, uint64_t b);
 /* Write back the dirty blocks of [lo, hi) (block numbers) through fd in
  * sorted, merged extents, cut at the tier file's size; 0 or -errno. */
 int warp_writeback(struct warp_file *w, int fd, uint64_t lo, uint64_t hi);
+/* The checkpoint's write-back, a step at a time: under the lock, dirty
+ * blocks from *cursor until `most` are written back (*cursor: where it
+ * stopped, hi when done); their charge waits for warp_writeback_settle,
+ * called after the lock is released. */
+int warp_writeback_step(struct warp_file *w, int fd, uint64_t *cursor, uint64_t hi, uint64_t most);
+void warp_writeback_settle(void);
 /* Drop blocks [lo, hi) from the buffer (no write-back: the caller did it
  * or the bytes are gone, truncated). */
 void warp_invalidate(struct warp_file *w, uint64_t lo, uint64_t hi);
@@ -233,12 +247,22 @@ struct warp_counters {
 	_Atomic uint64_t transitions[WARP_NSTATES][WARP_NSTATES];
 	_Atomic uint64_t buffered_reads, buffered_writes, mapped_reads, kernel_reads, kernel_writes;
 	_Atomic uint64_t fills, writeback_bytes, writeback_extents, reclaims, flips, checkpoints;
+	/* time in checkpoints: all of it (write-back and its wait for the
+	 * modelled device included), the part holding the buffer's lock (what
+	 * the application's buffered calls can wait for), and the part that
+	 * judges the nodes (model, state changes, census; under the lock) */
+	_Atomic uint64_t checkpoint_ns, checkpoint_lock_ns, decide_ns;
+	/* of writeback_bytes, those the background thread wrote back (the
+	 * application did not wait for them) */
+	_Atomic uint64_t writeback_bg_bytes;
 	_Atomic uint64_t nodes[WARP_NSTATES], node_bytes[WARP_NSTATES]; /* last checkpoint's census */
 	_Atomic uint64_t buffer_bytes_max, recovered_blocks;
 	_Atomic uint64_t accesses, accurate, prefetch_used;
 	_Atomic uint64_t leases, lease_breaks;
 };
 extern struct warp_counters warp_ctr;
+/* this thread is WARP's background thread (ckpt.c: loop) */
+extern __thread bool warp_bg;
 #define WCTR(f, n) atomic_fetch_add_explicit(&warp_ctr.f, (n), memory_order_relaxed)
 void warp_stats_dump(void);
 
