@@ -209,6 +209,10 @@ for m in posix trace shadow direct direct-lazy; do
 	)
 done
 
+for m in warp warp-flip warp-trust-flip; do
+	ASAN_DESELECT+=("tests/system/test_warp.py::test_same_transcript_under_warp[sem_exec-$m]")
+done
+
 make_asan_shim() {
 	local shim=$OUT/asan-shim libasan
 	libasan=$(gcc -print-file-name=libasan.so)

@@ -219,8 +219,9 @@ void chell_threads_resume(void)
  * lock held, and hangs at its first allocation (its restarted threads, then
  * _exit joining them). In sanitizer builds the threads are therefore
  * stopped before a fork and started again after it, so the sanitized tests
- * keep covering fork. A release build needs none of it: glibc's malloc
- * locks its arenas across fork itself, and so does jemalloc.
+ * keep covering fork; a fork then waits for a background call in progress
+ * to finish. A release build needs none of it: glibc's malloc locks its
+ * arenas across fork itself, and so does jemalloc.
  */
 void chell_threads_fork_quiesce(void)
 {

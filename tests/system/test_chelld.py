@@ -273,7 +273,9 @@ def test_start_errors_are_clear(workdir):
     pool, back = workdir / "pool", workdir / "back"
     pool.mkdir()
     back.mkdir()
-    p = start(workdir / "nope", [back])
+    # chelld itself refuses a missing pool directory (`chell cache start`
+    # creates it first: test_cache_registry.py)
+    p = run([CHELLD, "--pool", workdir / "nope", "--size", "64M", "--backing", back])
     assert p.returncode == 2 and b"pool directory" in p.stderr and b"nope" in p.stderr
     p = start(pool, [workdir / "missing"])
     assert p.returncode == 2 and b"backing directory" in p.stderr and b"missing" in p.stderr
