@@ -44,6 +44,7 @@
 #include "chelld/engine.h"
 #include "cache/meta/meta.h"
 #include "chell/pmem.h"
+#include "fuzz_bounds.h"
 #include "cmd_cache_verify.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -53,37 +54,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_IMAGE (256u << 10)
 #define MAX_OPS 24
 
-struct bounds {
-	const uint8_t *lo, *hi;
-};
-
 static void fail(const char *what, const char *detail)
 {
 	fprintf(stderr, "fuzz_cache_pool: %s: %s\n", what, detail);
 	abort();
-}
-
-static void in_bounds(const struct bounds *b, const void *addr, size_t len, const char *what)
-{
-	const uint8_t *p = addr;
-	if (len && (p < b->lo || p > b->hi || len > (size_t)(b->hi - p)))
-		fail(what, "outside the image");
-}
-
-static void op_flush(void *ctx, const void *addr, size_t len)
-{
-	in_bounds(ctx, addr, len, "flush");
-}
-
-static void op_drain(void *ctx)
-{
-	(void)ctx;
-}
-
-static void *op_memcpy(void *ctx, void *dst, const void *src, size_t n)
-{
-	in_bounds(ctx, dst, n, "non-temporal copy");
-	return memcpy(dst, src, n);
 }
 
 /* FUZZ_CACHE_POOL_VERBOSE=1 prints the findings (to look at a corpus). */
@@ -245,8 +219,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (posix_memalign(&img, 4096, mlen ? mlen : 1) != 0)
 		return 0;
 	memcpy(img, data, mlen);
-	struct bounds b = {img, (const uint8_t *)img + mlen};
-	struct chell_persist_ops ops = {op_flush, op_drain, op_memcpy, &b};
+	struct fuzz_bounds b = {img, (const uint8_t *)img + mlen, "fuzz_cache_pool"};
+	struct chell_persist_ops ops = fuzz_bounded_ops(&b);
 
 	struct cv v = {.emit = on_finding};
 	struct chell_region *r = NULL;

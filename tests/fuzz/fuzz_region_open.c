@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "chell/pmem.h"
+#include "fuzz_bounds.h"
 /* White-box: the on-media structures and their checksum functions, for the
  * fix-up pass only. */
 #include "pmem/pmem_internal.h"
@@ -45,36 +46,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
  * what matter) and make each execution slower. */
 #define MAX_IMAGE (1u << 20)
 
-struct bounds {
-	const uint8_t *lo, *hi;
-};
-
-static void in_bounds(const struct bounds *b, const void *addr, size_t len, const char *what)
-{
-	const uint8_t *p = addr;
-	if (len == 0)
-		return;
-	if (p < b->lo || p > b->hi || len > (size_t)(b->hi - p)) {
-		fprintf(stderr, "fuzz_region_open: %s of %zu bytes at %p outside the image [%p, %p)\n",
-			what, len, addr, (const void *)b->lo, (const void *)b->hi);
-		abort();
-	}
-}
-
-static void op_flush(void *ctx, const void *addr, size_t len)
-{
-	in_bounds(ctx, addr, len, "flush");
-}
-
-static void op_drain(void *ctx)
-{
-}
-
-static void *op_memcpy(void *ctx, void *dst, const void *src, size_t n)
-{
-	in_bounds(ctx, dst, n, "non-temporal copy");
-	return memcpy(dst, src, n);
-}
 
 static void fail(const char *what, const char *err)
 {
@@ -201,8 +172,8 @@ static void one_image(const uint8_t *data, size_t size, int fix)
 		return;
 	}
 	memcpy(orig, img, size);
-	struct bounds b = {img, (const uint8_t *)img + size};
-	struct chell_persist_ops ops = {op_flush, op_drain, op_memcpy, &b};
+	struct fuzz_bounds b = {img, (const uint8_t *)img + size, "fuzz_region_open"};
+	struct chell_persist_ops ops = fuzz_bounded_ops(&b);
 
 	char err[512] = "";
 	struct chell_region *r = NULL;

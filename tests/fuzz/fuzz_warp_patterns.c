@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "chell/pmem.h"
+#include "fuzz_bounds.h"
 #include "patterns_internal.h"
 #include "pmem/pmem_internal.h"
 
@@ -41,35 +42,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define MAX_IMAGE (1u << 20)
 #define MAX_STORES 6
 
-struct bounds {
-	const uint8_t *lo, *hi;
-};
-
 static void fail(const char *what, const char *detail)
 {
 	fprintf(stderr, "fuzz_warp_patterns: %s: %s\n", what, detail);
 	abort();
-}
-
-static void in_bounds(const struct bounds *b, const void *addr, size_t len, const char *what)
-{
-	const uint8_t *p = addr;
-	if (len && (p < b->lo || p > b->hi || len > (size_t)(b->hi - p)))
-		fail(what, "outside the image");
-}
-
-static void op_flush(void *ctx, const void *addr, size_t len)
-{
-	in_bounds(ctx, addr, len, "flush");
-}
-static void op_drain(void *ctx)
-{
-	(void)ctx;
-}
-static void *op_memcpy(void *ctx, void *dst, const void *src, size_t n)
-{
-	in_bounds(ctx, dst, n, "non-temporal copy");
-	return memcpy(dst, src, n);
 }
 
 /* Every load of every stored file is in range. */
@@ -183,8 +159,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (!img)
 		return 0;
 	memcpy(img, data, size);
-	struct bounds b = {img, img + size};
-	const struct chell_persist_ops ops = {op_flush, op_drain, op_memcpy, &b};
+	struct fuzz_bounds b = {img, img + size, "fuzz_warp_patterns"};
+	const struct chell_persist_ops ops = fuzz_bounded_ops(&b);
 	struct chell_region *r;
 	char err[512];
 	if (chell_region_open_mem(img, size, &ops, &r, err, sizeof err) == 0) {

@@ -270,7 +270,9 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	return NULL;
 }
 
-struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
+/* The process's warp_file of (dev, ino), a new reference; opened (and
+ * listed) on first use: file_open(fd, dev, ino, create). */
+static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool create)
 {
 	pthread_mutex_lock(&files_lock);
 	struct warp_file *w;
@@ -282,7 +284,7 @@ struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
 		pthread_mutex_unlock(&files_lock);
 		return w;
 	}
-	w = file_open(fd, dev, ino, true);
+	w = file_open(fd, dev, ino, create);
 	if (w) {
 		w->next = files;
 		files = w;
@@ -291,25 +293,14 @@ struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
 	return w;
 }
 
+struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
+{
+	return file_reference(fd, dev, ino, true);
+}
+
 struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino)
 {
-	pthread_mutex_lock(&files_lock);
-	struct warp_file *w;
-	for (w = files; w; w = w->next)
-		if (w->dev == dev && w->ino == ino)
-			break;
-	if (w) {
-		w->refs++;
-		pthread_mutex_unlock(&files_lock);
-		return w;
-	}
-	w = file_open(-1, dev, ino, false);
-	if (w) {
-		w->next = files;
-		files = w;
-	}
-	pthread_mutex_unlock(&files_lock);
-	return w;
+	return file_reference(-1, dev, ino, false);
 }
 
 void warp_file_put(struct warp_file *w)
