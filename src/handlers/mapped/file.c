@@ -245,6 +245,7 @@ static ssize_t read_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off
 	if (flags & ops->kernel_flags)
 		return ops->kernel_io(c, iov, cnt, off, total, flags, false);
 	MSTAT(ops->stats, reads, 1);
+	mapped_mtime_settle(&in->times, c->fd);
 	ssize_t r;
 	uint64_t size = isize(in);
 	if (off >= 0) {

@@ -163,6 +163,12 @@ static void touch_mtime(int fd)
 
 void mapped_atime_slow(struct mapped_times *t, int fd, uint64_t tick, uint64_t eof)
 {
+	/* A write's time still owed goes first, as in mapped_times_flush: the
+	 * kernel's read must see the mtime that write set, or relatime finds
+	 * atime newer and leaves it (a write then a read in one tick showed
+	 * "mtime advanced, atime same"). */
+	if (__atomic_exchange_n(&t->mtime_pending, 0, __ATOMIC_RELAXED))
+		mapped_mtime_slow(t, fd, tick);
 	__atomic_store_n(&t->atime_tick, tick, __ATOMIC_RELAXED);
 	__atomic_store_n(&t->atime_pending, 0, __ATOMIC_RELAXED);
 	touch_atime(fd, eof);

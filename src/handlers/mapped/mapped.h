@@ -232,6 +232,16 @@ static inline void mapped_read_done(struct mapped_times *t, int fd, int status, 
 	mapped_atime_slow(t, fd, tick, eof);
 }
 
+/* Before a read that may reach the kernel (a handler's fallback, WARP's
+ * normal nodes): a write's mtime still owed goes first, or the kernel's
+ * relatime finds atime newer than the old mtime and leaves atime alone. */
+static inline void mapped_mtime_settle(struct mapped_times *t, int fd)
+{
+	if (__builtin_expect(__atomic_load_n(&t->mtime_pending, __ATOMIC_RELAXED) != 0, 0) &&
+	    __atomic_exchange_n(&t->mtime_pending, 0, __ATOMIC_RELAXED))
+		mapped_mtime_slow(t, fd, mapped_tick());
+}
+
 /* Bytes were stored into the file through the mapping. */
 static inline void mapped_write_done(struct mapped_times *t, int fd)
 {
