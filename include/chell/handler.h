@@ -462,11 +462,15 @@ int64_t chell_maxbytes(int fd, dev_t dev);
  *   chell_setting_bool  BOOL settings: 1 or 0
  *   chell_setting_uint  UINT settings
  *   chell_setting_size  SIZE settings, in bytes (suffixes applied)
+ *   chell_setting_shift a SIZE setting that must be a power of two between
+ *                       4K and 1G (a chunk or node size): its log2, or -1
+ *                       after a log line naming the setting
  */
 const char *chell_setting(const char *key);
 int chell_setting_bool(const char *key);
 uint64_t chell_setting_uint(const char *key);
 uint64_t chell_setting_size(const char *key);
+int chell_setting_shift(const char *key);
 
 #ifdef __cplusplus
 }

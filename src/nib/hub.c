@@ -69,6 +69,16 @@ CHELL_EXPORT uint64_t chell_setting_size(const char *key)
 	return setting_typed(key, CHELL_T_SIZE) ? chell_config_u64(&chell_cfg, key) : 0;
 }
 
+CHELL_EXPORT int chell_setting_shift(const char *key)
+{
+	uint64_t v = chell_setting_size(key);
+	if (v < 4096 || (v & (v - 1)) || v > (1ull << 30)) {
+		chell_log("%s must be a power of two between 4K and 1G", key);
+		return -1;
+	}
+	return __builtin_ctzll(v);
+}
+
 /* Bad configuration: say so, then either run the program untouched on the
  * kernel path (never hurt the application) or stop, as on_error asks. */
 static void init_failed(const char *what)

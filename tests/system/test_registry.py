@@ -248,3 +248,13 @@ def test_bool_setting_means_what_config_accepted(workdir, value, kept):
     assert res.returncode == 0, describe(res)
     copies = [p.name for p in sh.iterdir() if not p.name.startswith("divergence")]
     assert bool(copies) == kept, copies
+
+
+@pytest.mark.parametrize("mode,key", [("direct", "direct.chunk_size"), ("warp", "warp.node_size")])
+def test_size_shift_settings_name_themselves(mode, key, workdir):
+    """A chunk or node size that is not a power of two between 4K and 1G
+    stops the handler with one line naming the setting (chell_setting_shift,
+    shared by direct and warp)."""
+    res = run([CHELL, "run", "--mode", mode, "--path", workdir, "--set", f"{key}=12K", "--", "true"])
+    assert res.returncode == 2
+    assert f"{key} must be a power of two between 4K and 1G" in res.stderr.decode()

@@ -32,12 +32,10 @@ int direct_lazy_size;
 
 static int direct_proc_init(void)
 {
-	uint64_t chunk = chell_setting_size("direct.chunk_size");
-	if (chunk < 4096 || (chunk & (chunk - 1)) || chunk > (1ull << 30)) {
-		chell_log("direct.chunk_size must be a power of two between 4K and 1G");
+	int shift = chell_setting_shift("direct.chunk_size");
+	if (shift < 0)
 		return -1;
-	}
-	direct_chunk_shift = (unsigned)__builtin_ctzll(chunk);
+	direct_chunk_shift = (unsigned)shift;
 	direct_populate = chell_setting_bool("direct.populate");
 	const char *ms = chell_setting("direct.map_sync");
 	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;

@@ -68,12 +68,10 @@ static inline struct warp_ofd *WD(chell_ctx *c)
 
 static int warp_proc_init(void)
 {
-	uint64_t ns = chell_setting_size("warp.node_size");
-	if (ns < 4096 || (ns & (ns - 1)) || ns > (1ull << 30)) {
-		chell_log("warp.node_size must be a power of two between 4K and 1G");
+	int shift = chell_setting_shift("warp.node_size");
+	if (shift < 0)
 		return -1;
-	}
-	warp_node_shift = (unsigned)__builtin_ctzll(ns);
+	warp_node_shift = (unsigned)shift;
 	warp_budget = chell_setting_size("warp.buffer_budget");
 	warp_checkpoint_ns = chell_setting_uint("warp.checkpoint_ms") * 1000000ull;
 	warp_idle_ns = chell_setting_uint("warp.idle_ms") * 1000000ull;
