@@ -4,6 +4,10 @@
 # --markdown`. tests/system/test_registry.py checks the document matches.
 # Uses $CHELL_BUILD_DIR or <repo>/build.
 set -euo pipefail
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+fi
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build=${CHELL_BUILD_DIR:-$repo/build}
 doc=$repo/docs/CONFIGURATION.md

@@ -9,7 +9,10 @@
 set -euo pipefail
 
 CHECK_ONLY=0
-if [[ ${1:-} == --check ]]; then
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+	exit 0
+elif [[ ${1:-} == --check ]]; then
 	CHECK_ONLY=1
 elif [[ $# -gt 0 ]]; then
 	echo "usage: $0 [--check]" >&2

@@ -24,6 +24,18 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage:\n"
+	"  chell_bench_bw --file F --threads 2 --pattern rand --read-pct 50 --seconds 1\n"
+	"\n"
+	"chell_bench_bw - aggregate bandwidth of T threads doing 4 KB (--bs)\n"
+	"pread/pwrite on one preallocated file, xdd-style: every thread opens the\n"
+	"file itself, and picks read or write per operation with probability --read-\n"
+	"pct. Random: uniform block offsets over the whole file. Sequential: thread i\n"
+	"streams through its own 1/T of the file, wrapping around.\n"
+	"(details: the comment at the top of chell_bench_bw.c)\n";
 
 struct shared {
 	const char *file;
@@ -105,6 +117,7 @@ static void *work(void *arg)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	struct shared sh = { .bs = 4096, .rnd = 1, .read_pct = 100, .pin = 1 };
 	int nthreads = 1, mmap_mode = 0;
 	double seconds = 1.0;
@@ -128,7 +141,7 @@ int main(int argc, char **argv)
 		case 'm': mmap_mode = 1; break;
 		case 'n': sh.pin = 0; break;
 		default:
-			fprintf(stderr, "usage: see the comment at the top of chell_bench_bw.c\n");
+			fputs(usage_text, stderr);
 			return 2;
 		}
 	}

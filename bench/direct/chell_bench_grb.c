@@ -28,6 +28,16 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage:\n"
+	"  chell_bench_grb --file F [--cpu N] [--sizes 4k,16k,64k,256k,1m]\n"
+	"      [--batch-ms 20] [--batches 7]\n"
+	"\n"
+	"chell_bench_grb - zero-copy chell_get_read_buf() against read(), per call,\n"
+	"for sizes 4 KB..1 MB (the paper's Figure 14).\n"
+	"(details: the comment at the top of chell_bench_grb.c)\n";
 
 typedef ssize_t (*grb_fn)(int, const void **, size_t);
 
@@ -77,6 +87,7 @@ static void run(int fd, int kind, size_t size, uint64_t n)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	const char *file = NULL;
 	unsigned long long sizes[16] = { 4096, 16384, 65536, 262144, 1 << 20 };
 	int nsizes = 5, cpu = -1, nbatches = 7;
@@ -93,7 +104,7 @@ int main(int argc, char **argv)
 		case 't': batch_ms = atof(optarg); break;
 		case 'b': nbatches = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: see the comment at the top of chell_bench_grb.c\n");
+			fputs(usage_text, stderr);
 			return 2;
 		}
 	}

@@ -32,6 +32,17 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage:\n"
+	"  chell_bench_lat --prepare 1g --file F            # create F (no Chell!)\n"
+	"  chell_bench_lat --file F --append-file A [--mmap] [--cpu N]\n"
+	"      [--sizes 64,512,4k,64k,1m] [--ops read,write,sread,swrite,append,extend]\n"
+	"      [--patterns rand,seq] [--batch-ms 20] [--batches 7] [--append-cap 64m] [--no-prefault]\n"
+	"\n"
+	"chell_bench_lat - latency per read/write/append operation, in ns/op.\n"
+	"(details: the comment at the top of chell_bench_lat.c)\n";
 
 /* read/write: pread/pwrite. sread/swrite: read()/write() at the file
  * position, moved there with lseek(SEEK_SET) first when it is not already
@@ -215,6 +226,7 @@ static int has_word(const char *list, const char *w)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	const char *file = NULL, *afile = NULL, *ops = "read,write,append", *pats = "rand,seq";
 	unsigned long long sizes[16] = { 64, 512, 4096, 65536, 1 << 20 };
 	int nsizes = 5, cpu = -1, mmap_mode = 0, nbatches = 7, no_prefault = 0;
@@ -242,7 +254,7 @@ int main(int argc, char **argv)
 		case 'P': prep = bu_parse_size(optarg); break;
 		case 'N': no_prefault = 1; break;
 		default:
-			fprintf(stderr, "usage: see the comment at the top of chell_bench_lat.c\n");
+			fputs(usage_text, stderr);
 			return 2;
 		}
 	}

@@ -22,6 +22,16 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage:\n"
+	"  chell_bench_sqlite --db /dev/shm/x/bench.db [--rows 50000] [--txn 1000]\n"
+	"      [--selects 50000] [--updates 2000] [--vsize 100] [--cpu N]\n"
+	"\n"
+	"chell_bench_sqlite - a fixed SQLite workload through the unmodified system\n"
+	"libsqlite3, run with and without Chell on a database on tmpfs.\n"
+	"(details: the comment at the top of chell_bench_sqlite.c)\n";
 
 static sqlite3 *db;
 
@@ -47,6 +57,7 @@ static inline sqlite3_int64 key_of(uint64_t i)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	const char *path = NULL;
 	long rows = 50000, txn = 1000, selects = 50000, updates = 2000, vsize = 100;
 	int cpu = -1;
@@ -65,7 +76,7 @@ int main(int argc, char **argv)
 		case 'v': vsize = atol(optarg); break;
 		case 'c': cpu = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: see the comment at the top of chell_bench_sqlite.c\n");
+			fputs(usage_text, stderr);
 			return 2;
 		}
 	}

@@ -43,6 +43,14 @@
 
 #ifdef CHELL_HAVE_PMEMOBJ
 #include <libpmemobj.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_bench_tx [--dir DIR] [--sizes 64,256,4096] [--batch N] [--reps N]\n"
+	"                      [--arms chell,pmemobj]\n"
+	"\n"
+	"Transaction latency of the persistence core against libpmemobj on the same\n"
+	"medium (DIR, default /dev/shm); one JSON object on stdout.\n";
 #endif
 
 #define WINDOW (1u << 20)          /* bytes of heap the offsets walk */
@@ -214,6 +222,7 @@ static int parse_sizes(const char *s, size_t *out)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	const char *dir = "/dev/shm";
 	const char *sizes_arg = "64,256,4096", *arms = "chell,pmemobj";
 	unsigned batch = 2000, reps = 15;
@@ -230,10 +239,7 @@ int main(int argc, char **argv)
 		else if (!strcmp(argv[i], "--arms") && v)
 			arms = v, i++;
 		else {
-			fprintf(stderr,
-				"usage: %s [--dir DIR] [--sizes 64,256,4096] [--batch N] [--reps N]"
-				" [--arms chell,pmemobj]\n",
-				argv[0]);
+			fputs(usage_text, stderr);
 			return 2;
 		}
 	}

@@ -64,6 +64,19 @@
 #endif
 #ifdef CHELL_HAVE_SNAPPY
 #include <snappy-c.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_bench_pvm COMMAND [options]\n"
+	"  objects --system pvm|pmemobj|files --dir DIR --size N --count C --threads T\n"
+	"  kv      --system pvm|leveldb [--sync 0|1] --dir DIR --num N\n"
+	"  snappy  --system pvm|pvm-grow|files --dir DIR --corpus LIST\n"
+	"  pages   --kind anon|tmpfs|pvm|tierheap --dir DIR --mb M\n"
+	"\n"
+	"The measurements of scripts/bench_pvm.py: object create/update/read/delete\n"
+	"latency, a db_bench-style key-value workload, snappy output to objects or\n"
+	"files, page access cost. One JSON object per line on stdout.\n"
+	"(details: the comment at the top of chell_bench_pvm.c)\n";
 #endif
 
 static const char *sys_name = "pvm", *dir = "/dev/shm", *corpus;
@@ -767,8 +780,9 @@ static int cmd_pages(void)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc < 2) {
-		fprintf(stderr, "usage: chell_bench_pvm objects|kv|snappy|pages [options] (see the source's header)\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	const char *cmd = argv[1];

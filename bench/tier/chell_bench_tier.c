@@ -18,6 +18,15 @@
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_bench_tier FILE read|write SIZE MS START_NS\n"
+	"\n"
+	"preads or pwrites of SIZE bytes walking FILE for MS milliseconds from\n"
+	"CLOCK_MONOTONIC time START_NS (0: now), in 64 windows; prints NS:PRE per\n"
+	"window (ns per call, involuntary context switches). Run by\n"
+	"scripts/bench_tier.py under `chell run` with and without a tier model.\n";
 
 static double now_ns(void)
 {
@@ -35,8 +44,9 @@ static long preemptions(void)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 6) {
-		fprintf(stderr, "usage: chell_bench_tier FILE read|write SIZE MS START_NS\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	int write_op = strcmp(argv[2], "write") == 0;

@@ -12,6 +12,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_bench_malloc SIZE THREADS SECONDS\n"
+	"\n"
+	"malloc/free throughput of THREADS threads allocating SIZE-byte blocks for\n"
+	"SECONDS; run plainly (jemalloc or glibc) and under `chell tier run` by\n"
+	"scripts/bench_tierheap.py.\n";
 
 #define BATCH 64
 
@@ -60,8 +68,9 @@ static void *worker(void *arg)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 4) {
-		fprintf(stderr, "usage: chell_bench_malloc SIZE THREADS SECONDS\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	size = strtoul(argv[1], NULL, 10);

@@ -23,6 +23,13 @@
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_bench_pagetouch anon|tmpfs|heap|slow PAGES\n"
+	"\n"
+	"ns per page to touch PAGES pages of anonymous memory, a tmpfs file mapping,\n"
+	"or the tiered heap's DRAM (heap) or slow-tier (slow) pages.\n";
 
 static double clock_s(clockid_t c)
 {
@@ -33,8 +40,9 @@ static double clock_s(clockid_t c)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 3) {
-		fprintf(stderr, "usage: chell_bench_pagetouch anon|tmpfs|heap|slow PAGES\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	const char *kind = argv[1];

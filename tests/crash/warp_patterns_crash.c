@@ -33,6 +33,13 @@
 
 #include "patterns_internal.h"
 #include "pmem/sim/sim.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_warp_patterns_crash - simulated power failures at the persist\n"
+	"points of a sequence of WARP pattern stores (src/handlers/warp/\n"
+	"patterns.c, pat_store_region), in the manner of chell_cachemeta_crash.\n"
+	"(a test program of Chell's suite; details: tests/crash/warp_patterns_crash.c)\n";
 
 #define ENTRIES 8u
 #define FILES 12u
@@ -212,6 +219,7 @@ static int run(struct harness *h, bool counting)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	struct harness h = {.o = {.ops = 300, .seed = 1, .every = 1, .mode = -1, .show = 5}};
 	static const struct option lo[] = {
 		{"ops", required_argument, NULL, 'o'},   {"seed", required_argument, NULL, 's'},

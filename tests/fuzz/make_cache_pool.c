@@ -30,6 +30,13 @@
 #include "chell/pmem.h"
 /* White-box: where each table lives, to damage one field at a time. */
 #include "meta_internal.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_cache_pool_seeds OUTDIR\n"
+	"\n"
+	"Writes the seed corpus of the cache pool fuzz target (valid and damaged\n"
+	"cache metadata images) into OUTDIR.\n";
 
 static const char *outdir;
 
@@ -298,8 +305,9 @@ static void mutations(const char *base, const struct seed *s)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 2) {
-		fprintf(stderr, "usage: chell_cache_pool_seeds OUTDIR\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	outdir = argv[1];

@@ -25,6 +25,14 @@
 #include <unistd.h>
 
 #include "chell/pmem.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_pool_image OUT [--journals N] [--entries N] [--size BYTES]\n"
+	"                        [--committed K] [--unfinished U] [--seed S]\n"
+	"\n"
+	"Writes a persistence-core region image to OUT (a fuzz seed) with K\n"
+	"committed and U unfinished transactions.\n";
 
 static void die(const char *what, const char *detail)
 {
@@ -48,6 +56,7 @@ static void hex(const uint8_t *p, size_t n)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	struct chell_region_layout lay = {.journals = 2, .journal_entries = 32, .heap_size = 4096};
 	unsigned long committed = 0, unfinished = 0;
 	uint64_t seed = 1;
@@ -69,9 +78,7 @@ int main(int argc, char **argv)
 		else if (argv[i][0] != '-' && !out)
 			out = argv[i];
 		else {
-			fprintf(stderr,
-				"usage: chell_pool_image OUT [--journals N] [--entries N] [--size BYTES]"
-				" [--committed K] [--unfinished U] [--seed S]\n");
+			fputs(usage_text, stderr);
 			return 2;
 		}
 	}

@@ -12,6 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_pvm_pool_seeds DIR\n"
+	"\n"
+	"Writes the seed corpus of the pVM pool fuzz target into DIR.\n";
 
 static const char *dir;
 static size_t len;
@@ -58,8 +64,9 @@ static void damaged(const uint8_t *img, const char *name, const void *needle, si
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 2) {
-		fprintf(stderr, "usage: chell_pvm_pool_seeds DIR\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	dir = argv[1];

@@ -14,6 +14,12 @@
 
 #include "patterns_internal.h"
 #include "pmem/pmem_internal.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_warp_patterns_seeds DIR\n"
+	"\n"
+	"Writes the seed corpus of the WARP patterns-file fuzz target into DIR.\n";
 
 static void nop_flush(void *c, const void *a, size_t n) {}
 static void nop_drain(void *c) {}
@@ -103,8 +109,9 @@ static struct pat_entry *entry(struct image *im, uint32_t i)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 2) {
-		fprintf(stderr, "usage: chell_warp_patterns_seeds DIR\n");
+		fputs(usage_text, stderr);
 		return 2;
 	}
 	dir = argv[1];

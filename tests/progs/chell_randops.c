@@ -81,6 +81,7 @@
 #include <unistd.h>
 
 #include "rwf_compat.h"
+#include "common/tool_help.h"
 
 #define MAXF 16           /* files in the model */
 #define MAXOFD 512        /* open file descriptions tracked */
@@ -3615,14 +3616,19 @@ static void resume(const char *arg)
 /* ------------------------------------------------------------------ */
 /* main                                                                   */
 
+static const char usage_text[] =
+	"usage: chell_randops --seed S --ops N --dir DIR [--files K] [--threads T] [--procs P]\n"
+	"       [--no-fork] [--no-exec] [--no-threads] [--no-stdio] [--no-locks] [--no-rwf]\n"
+	"       [--no-copy] [--no-limits] [--no-badwrite] [--no-unshare] [--kernel K1:...]\n"
+	"       [--max-size BYTES] [--progress N] [--dir2 DIR2] [--verbose]\n"
+	"       chell_randops --probe --dir DIR   (plainly: print the kernel's RWF answers)\n"
+	"\n"
+	"Random file operations checked against a model of the kernel, or run\n"
+	"twice (under Chell and plainly) and compared: the shadow differential.\n";
+
 static void usage(void)
 {
-	fprintf(stderr,
-		"usage: chell_randops --seed S --ops N --dir DIR [--files K] [--threads T] [--procs P]\n"
-		"       [--no-fork] [--no-exec] [--no-threads] [--no-stdio] [--no-locks] [--no-rwf]\n"
-		"       [--no-copy] [--no-limits] [--no-badwrite] [--no-unshare] [--kernel K1:...]\n"
-		"       [--max-size BYTES] [--progress N] [--dir2 DIR2] [--verbose]\n"
-		"       chell_randops --probe --dir DIR   (plainly: print the kernel's RWF answers)\n");
+	fputs(usage_text, stderr);
 	exit(2);
 }
 
@@ -3666,6 +3672,7 @@ static uint64_t num(const char *s, const char *what)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	orig_argc = argc;
 	orig_argv = argv;
 	for (int i = 1; i < argc; i++) {

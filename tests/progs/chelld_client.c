@@ -57,6 +57,13 @@
 #include "cache/layout.h"
 #include "cache/policy/policy.h"
 #include "chelld/protocol.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chelld_client SOCKET OP...: a scripted client of chelld for\n"
+	"tests/system/test_chelld.py. Runs the operations in order on one\n"
+	"connection and prints one line per operation:\n"
+	"(a test program of Chell's suite; details: tests/progs/chelld_client.c)\n";
 
 static uint32_t seq;
 
@@ -669,6 +676,7 @@ static char *subst_last(char *rest, uint32_t last)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc < 2) {
 		fprintf(stderr, "usage: chelld_client SOCKET OP...\n");
 		return 2;

@@ -30,6 +30,16 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: direct_truncate_reader: reads a file with plain read()/pread() while\n"
+	"another process (started by tests/system/test_direct.py, without Chell)\n"
+	"truncates and regrows it. Under `chell run --mode direct` the reads are\n"
+	"copies from a shared mapping, so a page truncated away raises SIGBUS in\n"
+	"the middle of a copy; Chell must turn that into exactly what the kernel's\n"
+	"read() returns (fewer bytes, 0 at end of file), never a crash.\n"
+	"(a test program of Chell's suite; details: tests/progs/direct_truncate_reader.c)\n";
 
 static unsigned char pat(uint64_t o)
 {
@@ -232,6 +242,7 @@ static int do_steps(const char *path)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc == 4 && !strcmp(argv[1], "fill"))
 		return do_fill(argv[2], strtoull(argv[3], NULL, 0));

@@ -44,6 +44,17 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: direct_zerocopy: checks the zero-copy API of chell/chell.h\n"
+	"(chell_get_read_buf, chell_get_write_buf/chell_commit_write_buf) against\n"
+	"what read() and write() would do. Linked against libchell, so it runs\n"
+	"with the library loaded even without `chell run` (then no descriptor is\n"
+	"served by the direct handler and the API must fall back to copies).\n"
+	"Driven by tests/system/test_direct.py; exit 0 = every check passed, 1 =\n"
+	"a check failed (the line says which), 2 = usage or setup error.\n"
+	"(a test program of Chell's suite; details: tests/progs/direct_zerocopy.c)\n";
 
 #define CHUNK (2u << 20) /* direct.chunk_size default */
 #define RECLEN 64
@@ -361,6 +372,7 @@ static int do_lend(const char *path)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	setvbuf(stdout, NULL, _IONBF, 0); /* no line lost to a crash */
 	if (argc == 4 && !strcmp(argv[1], "fill"))
 		return fill(argv[2], strtoull(argv[3], NULL, 0));

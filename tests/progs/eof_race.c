@@ -29,6 +29,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: eof_race --threads|--procs DIR [MBYTES] - a reader racing a writer that\n"
+	"extends a file must never see a byte that was not written.\n"
+	"(a test program of Chell's suite; details: tests/progs/eof_race.c)\n";
 
 #define BLOCK 4096
 
@@ -160,6 +166,7 @@ static int reader(void)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc < 3 || (strcmp(argv[1], "--threads") && strcmp(argv[1], "--procs"))) {
 		fprintf(stderr, "usage: %s --threads|--procs DIR [MBYTES]\n", argv[0]);
 		return 2;

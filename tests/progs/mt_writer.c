@@ -37,6 +37,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: mt_writer - a multi-threaded file writer used by the system tests.\n"
+	"(a test program of Chell's suite; details: tests/progs/mt_writer.c)\n";
 
 #define CHUNK 4096
 #define RECSZ 64
@@ -300,6 +305,7 @@ static int parse_arg(const char *s, int lo, int hi, const char *what)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc < 3 || argc > 6) {
 		fprintf(stderr, "usage: %s REGIONS_FILE APPEND_FILE [THREADS [CHUNKS [RECORDS]]]\n",
 			argv[0]);

@@ -7,9 +7,19 @@
  * SKIP bytes further (sem_locks: a descriptor handed out of Chell).
  */
 #include "sem_common.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: nochell_reader FD N SKIP - a statically linked program, so Chell never\n"
+	"loads into it (LD_PRELOAD does not apply): it uses an inherited\n"
+	"descriptor exactly as the kernel has it. Reads N bytes at the\n"
+	"descriptor's offset, prints them and the offset, then moves the offset\n"
+	"SKIP bytes further (sem_locks: a descriptor handed out of Chell).\n"
+	"(a test program of Chell's suite; details: tests/progs/nochell_reader.c)\n";
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 4)
 		return 2;
 	int fd = atoi(argv[1]);

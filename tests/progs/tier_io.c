@@ -13,6 +13,16 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: tier_io DIR: a fixed mix of reads and writes on DIR/f, every kind the\n"
+	"tier model charges (write past the end, write, pwrite, writev, pwritev,\n"
+	"read, pread, readv, preadv, a read at the end), then one line:\n"
+	"  reads R read_bytes RB writes W write_bytes WB\n"
+	"the calls that moved bytes and the bytes they moved, which the tier\n"
+	"model's counters must match exactly (tests/system/test_tier.py).\n"
+	"(a test program of Chell's suite; details: tests/progs/tier_io.c)\n";
 
 static unsigned long long ops[2], bytes[2]; /* [0] reads, [1] writes */
 
@@ -30,6 +40,7 @@ static void count(int write, ssize_t n)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc != 2) {
 		fprintf(stderr, "usage: tier_io DIR\n");
 		return 2;

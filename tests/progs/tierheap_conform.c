@@ -15,6 +15,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: tierheap_conform: the malloc family's contract, as a transcript that must\n"
+	"be the same on glibc's malloc and under libchell-tier.so\n"
+	"(tests/system/test_tierheap.py). Prints facts, never addresses.\n"
+	"  tierheap_conform        the transcript\n"
+	"  tierheap_conform np     npmalloc/npfree/nprealloc (needs the tier heap):\n"
+	"                          blocks on the slow tier, contents kept\n"
+	"(a test program of Chell's suite; details: tests/progs/tierheap_conform.c)\n";
 
 #define SAY(...) printf(__VA_ARGS__)
 
@@ -65,6 +75,7 @@ static int np_mode(void)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (argc > 1 && strcmp(argv[1], "np") == 0)
 		return np_mode();

@@ -18,6 +18,20 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: tierheap_mt: threads allocate, fill, reallocate and free blocks of many\n"
+	"sizes, each thread with its own seeded generator, blocks handed between\n"
+	"threads through a shared pool (so frees cross threads and arenas).\n"
+	"While they run, the main thread forks FORKS times: each child allocates,\n"
+	"fills and frees blocks of every size class range (small, large, huge) and\n"
+	"exits, so a lock held by another thread at the fork (jemalloc's arena,\n"
+	"bin and extent locks; the tiered heap's slow-tier copy) would hang or\n"
+	"break the child. After they finish, a fork checks the child sees its\n"
+	"own copy of a block. Prints one line of checksums, identical under every\n"
+	"heap policy and on glibc.\n"
+	"(a test program of Chell's suite; details: tests/progs/tierheap_mt.c)\n";
 
 #define THREADS 4
 #define ROUNDS 20000
@@ -100,8 +114,9 @@ static int child_allocates(void)
 	return bad;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	pthread_t t[THREADS];
 	uint64_t total = 0;
 	int bad = 0, forks_ok = 0;

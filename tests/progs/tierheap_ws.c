@@ -14,6 +14,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: tierheap_ws MB [PASSES [THREADS]]: a memory-bound program for the tiered\n"
+	"heap's tests and capacity benchmark. Allocates MB MiB in 1 MiB blocks\n"
+	"with malloc (THREADS threads at once, default 1, each its share: with\n"
+	"several, jemalloc's arenas grow at the same time), fills them with a\n"
+	"pattern, then sweeps them PASSES times (reading and updating every word)\n"
+	"and prints one checksum, the same wherever the bytes live and whatever\n"
+	"THREADS. Optionally waits for a line on stdin before freeing\n"
+	"(TIERHEAP_WS_PAUSE=1), so a test can read its counters.\n"
+	"(a test program of Chell's suite; details: tests/progs/tierheap_ws.c)\n";
 
 #define BLOCK (1u << 20)
 #define MAX_THREADS 16
@@ -39,6 +51,7 @@ static void *fill(void *arg)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc < 2) {
 		fprintf(stderr, "usage: tierheap_ws MB [PASSES]\n");
 		return 2;

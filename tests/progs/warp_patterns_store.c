@@ -16,6 +16,11 @@
 #include <sys/stat.h>
 
 #include "brain.h"
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: warp_patterns_store PATTERNS FILE STATES SUCCESSORS [CTX,NEXTFILE,HINT]...\n"
+	"(a test program of Chell's suite; details: tests/progs/warp_patterns_store.c)\n";
 
 #define MAXN 4096
 
@@ -32,6 +37,7 @@ static int file_id(const char *path, struct warp_file_id *id)
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	static uint8_t states[MAXN];
 	static uint32_t succ[MAXN];
 	struct warp_xfile xf[WARP_XFILE_SLOTS] = {0};
