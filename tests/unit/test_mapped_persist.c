@@ -59,6 +59,7 @@ static void close_file(int fd)
 {
 	assert_int_equal(close(fd), 0);
 	unlink(path);
+	rmdir(DIR); /* ENOTEMPTY while another run uses it */
 }
 
 static void test_kind(void **state)

@@ -213,6 +213,7 @@ static void route_relative(void **state)
 	close(dfd);
 	assert_int_equal(chdir(old), 0);
 	rmdir(R "/cwd");
+	rmdir(R);
 }
 
 static void route_all(void **state)

@@ -405,5 +405,7 @@ int main(void)
 		cmocka_unit_test(thread_runs_signals_blocked),
 		cmocka_unit_test(thread_across_fork_exec_exit),
 	};
-	return cmocka_run_group_tests_name("services", tests, NULL, NULL);
+	int failed = cmocka_run_group_tests_name("services", tests, NULL, NULL);
+	rmdir(ROOT);
+	return failed;
 }
