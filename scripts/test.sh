@@ -9,6 +9,8 @@
 #   5. build-asan/ : the same sources with -DCHELL_SANITIZE=ON (ASan + UBSan)
 #   6. ctest and the system tests again, against the sanitized libchell.so
 #      (a few cases deselected, each with its reason, see ASAN_DESELECT)
+#   7. leftovers   : fails if the tests left files in /dev/shm or chell*
+#      files in /tmp, or a chelld running, that were not there before
 #
 # Every stage runs even if an earlier test stage failed (a build failure skips
 # the stages that need that build); the exit status is non-zero if any stage
@@ -29,7 +31,7 @@ for a in "$@"; do
 	case $a in
 	--no-asan) RUN_ASAN=0 ;;
 	--no-setup) RUN_SETUP=0 ;;
-	-h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "test.sh: unknown option '$a' (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -40,6 +42,16 @@ rm -rf "$LOGDIR"
 mkdir -p "$LOGDIR"
 
 declare -a S_NAME S_RESULT S_TIME
+
+# What was in the fast tier and in /tmp before any test ran: the leftovers
+# stage fails on anything a test left behind (files, pools, buffers,
+# sockets), since every test cleans up after itself.
+shm_and_tmp() {
+	{ ls -A /dev/shm 2>/dev/null | sed 's|^|/dev/shm/|'
+	  ls -A /tmp 2>/dev/null | grep -i chell | sed 's|^|/tmp/|'
+	  pgrep -x chelld | sed 's|^|chelld process |'; } | sort
+}
+BEFORE_LIST=$(shm_and_tmp)
 FAILED=0
 T_START=$SECONDS
 
@@ -280,6 +292,25 @@ if [[ $RUN_ASAN == 1 ]]; then
 else
 	skip "ASan+UBSan build and tests" "--no-asan"
 fi
+
+# ---------------------------------------------------------------- leftovers
+leftovers() {
+	local now
+	now=$(shm_and_tmp)
+	local left
+	# Kept on purpose, one per boot or per user (docs/TIER.md, docs/WARP.md,
+	# docs/CACHE.md): the tier model's DRAM calibration and shared budget,
+	# WARP's calibration, the per-user registry of managers, glusterd's log.
+	left=$(comm -13 <(echo "$BEFORE_LIST") <(echo "$now") |
+		grep -Ev '^/dev/shm/chell-(tier-dram|tier-budget\.[a-z0-9_-]+|warp-calib)[.-][0-9a-f-]{36}$|^/tmp/chell-[0-9]+$|^/tmp/chell-glusterd\.log$')
+	if [[ -n $left ]]; then
+		echo "left behind by the tests (every test must remove what it creates):"
+		echo "$left" | sed 's/^/  /'
+		return 1
+	fi
+	echo "nothing left in /dev/shm or /tmp, no chelld left running"
+}
+stage "leftovers (/dev/shm, /tmp, chelld)" leftovers.log leftovers
 
 # ---------------------------------------------------------------- summary
 echo
