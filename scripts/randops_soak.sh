@@ -132,6 +132,7 @@ while ((done_ops < ops)); do
 	argv=("$gen" "${args[@]}" --kernel "$kernel")
 	log=$work/seg$s.log
 	set +e
+	: >"$log" # before tail opens it: the job's own redirection may come later (a loaded machine)
 	"$chell" run "${run[@]}" "${cli[@]}" -- "${argv[@]}" >"$log.out" 2>"$log" &
 	pid=$!
 	# the generator's progress lines, as they come
