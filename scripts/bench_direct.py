@@ -158,11 +158,18 @@ def build_info(build):
         for line in cache.read_text(errors="replace").splitlines():
             if line.startswith("CMAKE_BUILD_TYPE:"):
                 out["build_type"] = line.split("=", 1)[1]
-    r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+    # the sources the build was made from (a --build of another checkout
+    # reports that checkout's commit, not this script's)
+    src = REPO
+    if cache.exists():
+        for line in cache.read_text(errors="replace").splitlines():
+            if line.startswith("CMAKE_HOME_DIRECTORY:"):
+                src = Path(line.split("=", 1)[1])
+    r = subprocess.run(["git", "-C", str(src), "rev-parse", "--short", "HEAD"],
                        capture_output=True, text=True)
     if r.returncode == 0:
         out["commit"] = r.stdout.strip()
-    r = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--", "src", "include"],
+    r = subprocess.run(["git", "-C", str(src), "status", "--porcelain", "--", "src", "include"],
                        capture_output=True, text=True)
     if r.returncode == 0:
         out["src_dirty"] = bool(r.stdout.strip())
