@@ -218,6 +218,8 @@ class Runner:
         # keeps the other work of a shared machine from preempting the timed
         # loops, so the ratios hold while it is busy; the kernel's RT
         # throttling still leaves it 5% of each second.
+        # Multi-threaded runs that fill every CPU are the exception
+        # (section_bandwidth).
         self.prefix = ["chrt", "-f", "50"] if args.sched == "fifo" else []
 
     def argv(self, arm, cmd, mode=None, extra=()):
@@ -379,6 +381,18 @@ def section_append(run, prof, cpu, files, problems):
 
 
 def section_bandwidth(run, prof, files, problems):
+    # Not under SCHED_FIFO: with a worker pinned on every CPU spinning at the
+    # start line, a real-time main thread that sleeps never gets a CPU back
+    # to give the start signal (the run hung until its timeout); several
+    # threads on every CPU also leave no room for others' preemptions.
+    saved, run.prefix = run.prefix, []
+    try:
+        return bandwidth_runs(run, prof, files, problems)
+    finally:
+        run.prefix = saved
+
+
+def bandwidth_runs(run, prof, files, problems):
     raw = []
     configs = [(t, p, m) for t in BW_THREADS for p in ("rand", "seq") for m in BW_MIXES]
     for rnd, order in enumerate(arm_orders(ARMS, prof["bw_rounds"])):
