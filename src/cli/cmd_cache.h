@@ -28,6 +28,9 @@ int cache_stat(int argc, char **argv);
 int cache_flush(int argc, char **argv);
 int cache_check(int argc, char **argv);
 int cache_ls(int argc, char **argv);
+int cache_mode(int argc, char **argv);
+int cache_pin(int argc, char **argv);
+int cache_unpin(int argc, char **argv);
 void cache_start_usage(FILE *f);
 void cache_status_usage(FILE *f);
 void cache_stop_usage(FILE *f);
@@ -35,6 +38,8 @@ void cache_stat_usage(FILE *f);
 void cache_flush_usage(FILE *f);
 void cache_check_usage(FILE *f);
 void cache_ls_usage(FILE *f);
+void cache_mode_usage(FILE *f);
+void cache_pin_usage(FILE *f);
 
 /* ---- pool files (cmd_cache_conn.c) ---- */
 /* "pool/name", malloc'd (NULL when out of memory). */
@@ -92,6 +97,20 @@ typedef void (*mgr_watch_fn)(void *arg, uint64_t dirty_bytes, double secs);
 int mgr_call_watch(struct mgr_conn *c, void *req, size_t reqlen,
 		   uint16_t type, void *rep, size_t replen, int fd, bool *answered,
 		     mgr_watch_fn fn, void *arg);
+
+/* ---- cache modes and pins (cmd_cache_mode.c) ---- */
+struct mgr_conn;
+struct cache_modes_info {
+	bool known; /* the manager answers RULE */
+	struct chelld_rule_reply def;
+	struct chelld_rule_reply *items;
+	uint32_t n;
+};
+/* RULE by index on c: 0, or -1 for a manager without cache modes. */
+int cache_modes_fetch(struct mgr_conn *c, struct cache_modes_info *mi);
+void cache_modes_free(struct cache_modes_info *mi);
+/* Lines for `status`, or JSON members (no braces) with json. */
+void cache_modes_print(FILE *f, const struct cache_modes_info *mi, bool json);
 
 /* ---- output (cmd_cache_out.c) ---- */
 /* "1.5 MiB" */

@@ -93,6 +93,8 @@ int cache_status(int argc, char **argv)
 			return CACHE_EXIT_DOWN;
 		}
 	}
+	struct cache_modes_info mi;
+	cache_modes_fetch(&cn, &mi); /* (an older chelld: none shown) */
 	mgr_disconnect(&cn);
 	uint32_t others = st.clients ? st.clients - 1 : 0; /* minus this query */
 
@@ -113,9 +115,14 @@ int cache_status(int argc, char **argv)
 		printf("], \"protocol\": %u, \"uptime_ms\": %" PRIu64 ", \"clients\": %u, "
 		       "\"clients_total\": %" PRIu64 ", \"requests\": %" PRIu64 ", \"opens\": %" PRIu64
 		       ", \"opens_refused\": %" PRIu64 ", \"maps\": %" PRIu64
-		       ", \"maps_refused\": %" PRIu64 ", \"malformed\": %" PRIu64 "}\n",
+		       ", \"maps_refused\": %" PRIu64 ", \"malformed\": %" PRIu64,
 		       cn.hello.version, st.uptime_ms, others, st.clients_total, st.requests, st.opens,
 		       st.opens_refused, st.maps, st.maps_refused, st.malformed);
+		if (mi.known)
+			printf(", ");
+		cache_modes_print(stdout, &mi, true);
+		printf("}\n");
+		cache_modes_free(&mi);
 		return 0;
 	}
 	printf("chelld is running\n  pid:        %u\n  pool:       %s\n  socket:     %s\n"
@@ -132,5 +139,7 @@ int cache_status(int argc, char **argv)
 	       " ok / %" PRIu64 " refused, malformed %" PRIu64 ")\n",
 	       (double)st.uptime_ms / 1000.0, others, st.clients_total, st.requests, st.opens,
 	       st.opens_refused, st.maps, st.maps_refused, st.malformed);
+	cache_modes_print(stdout, &mi, false);
+	cache_modes_free(&mi);
 	return 0;
 }
