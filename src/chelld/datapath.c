@@ -47,6 +47,7 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
 	r.cache_size = s->engine.pool.capacity;
 	r.slots = s->engine.nslots;
 	r.append_threshold = s->cfg->append_threshold;
+	r.flags = modes_declines(&s->engine) ? CHELLD_HELLO_MODES : 0;
 	int st = 0, fd = -1;
 	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION) {
 		st = EPROTONOSUPPORT;

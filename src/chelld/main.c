@@ -83,8 +83,9 @@ static void usage(FILE *f)
 	      "                      pass-through (docs/CACHE.md, \"Cache modes\")\n"
 	      "      --mode-rules DIR=MODE[:DIR=MODE...]  modes of directories below the\n"
 	      "                      backing directories (the longest match wins)\n"
-	      "      --seq-cutoff SIZE  sequential read streams longer than this are read\n"
-	      "                      around the cache (default 4M; 0: never)\n"
+	      "      --seq-cutoff SIZE  sequential reads of files larger than this go around\n"
+	      "                      the cache once the stream passes min(SIZE, 4M)\n"
+	      "                      (default 0: the cache's capacity)\n"
 	      "      --pin-max SIZE  bytes 'chell cache pin' may pin (default: half of SIZE)\n"
 	      "      --file-max SIZE files larger than this are not cached (default 0: no cap)\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
@@ -289,9 +290,9 @@ static int configure_modes(struct chelld_config *cfg, const struct cache_opts *o
 		return fail(CHELLD_EXIT_USAGE, "invalid --cache-mode '%s' (write-back, write-through, "
 			    "write-around, read-only or pass-through)", o->mode);
 	cfg->mode = (unsigned)mode;
-	cfg->seq_cutoff = 4 << 20;
+	cfg->seq_cutoff = 0;
 	if (o->seq_cutoff && chell_parse_size(o->seq_cutoff, &cfg->seq_cutoff) < 0)
-		return fail(CHELLD_EXIT_USAGE, "invalid --seq-cutoff '%s' (a size; 0: never)",
+		return fail(CHELLD_EXIT_USAGE, "invalid --seq-cutoff '%s' (a size; 0: the capacity)",
 			    o->seq_cutoff);
 	if (o->pin_max && chell_parse_size(o->pin_max, &cfg->pin_max) < 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --pin-max '%s' (a size; 0: half the capacity)",

@@ -43,7 +43,12 @@ struct modes {
 	uint32_t npins;
 	uint64_t pinned_bytes;
 	uint64_t seq_bypassed;
+	bool switched; /* a SET_MODE to pass-through was served */
 };
+
+/* A sequential stream this long is one, whatever the cutoff (bcache's
+ * default sequential_cutoff). */
+#define SEQ_STREAM (4ull << 20)
 
 static const char *const names[CHELLD_MODE_COUNT] = {
 	"write-back", "write-through", "write-around", "read-only", "pass-through",
@@ -274,7 +279,7 @@ int modes_map(struct engine *c, struct cfile *f, const struct chelld_map *m,
 			return 1;
 		*read_only = true;
 	}
-	if (!read || !c->cfg->seq_cutoff || f->pinned)
+	if (!read || f->pinned)
 		return 0;
 	/* The stream: a miss that starts within a read-ahead window of where
 	 * the last one ended (hits in between never reach the manager) and
@@ -284,14 +289,32 @@ int modes_map(struct engine *c, struct cfile *f, const struct chelld_map *m,
 	else
 		f->seq_run = end - start;
 	f->seq_next = end;
-	/* Only a chunk the cache holds nothing of: the backing file has every
-	 * byte of it (no dirty block), so reading around the cache is exact. */
-	if (f->seq_run > c->cfg->seq_cutoff && meta_chunk_lookup(c->m, f->cnode, m->chunk) < 0) {
+	/* A stream (past min(cutoff, 4M), as bcache's sequential_cutoff) on a
+	 * file larger than the cutoff (0: the cache's capacity, a file the
+	 * cache cannot hold), and only a chunk the cache holds nothing of: the
+	 * backing file has every byte of it (no dirty block), so reading
+	 * around the cache is exact. */
+	uint64_t cutoff = c->cfg->seq_cutoff ? c->cfg->seq_cutoff : c->pool.capacity;
+	uint64_t stream = cutoff < SEQ_STREAM ? cutoff : SEQ_STREAM;
+	struct stat st;
+	int bfd;
+	if (f->seq_run > stream && meta_chunk_lookup(c->m, f->cnode, m->chunk) < 0 &&
+	    (bfd = cfile_fd(c, f)) >= 0 && fstat(bfd, &st) == 0 && (uint64_t)st.st_size > cutoff) {
 		c->modes->seq_bypassed++;
 		r->flags |= CHELLD_FILE_SKIP;
 		return 1;
 	}
 	return 0;
+}
+
+bool modes_declines(const struct engine *c)
+{
+	if (c->cfg->mode == CHELLD_MODE_PASS_THROUGH || c->cfg->file_max || c->modes->switched)
+		return true;
+	for (uint32_t i = 0; i < c->modes->nrules; i++)
+		if (c->modes->rules[i].mode == CHELLD_MODE_PASS_THROUGH)
+			return true;
+	return false;
 }
 
 bool modes_slot_pinned(const struct engine *c, uint32_t slot)
@@ -383,6 +406,8 @@ bool do_set_mode(struct server *s, struct client *cl, const struct chelld_set_mo
 	}
 	if (rc == 0 && set_rule(c->modes, m->path, m->mode) < 0)
 		rc = ENOMEM;
+	if (rc == 0 && m->mode == CHELLD_MODE_PASS_THROUGH)
+		c->modes->switched = true; /* clients connecting from now on register at open */
 	/* Drain every cached file below: written back, its chunks revoked,
 	 * its new mode set (clients learn it at their next MAP). */
 	for (uint32_t id = 0; rc == 0 && id < c->pool.max_cnodes; id++) {

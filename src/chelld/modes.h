@@ -43,6 +43,9 @@ uint32_t modes_flags(const struct cfile *f);
  * out a read-only chunk file even to a writable registration). */
 int modes_map(struct engine *c, struct cfile *f, const struct chelld_map *m,
 	      struct chelld_map_reply *r, bool *read_only);
+/* Some file may not be cached at all (pass-through, cache.file_max):
+ * HELLO tells clients to register at open (CHELLD_HELLO_MODES). */
+bool modes_declines(const struct engine *c);
 /* Eviction leaves the slot alone: its file is pinned. */
 bool modes_slot_pinned(const struct engine *c, uint32_t slot);
 

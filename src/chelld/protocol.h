@@ -104,12 +104,18 @@ struct chelld_hello_reply {
 	uint64_t cache_size; /* the capacity in bytes */
 	uint32_t slots;   /* cache chunk slots (a pool holds more slots than
 			   * cache_size / chunk_size: capacity is in 4 KB blocks) */
-	uint32_t flags;   /* reserved, 0 */
+	uint32_t flags;   /* CHELLD_HELLO_* */
 	/* Extending writes of at least this many bytes reserve backing space
 	 * with fallocate and go to the cache only (chell.md §4.1.2). Always 0
 	 * from this chelld: every extending write does (docs/CACHE.md). */
 	uint64_t append_threshold;
 };
+
+/* HELLO reply flags. MODES: this manager may decline to cache a file
+ * (pass-through, cache.file_max: modes.c), so clients register a file
+ * when it is opened, and a file it declines starts on the kernel path
+ * rather than moving there under a running call. */
+#define CHELLD_HELLO_MODES 1u
 
 struct chelld_open {
 	struct chelld_hdr h;

@@ -161,7 +161,7 @@ void cache_modes_print(FILE *f, const struct cache_modes_info *mi, bool json)
 	if (d->seq_cutoff)
 		print_size_iec(f, d->seq_cutoff);
 	else
-		fprintf(f, "off");
+		fprintf(f, "the capacity");
 	fprintf(f, " (%" PRIu64 " read misses around the cache)\n  file max:   ", d->seq_bypassed);
 	if (d->file_max)
 		print_size_iec(f, d->file_max);

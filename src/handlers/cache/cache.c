@@ -185,6 +185,12 @@ static void cache_opened(chell_ctx *c)
 		CSTAT(kernel_fallbacks, 1);
 		return;
 	}
+	if (cache_declined_at_open(L(c)->cf, c->fd)) {
+		/* pass-through, or over cache.file_max: the kernel's I/O path
+		 * from the start (modes.c), as for a file outside the cache */
+		mapped_size_changed_by_kernel(c->fd);
+		return;
+	}
 	if (trunc) {
 		/* The kernel truncated the backing file; chunks of the old
 		 * contents (dirty ones too) must go before anyone reads them. */
@@ -302,7 +308,9 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
 		return k < 0 ? (r ? r : k) : r + k;
 	}
 	go_kernel(c);
-	ssize_t k = cache_kernel_rest(c, iov, cnt, pos, (size_t)r, n, to_file, 0);
+	/* at pos even on an O_APPEND descriptor (a pwrite with RWF_NOAPPEND) */
+	ssize_t k = cache_kernel_rest(c, iov, cnt, pos, (size_t)r, n, to_file,
+				      to_file ? mapped_at_pos_flags(c) : 0);
 	if (k < 0)
 		return r ? r : k;
 	return r + k;
@@ -535,6 +543,12 @@ static ssize_t append_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t o
 	ssize_t r = append(c, iov, cnt, total, &end);
 	if (r > 0 && off == -1)
 		atomic_store(OFFSET(c), end);
+	/* A pwrite leaves the offset alone, but the append read the end with
+	 * lseek(SEEK_END) on the descriptor: if it moved to the kernel path
+	 * meanwhile (the manager does not cache the file: pass-through, the
+	 * per-file cap), the kernel's offset must be ours again. */
+	if (off != -1 && !mapped_active(c))
+		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 	if (r > 0 && mapped_active(c))
 		mapped_write_done(&L(c)->inode->times, c->fd);
 	return r;

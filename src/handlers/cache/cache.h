@@ -36,6 +36,7 @@ struct cache_hello {
 	uint64_t cache_size;
 	uint64_t append_threshold;
 	uint32_t slots;
+	uint32_t flags; /* CHELLD_HELLO_* */
 };
 /* Serialises every exchange with the manager and every change of the
  * mapping tables (the slow path). Lock order: fdt_lock, then this. */
@@ -158,6 +159,9 @@ extern const struct chell_persist_ops *cache_persist;
 /* The file's mode bits (registering it first if needed: the manager
  * decides); 0 (write-back) when the manager does not cache it. */
 uint32_t cache_file_mode(struct cache_file *cf, int fd);
+/* At open: does the manager decline to cache the file (pass-through, the
+ * per-file cap)? Asked only of a manager that says it may (HELLO). */
+bool cache_declined_at_open(struct cache_file *cf, int fd);
 /* The manager's mode of the file as this process last heard it. */
 static inline uint32_t cache_mode_hint(struct cache_file *cf)
 {

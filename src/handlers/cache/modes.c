@@ -35,6 +35,18 @@ uint32_t cache_file_mode(struct cache_file *cf, int fd)
 	return cache_mode_hint(cf);
 }
 
+bool cache_declined_at_open(struct cache_file *cf, int fd)
+{
+	cache_lock();
+	int gen = cache_conn_ensure();
+	uint32_t flags = cache_hello.flags;
+	cache_unlock();
+	if (gen <= 0 || !(flags & CHELLD_HELLO_MODES))
+		return false;
+	uint32_t id;
+	return cache_register(cf, fd, CHELLD_ACC_READ, &id) == CACHE_MISS_KERNEL;
+}
+
 /* INVAL of [off, off + len) after a write around the cache. */
 static void inval(struct cache_file *cf, int fd, uint64_t off, uint64_t len)
 {
