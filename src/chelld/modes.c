@@ -282,9 +282,11 @@ int modes_map(struct engine *c, struct cfile *f, const struct chelld_map *m,
 	if (!read || f->pinned)
 		return 0;
 	/* The stream: a miss that starts within a read-ahead window of where
-	 * the last one ended (hits in between never reach the manager) and
-	 * goes past it continues it; anything else starts a new one. */
-	if (f->seq_run && start <= f->seq_next + c->cfg->readahead && end > f->seq_next)
+	 * the last one ended (hits in between never reach the manager; the
+	 * window is up to the read-ahead setting or the request's size,
+	 * chunk.c) and goes past it continues it; anything else starts anew. */
+	uint64_t window = 2 * (c->cfg->readahead > end - start ? c->cfg->readahead : end - start);
+	if (f->seq_run && start <= f->seq_next + window && end > f->seq_next)
 		f->seq_run += end - f->seq_next;
 	else
 		f->seq_run = end - start;
