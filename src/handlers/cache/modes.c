@@ -92,9 +92,16 @@ int cache_read_around(int fd, unsigned char *u, size_t len, uint64_t off)
 		ssize_t r = sys_pread(fd, u + got, len - got, (off_t)(off + got));
 		if (r < 0)
 			return (int)r;
-		if (r == 0) { /* truncated meanwhile: what the cache would show */
-			memset(u + got, 0, len - got);
-			break;
+		if (r == 0) {
+			/* Truncated meanwhile: zeros, as the cache shows past an
+			 * end it has not seen yet. Copied by the kernel from
+			 * /dev/zero, so a bad buffer is EFAULT, not a crash. */
+			int z = sys_open("/dev/zero", O_RDONLY | O_CLOEXEC, 0);
+			if (z < 0)
+				return z;
+			r = sys_read(z, u + got, len - got);
+			sys_close(z);
+			return r < 0 ? (int)r : 0;
 		}
 		got += (size_t)r;
 	}
