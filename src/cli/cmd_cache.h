@@ -80,6 +80,12 @@ int mgr_connect(struct mgr_conn *c, const char *sock);
  * transport's errno (then *answered is false, if given). */
 int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
 	     size_t replen, int fd, bool *answered);
+/* The options of a command that queries one daemon: --pool DIR, --socket
+ * PATH, --json (only when json is not NULL), --help (usage on stdout).
+ * The index of the first operand, or -1 with *ret the exit status (0
+ * after the help, 2 after a usage error). */
+int mgr_query_options(const char *cmd, int argc, char **argv, const char **pool,
+		      const char **sock, bool *json, void (*usage)(FILE *), int *ret);
 /* BYE and close. */
 void mgr_disconnect(struct mgr_conn *c);
 /* STATS on c: 0 or -1/errno. */

@@ -20,7 +20,6 @@
 #include "cli.h"
 #include "cmd_cache.h"
 
-enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
 #define EXIT_PARTIAL 3
 
 static const char *const mode_names[CHELLD_MODE_COUNT] = {
@@ -170,39 +169,6 @@ void cache_modes_print(FILE *f, const struct cache_modes_info *mi, bool json)
 	fprintf(f, "\n");
 }
 
-/* The options both commands take; the index of the first operand, or -1
- * after printing (help: *ret 0) or a usage error (*ret 2). */
-static int parse(const char *cmd, int argc, char **argv, const char **pool, const char **sock,
-		 bool *json, void (*usage)(FILE *), int *ret)
-{
-	static const struct option opts[] = {
-		{"pool", required_argument, NULL, OPT_C_POOL},
-		{"socket", required_argument, NULL, OPT_C_SOCKET},
-		{"json", no_argument, NULL, OPT_C_JSON},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
-	int c;
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_C_POOL: *pool = optarg; break;
-		case OPT_C_SOCKET: *sock = optarg; break;
-		case OPT_C_JSON:
-			if (json) {
-				*json = true;
-				break;
-			}
-			*ret = cli_bad_option(cmd, c, argv, opts);
-			return -1;
-		case 'h': usage(stdout); *ret = 0; return -1;
-		default: *ret = cli_bad_option(cmd, c, argv, opts); return -1;
-		}
-	}
-	return optind;
-}
-
 /* Connect to the pool's (or socket's) daemon; false after a message. */
 static bool connect_mgr(const char *cmd, const char *pool, const char *sockopt,
 			struct mgr_conn *cn, int *ret)
@@ -254,7 +220,7 @@ int cache_mode(int argc, char **argv)
 	const char *pool = NULL, *sockopt = NULL;
 	bool json = false;
 	int ret = CLI_EXIT_USAGE;
-	int at = parse("cache mode", argc, argv, &pool, &sockopt, &json, cache_mode_usage, &ret);
+	int at = mgr_query_options("cache mode", argc, argv, &pool, &sockopt, &json, cache_mode_usage, &ret);
 	if (at < 0)
 		return ret;
 	if (argc - at > 2) {
@@ -346,7 +312,7 @@ static int pin_cmd(int argc, char **argv, bool unpin)
 	const char *cmd = unpin ? "cache unpin" : "cache pin";
 	const char *pool = NULL, *sockopt = NULL;
 	int ret = CLI_EXIT_USAGE;
-	int at = parse(cmd, argc, argv, &pool, &sockopt, NULL, cache_pin_usage, &ret);
+	int at = mgr_query_options(cmd, argc, argv, &pool, &sockopt, NULL, cache_pin_usage, &ret);
 	if (at < 0)
 		return ret;
 	if (at == argc) {

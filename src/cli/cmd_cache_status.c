@@ -13,7 +13,6 @@
 #include "cmd_cache.h"
 #include "cache/layout.h"
 
-enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
 
 void cache_status_usage(FILE *f)
 {
@@ -35,29 +34,15 @@ void cache_status_usage(FILE *f)
 
 int cache_status(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"pool", required_argument, NULL, OPT_C_POOL},
-		{"socket", required_argument, NULL, OPT_C_SOCKET},
-		{"json", no_argument, NULL, OPT_C_JSON},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	const char *pool = NULL, *sockopt = NULL;
 	bool json = false;
-	int c;
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_C_POOL: pool = optarg; break;
-		case OPT_C_SOCKET: sockopt = optarg; break;
-		case OPT_C_JSON: json = true; break;
-		case 'h': cache_status_usage(stdout); return 0;
-		default: return cli_bad_option("cache status", c, argv, opts);
-		}
-	}
-	if (optind < argc) {
-		cli_err("cache status: unexpected argument '%s'", argv[optind]);
+	int ret;
+	int at = mgr_query_options("cache status", argc, argv, &pool, &sockopt, &json,
+				   cache_status_usage, &ret);
+	if (at < 0)
+		return ret;
+	if (at < argc) {
+		cli_err("cache status: unexpected argument '%s'", argv[at]);
 		cli_usage_hint("cache status");
 		return CLI_EXIT_USAGE;
 	}
