@@ -123,7 +123,12 @@ class fresh_manager:
         self.pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
         self.backing = tempfile.mkdtemp(prefix="chell-cache-back-", dir=BACKING_ROOT)
         self.m = Manager(self.pool, self.backing, self.size, self.start_args)
-        self.m.start()
+        try:
+            self.m.start()
+        except BaseException:  # nothing may stay behind when it cannot start
+            shutil.rmtree(self.pool, ignore_errors=True)
+            shutil.rmtree(self.backing, ignore_errors=True)
+            raise
         return self.m
 
     def __exit__(self, *exc):
