@@ -174,10 +174,10 @@ def test_every_fsynced_byte_survives_killed_clients_and_manager(dirs):
 @pytest.mark.parametrize("mode", ("write-through", "write-around", "read-only", "pass-through"))
 def test_every_fsynced_byte_survives_in_mode(dirs, mode):
     """The same kill loop with the backing directory in each other cache
-    mode (docs/CACHE.md, "Cache modes"), a quarter of the kill points."""
+    mode (docs/CACHE.md, "Cache modes"), an eighth of the kill points."""
     pool, back, logdir = dirs
     args = ["--cache-mode", mode]
-    file, logs, kills, mkills, rounds = kill_rounds(pool, back, logdir, max(40, KILLS // 4),
+    file, logs, kills, mkills, rounds = kill_rounds(pool, back, logdir, max(30, KILLS // 8),
                                                     args=args)
     verify(file, logs, pool)
     assert mkills >= 1
