@@ -306,7 +306,7 @@ static int configure_modes(struct chelld_config *cfg, const struct cache_opts *o
 	cfg->mode_rules = o->mode_rules;
 	char err[PATH_MAX + 128];
 	if (modes_check(cfg, err, sizeof err) < 0)
-		return fail(CHELLD_EXIT_USAGE, "--mode-rules: %s", err);
+		return fail(CHELLD_EXIT_USAGE, "%s (--mode-rules)", err);
 	return 0;
 }
 
