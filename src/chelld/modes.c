@@ -345,14 +345,17 @@ bool do_inval(struct server *s, struct client *cl, const struct chelld_inval *m)
 	} else if (m->length && m->offset <= UINT64_MAX - m->length) {
 		uint64_t k0 = m->offset / CHELLD_CHUNK_SIZE;
 		uint64_t k1 = (m->offset + m->length - 1) / CHELLD_CHUNK_SIZE;
-		for (uint32_t i = 0; i < c->nslots; i++) {
-			const struct slot *sl = &c->slots[i];
-			if (!sl->map || sl->cnode != f->cnode || sl->file_chunk < k0 ||
-			    sl->file_chunk > k1)
+		/* a few chunks: looked up in the C2F map; more: one pass over
+		 * the slots (a write's cost must not grow with the pool) */
+		bool few = k1 - k0 < 64;
+		for (uint64_t i = few ? k0 : 0; few ? i <= k1 : i < c->nslots; i++) {
+			int sl = few ? meta_chunk_lookup(c->m, f->cnode, i) : (int)i;
+			if (sl < 0 || !c->slots[sl].map || c->slots[sl].cnode != f->cnode ||
+			    c->slots[sl].file_chunk < k0 || c->slots[sl].file_chunk > k1)
 				continue;
 			/* no dirty block under these modes (above): nothing stale
 			 * is written over the client's kernel write */
-			int rc = chunk_revoke(c, i, UINT64_MAX);
+			int rc = chunk_revoke(c, (uint32_t)sl, UINT64_MAX);
 			if (rc == 0)
 				r.chunks_dropped++;
 			else if (!st)

@@ -371,48 +371,52 @@ def test_per_file_cap(tmp_path):
 
 FLIPPED_WRITER = r"""
 import hashlib, os, sys
-path, passes, blocks = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, blocks = sys.argv[1], int(sys.argv[2])
 fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
 ap = os.open(path + ".log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-for p in range(passes):
+p = -1
+while p < 1 or not os.path.exists(path + ".stop"):  # until the test has switched enough
+    p += 1
     for b in range(blocks):
         os.pwrite(fd, (b"%06d:%06d;" % (p, b)) * 292 + b"\n" * 8, b * 4096)
         if b % 16 == 0:
             os.write(ap, b"%06d:%06d\n" % (p, b))
         assert os.pread(fd, 14, b * 4096) == b"%06d:%06d;" % (p, b)
-print(hashlib.sha256(os.pread(fd, blocks * 4096 + 1, 0)).hexdigest())
+print(p + 1, hashlib.sha256(os.pread(fd, blocks * 4096 + 1, 0)).hexdigest())
 """
 
 
 def test_mode_switches_under_a_running_writer(tmp_path):
     """A writer under Chell rewrites a file (pwrite, appends, reads back
-    each block) while the directory's mode is switched over and over: every
-    read back is its own last write, and the final bytes are the last pass,
-    through the cache and in the backing file after a flush."""
+    each block) while the directory's mode is switched 40 times through
+    all five: every read back is its own last write, and the final bytes
+    are the last pass, through the cache and in the backing file after a
+    flush."""
     import hashlib
     import itertools
     import time
-    passes, blocks = 150, 700  # 2.8 MB, over two chunks; pool 8 MB
+    blocks = 700  # 2.8 MB, over two chunks; pool 8 MB
     with fresh_manager() as m:
         prog = tmp_path / "fw.py"
         prog.write_text(FLIPPED_WRITER)
         f = Path(m.backing) / "f"
-        p = subprocess.Popen(m.cmd([sys.executable, prog, f, passes, blocks]),
+        p = subprocess.Popen(m.cmd([sys.executable, prog, f, blocks]),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(PLAIN_ENV))
-        switches = 0
-        for mode in itertools.cycle(MODES[1:] + MODES[:1]):
-            if p.poll() is not None:
-                break
-            res = cache_cli(m, "mode", m.backing, mode)
-            assert res.returncode == 0, describe(res)
-            switches += 1
-            time.sleep(0.01)
+        try:
+            # 40 switches while it writes (the last one back to write-back)
+            for mode in itertools.islice(itertools.cycle(MODES[1:] + MODES[:1]), 40):
+                assert p.poll() is None, p.communicate()[1].decode()
+                res = cache_cli(m, "mode", m.backing, mode)
+                assert res.returncode == 0, describe(res)
+                time.sleep(0.01)
+        finally:
+            Path(str(f) + ".stop").touch()
         out, err = p.communicate(timeout=300)
         assert p.returncode == 0, err.decode()
-        assert switches >= 10, switches
+        passes, digest = out.decode().split()
+        passes = int(passes)
         want = b"".join((b"%06d:%06d;" % (passes - 1, b)) * 292 + b"\n" * 8 for b in range(blocks))
-        print(f"{switches} switches")
-        assert out.decode().strip() == hashlib.sha256(want).hexdigest()
+        assert digest == hashlib.sha256(want).hexdigest()
         m.flush()
         assert f.read_bytes() == want
         log = (Path(str(f) + ".log")).read_bytes()
