@@ -126,6 +126,13 @@ GLUSTER_DESELECT=(
 	"tests/system/test_cache.py::test_semantics[sem_times]"
 	"tests/system/test_cache.py::test_randops_shadow_cache"
 )
+# the same cases in the other cache modes (test_cache.py *_in_mode)
+for m in write-through write-around read-only pass-through; do
+	for s in sem_appendpos sem_shortwrite sem_rwf sem_limits sem_times; do
+		GLUSTER_DESELECT+=("tests/system/test_cache.py::test_semantics_in_mode[$s-$m]")
+	done
+	GLUSTER_DESELECT+=("tests/system/test_cache.py::test_randops_shadow_cache_in_mode[$m]")
+done
 gluster_stage() {
 	local mnt rc
 	mnt=$(scripts/gluster.sh up 2>"$LOGDIR/gluster-up.log")
@@ -219,6 +226,9 @@ ASAN_DESELECT=(
 	"tests/system/test_cache.py::test_program[dd]"
 	"tests/system/test_mapped_flags.py::test_mtime_after_a_write_by_a_non_owner"
 )
+for m in write-through write-around read-only pass-through; do
+	ASAN_DESELECT+=("tests/system/test_cache.py::test_semantics_in_mode[sem_exec-$m]")
+done
 for m in posix trace shadow direct direct-lazy; do
 	ASAN_DESELECT+=(
 		"tests/system/test_semantics.py::test_same_transcript_under_chell[sem_exec-$m]"

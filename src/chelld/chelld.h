@@ -28,6 +28,12 @@ struct chelld_config {
 	unsigned dirty_high, dirty_low; /* percent of the slots */
 	uint64_t readahead;        /* bytes filled past what a MAP asks */
 	uint32_t max_fds;          /* descriptors of unregistered dirty files (files.c) */
+	/* cache modes (modes.c, docs/CACHE.md "Cache modes") */
+	unsigned mode;             /* enum chelld_cache_mode of every backing directory */
+	const char *mode_rules;    /* "DIR=MODE:DIR=MODE", checked by modes_init */
+	uint64_t seq_cutoff;       /* sequential read streams past this bypass (0: never) */
+	uint64_t pin_max;          /* bytes that may be pinned (0: half the capacity) */
+	uint64_t file_max;         /* files larger than this are not cached (0: no cap) */
 };
 
 /* One backing file a client registered with OPEN_FILE: the client's own

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chelld/server.h"
+#include "chelld/modes.h"
 
 /* The access table of a connection: a memfd of one byte per slot, mapped
  * here and sent to the client. Returns the memfd or -errno. */
@@ -47,6 +47,7 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
 	r.cache_size = s->engine.pool.capacity;
 	r.slots = s->engine.nslots;
 	r.append_threshold = s->cfg->append_threshold;
+	r.flags = modes_declines(&s->engine) ? CHELLD_HELLO_MODES : 0;
 	int st = 0, fd = -1;
 	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION) {
 		st = EPROTONOSUPPORT;
@@ -147,7 +148,7 @@ bool do_open(struct server *s, struct client *c, const struct chelld_open *m, in
 		r.dev = (uint64_t)f.dev;
 		r.ino = (uint64_t)f.ino;
 		r.size = bfd >= 0 && fstat(bfd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-		r.flags = cf && cf->bypass ? CHELLD_FILE_BYPASS : 0;
+		r.flags = cf ? (cf->bypass ? CHELLD_FILE_BYPASS : 0) | modes_flags(cf) : 0;
 		s->st.opens++;
 		chelld_log("client %llu (pid %d uid %d): open %s -> id %u access %s%s",
 			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->path,
@@ -179,11 +180,15 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	}
 	if (m->first_block >= CACHE_BLOCKS || m->nblocks > CACHE_BLOCKS - m->first_block)
 		return EINVAL;
+	bool read_only;
+	int md = modes_map(c, f, m, r, &read_only);
+	if (md)
+		return md < 0 ? -md : 0; /* answered without a chunk (modes.c) */
 	int bfd = cfile_fd(c, f);
 	if (bfd < 0)
 		return -bfd;
 	/* Data written to the cache must be writable back. */
-	if (m->want_write && f->readonly)
+	if ((m->want_write & (CHELLD_MAP_WRITE | CHELLD_MAP_OVERWRITE)) && !read_only && f->readonly)
 		return EROFS;
 	int slot = chunk_get(c, f, m->chunk);
 	if (slot < 0)
@@ -196,7 +201,8 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	if (rc < 0)
 		return -rc;
 	policy_touch(c->pol, (uint32_t)slot);
-	bool rw = m->want_write && (g->access & CHELLD_ACC_WRITE);
+	bool rw = (m->want_write & (CHELLD_MAP_WRITE | CHELLD_MAP_OVERWRITE)) && !read_only &&
+		  (g->access & CHELLD_ACC_WRITE);
 	int fd = chunk_open_fd(c, (uint32_t)slot, rw ? O_RDWR : O_RDONLY);
 	if (fd < 0)
 		return -fd;
@@ -218,7 +224,9 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 	} else {
 		/* A mapping of cache pages is readable even when it is writable
 		 * (there is no write-only mmap), so a write mapping needs both. */
-		uint32_t need = m->want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
+		uint32_t need = m->want_write & (CHELLD_MAP_WRITE | CHELLD_MAP_OVERWRITE)
+					? CHELLD_ACC_READ | CHELLD_ACC_WRITE
+					: CHELLD_ACC_READ;
 		if ((g->access & need) != need)
 			st = EACCES;
 		else if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)

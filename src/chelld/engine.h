@@ -101,6 +101,11 @@ struct cfile {
 	uint32_t ra_window;
 	uint64_t fills, fill_bytes, evictions, writeback_bytes;
 	struct chelld_client_counts counts;
+	/* cache modes (modes.c): the mode of its directory, pinned, and the
+	 * sequential read stream (bytes missed in order, and where it goes on) */
+	uint8_t mode;
+	bool pinned;
+	uint64_t seq_next, seq_run;
 };
 
 struct engine {
@@ -135,6 +140,7 @@ struct engine {
 	 * is chosen (server.c keeps the list). */
 	void (*fold_access)(void *arg);
 	void *fold_arg;
+	struct modes *modes;    /* modes.c: mode rules and pins */
 };
 
 /* engine.c: attach to an open pool, build the volatile state; recover. */
@@ -176,6 +182,9 @@ void cfile_record(struct engine *c, struct cfile *f);
 /* Close the manager's descriptor once nobody has the file registered (or
  * it is bypassed) and it has no dirty block left. */
 void cfile_release_fd(struct engine *c, struct cfile *f);
+/* Revoke every chunk of one file (f) or of all files (NULL), writing
+ * dirty blocks back: how many; the first error goes to *err. (ops.c) */
+uint32_t cfile_drop(struct engine *k, const struct cfile *f, int *err);
 /* The file was deleted (no name left) and nobody has it registered: its
  * data has nowhere to go and nobody can read it again. */
 bool cfile_deleted(struct engine *c, struct cfile *f);

@@ -12,10 +12,12 @@
 #include <errno.h>
 
 #include "chelld/engine.h"
+#include "chelld/modes.h"
 
 struct skip_arg {
 	struct engine *c;
 	bool allow_dirty;
+	bool allow_pinned; /* pinned files' chunks: only when nothing else can go */
 };
 
 static bool skip(void *arg, uint32_t slot)
@@ -26,14 +28,14 @@ static bool skip(void *arg, uint32_t slot)
 		return true;
 	if (!a->allow_dirty && dirty_chunk_flagged(s->dt, 0))
 		return true;
-	return false;
+	return !a->allow_pinned && modes_slot_pinned(a->c, slot);
 }
 
 int evict_one(struct engine *c)
 {
 	if (c->fold_access)
 		c->fold_access(c->fold_arg);
-	struct skip_arg a = {c, false};
+	struct skip_arg a = {c, false, false};
 	uint32_t victim;
 	int rc = policy_victim(c->pol, &victim, skip, &a);
 	if (rc == -EBUSY) {
@@ -49,6 +51,13 @@ int evict_one(struct engine *c)
 			engine_wait_idle(c, s);
 			rc = policy_victim(c->pol, &victim, skip, &a);
 		}
+	if (rc == -EBUSY) {
+		/* Only pinned chunks are left: the pins outgrew the pool (their
+		 * files grew after cache.pin_max was checked). Evicting one is
+		 * better than failing the miss. */
+		a.allow_pinned = true;
+		rc = policy_victim(c->pol, &victim, skip, &a);
+	}
 	if (rc < 0)
 		return -EBUSY;
 	rc = chunk_revoke(c, victim, UINT64_MAX);

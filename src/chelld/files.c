@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "chelld/engine.h"
+#include "chelld/modes.h"
 
 static int64_t ts_ns(const struct timespec *t)
 {
@@ -74,6 +75,7 @@ struct cfile *cfile_get(struct engine *c, uint32_t cnode)
 	f->ino = ci.ino;
 	memcpy(f->path, ci.path, sizeof f->path);
 	c->files[cnode] = f;
+	modes_file_init(c, f);
 	return f;
 }
 
@@ -283,6 +285,8 @@ int cfile_register(struct engine *c, int client_fd, const char *resolved, uint64
 		meta_cnode_set_attr(c->m, f->cnode, (uint64_t)st.st_size, ts_ns(&st.st_mtim),
 				    ts_ns(&st.st_ctim));
 	}
+	/* its directory's mode, its pin, the per-file cap (modes.c) */
+	modes_file_registered(c, f, fstat(client_fd, &st) == 0 ? (uint64_t)st.st_size : 0);
 	return id;
 }
 

@@ -31,6 +31,7 @@
 #include <sys/resource.h>
 
 #include "chelld/engine.h"
+#include "chelld/modes.h"
 #include "chelld/mgr_registry.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
 #include "tier/internal.h" /* chell_tier_init */
@@ -77,6 +78,16 @@ static void usage(FILE *f)
 	      "      --max-fds N     descriptors of files no client has open that are kept\n"
 	      "                      while they hold dirty data (default 256); past that the\n"
 	      "                      least recently used is written back and closed\n"
+	      "      --cache-mode MODE  the mode of every backing directory: write-back\n"
+	      "                      (default), write-through, write-around, read-only,\n"
+	      "                      pass-through (docs/CACHE.md, \"Cache modes\")\n"
+	      "      --mode-rules DIR=MODE[:DIR=MODE...]  modes of directories below the\n"
+	      "                      backing directories (the longest match wins)\n"
+	      "      --seq-cutoff SIZE  sequential reads of files larger than this go around\n"
+	      "                      the cache once the stream passes min(SIZE, 4M)\n"
+	      "                      (default 0: the cache's capacity)\n"
+	      "      --pin-max SIZE  bytes 'chell cache pin' may pin (default: half of SIZE)\n"
+	      "      --file-max SIZE files larger than this are not cached (default 0: no cap)\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
@@ -257,6 +268,7 @@ static int configure_tier(void)
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
 	const char *policy, *high, *low, *readahead, *max_fds;
+	const char *mode, *mode_rules, *seq_cutoff, *pin_max, *file_max; /* modes.c */
 };
 
 static int parse_pct(const char *s, unsigned *out)
@@ -267,6 +279,34 @@ static int parse_pct(const char *s, unsigned *out)
 	if (errno || end == s || *end || *s == '-' || v > 100)
 		return -1;
 	*out = (unsigned)v;
+	return 0;
+}
+
+/* The cache modes' options (modes.c), defaults as cache.* in registry.def. */
+static int configure_modes(struct chelld_config *cfg, const struct cache_opts *o)
+{
+	int mode = o->mode ? modes_parse(o->mode) : CHELLD_MODE_WRITE_BACK;
+	if (mode < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --cache-mode '%s' (write-back, write-through, "
+			    "write-around, read-only or pass-through)", o->mode);
+	cfg->mode = (unsigned)mode;
+	cfg->seq_cutoff = 0;
+	if (o->seq_cutoff && chell_parse_size(o->seq_cutoff, &cfg->seq_cutoff) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --seq-cutoff '%s' (a size; 0: the capacity)",
+			    o->seq_cutoff);
+	if (o->pin_max && chell_parse_size(o->pin_max, &cfg->pin_max) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --pin-max '%s' (a size; 0: half the capacity)",
+			    o->pin_max);
+	if (cfg->pin_max > cfg->size)
+		return fail(CHELLD_EXIT_USAGE, "--pin-max (%llu) is larger than --size (%llu)",
+			    (unsigned long long)cfg->pin_max, (unsigned long long)cfg->size);
+	if (o->file_max && chell_parse_size(o->file_max, &cfg->file_max) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --file-max '%s' (a size; 0: no cap)",
+			    o->file_max);
+	cfg->mode_rules = o->mode_rules;
+	char err[PATH_MAX + 128];
+	if (modes_check(cfg, err, sizeof err) < 0)
+		return fail(CHELLD_EXIT_USAGE, "%s (--mode-rules)", err);
 	return 0;
 }
 
@@ -304,7 +344,7 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 	if (cfg->dirty_low >= cfg->dirty_high)
 		return fail(CHELLD_EXIT_USAGE, "--dirty-low (%u) must be below --dirty-high (%u)",
 			    cfg->dirty_low, cfg->dirty_high);
-	return 0;
+	return configure_modes(cfg, o);
 }
 
 static int configure(struct chelld_config *cfg, const char *pool, const char *size,
@@ -416,7 +456,8 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 int main(int argc, char **argv)
 {
 	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_HIGH, OPT_LOW,
-	       OPT_RA, OPT_MAXFDS };
+	       OPT_RA, OPT_MAXFDS, OPT_MODE, OPT_MODE_RULES, OPT_SEQ_CUTOFF, OPT_PIN_MAX,
+	       OPT_FILE_MAX };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
 		{"size", required_argument, NULL, O_SIZE},
@@ -428,6 +469,11 @@ int main(int argc, char **argv)
 		{"dirty-low", required_argument, NULL, OPT_LOW},
 		{"readahead", required_argument, NULL, OPT_RA},
 		{"max-fds", required_argument, NULL, OPT_MAXFDS},
+		{"cache-mode", required_argument, NULL, OPT_MODE},
+		{"mode-rules", required_argument, NULL, OPT_MODE_RULES},
+		{"seq-cutoff", required_argument, NULL, OPT_SEQ_CUTOFF},
+		{"pin-max", required_argument, NULL, OPT_PIN_MAX},
+		{"file-max", required_argument, NULL, OPT_FILE_MAX},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -452,6 +498,11 @@ int main(int argc, char **argv)
 		case OPT_LOW: co.low = optarg; break;
 		case OPT_RA: co.readahead = optarg; break;
 		case OPT_MAXFDS: co.max_fds = optarg; break;
+		case OPT_MODE: co.mode = optarg; break;
+		case OPT_MODE_RULES: co.mode_rules = optarg; break;
+		case OPT_SEQ_CUTOFF: co.seq_cutoff = optarg; break;
+		case OPT_PIN_MAX: co.pin_max = optarg; break;
+		case OPT_FILE_MAX: co.file_max = optarg; break;
 		case 'h': usage(stdout); free(backing); return 0;
 		default:
 			fputs("Try 'chelld --help'.\n", stderr);

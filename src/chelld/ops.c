@@ -95,8 +95,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 	return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, st);
 }
 
-/* Revoke every chunk of one file (f) or of all files (NULL). */
-static uint32_t drop(struct engine *k, const struct cfile *f, int *err)
+uint32_t cfile_drop(struct engine *k, const struct cfile *f, int *err)
 {
 	uint32_t n = 0;
 	for (uint32_t i = 0; i < k->nslots; i++) {
@@ -143,7 +142,7 @@ bool do_flush(struct server *s, struct client *c, const struct chelld_flush *m)
 			st = errno;
 	}
 	if (st == 0 && (m->flags & (CHELLD_FLUSH_DROP | CHELLD_FLUSH_BYPASS)))
-		r.chunks_dropped = drop(k, f, &st);
+		r.chunks_dropped = cfile_drop(k, f, &st);
 	if (st == 0 && (m->flags & CHELLD_FLUSH_BYPASS)) {
 		f->bypass = true;
 		s->st.bypassed++;

@@ -59,6 +59,11 @@ enum chelld_type {
 	CHELLD_MSG_FILE_STAT = 11, /* per-file statistics, by index */
 	CHELLD_MSG_CHECK = 12,    /* verify the pool while serving */
 	CHELLD_MSG_OVERWRITE = 13, /* whole blocks stored while invalid: validate them */
+	/* cache modes per backing directory (src/chelld/modes.c) */
+	CHELLD_MSG_INVAL = 40,    /* a write went around the cache: drop its chunks */
+	CHELLD_MSG_SET_MODE = 41, /* switch a directory's cache mode (drains it first) */
+	CHELLD_MSG_PIN = 42,      /* pin (or unpin) a file or directory */
+	CHELLD_MSG_RULE = 43,     /* the modes, pins and their settings, by index */
 	CHELLD_MSG_ERROR = 0x7fff, /* reply only: the request could not be parsed */
 };
 #define CHELLD_REPLY 0x8000u
@@ -99,12 +104,18 @@ struct chelld_hello_reply {
 	uint64_t cache_size; /* the capacity in bytes */
 	uint32_t slots;   /* cache chunk slots (a pool holds more slots than
 			   * cache_size / chunk_size: capacity is in 4 KB blocks) */
-	uint32_t flags;   /* reserved, 0 */
+	uint32_t flags;   /* CHELLD_HELLO_* */
 	/* Extending writes of at least this many bytes reserve backing space
 	 * with fallocate and go to the cache only (chell.md §4.1.2). Always 0
 	 * from this chelld: every extending write does (docs/CACHE.md). */
 	uint64_t append_threshold;
 };
+
+/* HELLO reply flags. MODES: this manager may decline to cache a file
+ * (pass-through, cache.file_max: modes.c), so clients register a file
+ * when it is opened, and a file it declines starts on the kernel path
+ * rather than moving there under a running call. */
+#define CHELLD_HELLO_MODES 1u
 
 struct chelld_open {
 	struct chelld_hdr h;
@@ -116,6 +127,18 @@ struct chelld_open {
  * application maps it, or it changed behind the cache and still had dirty
  * data): the client uses the kernel path on its own descriptor. */
 #define CHELLD_FILE_BYPASS 1u
+/* The file's cache mode (docs/CACHE.md, "Cache modes"), in OPEN_FILE, MAP
+ * and INVAL replies. WTHROUGH: a write stored in the cache is also written
+ * to the backing file (from the cache's copy) before it returns. WAROUND
+ * (write-around and read-only): writes go to the backing file on the
+ * client's own descriptor, then INVAL; a MAP for writing is answered with
+ * this flag and no descriptor, one for reading (CHELLD_MAP_READ) with a
+ * read-only chunk file. SKIP (a MAP reply only, no descriptor): serve this
+ * read from the backing file, the cache holds nothing of the chunk
+ * (sequential cutoff). */
+#define CHELLD_FILE_WTHROUGH 2u
+#define CHELLD_FILE_WAROUND 4u
+#define CHELLD_FILE_SKIP 8u
 
 /* (libchell sends a descriptor it reopened through /proc/thread-self/fd from the
  * application's - O_RDWR when that one may write - so the manager never
@@ -155,6 +178,10 @@ struct chelld_open_reply {
  * write: correct, only slower. */
 #define CHELLD_MAP_WRITE 1u
 #define CHELLD_MAP_OVERWRITE 2u
+/* The miss is a read (the client may still ask for a writable mapping,
+ * which then serves its later writes): for the cache modes and the
+ * sequential cutoff. Older clients never set it. */
+#define CHELLD_MAP_READ 4u
 struct chelld_map {
 	struct chelld_hdr h;
 	uint32_t file_id;
@@ -325,6 +352,90 @@ struct chelld_bye {
 	struct chelld_client_counts counts; /* for files not reported by CLOSE */
 };
 /* BYE is answered with a bare struct chelld_rhdr, then the daemon closes. */
+
+/* ---- cache modes, pins, sequential cutoff, per-file cap (modes.c) ---- */
+enum chelld_cache_mode {
+	CHELLD_MODE_WRITE_BACK = 0,
+	CHELLD_MODE_WRITE_THROUGH = 1,
+	CHELLD_MODE_WRITE_AROUND = 2,
+	CHELLD_MODE_READ_ONLY = 3,
+	CHELLD_MODE_PASS_THROUGH = 4,
+	CHELLD_MODE_COUNT
+};
+
+/* INVAL: the client wrote [offset, offset + length) of the file on its own
+ * descriptor (write-around, read-only): the chunks holding the range are
+ * revoked, so every later read fills from the backing file. Needs the
+ * file registered (read access is enough: it only drops clean copies).
+ * Reply: struct chelld_inval_reply with the file's CHELLD_FILE_* flags. */
+struct chelld_inval {
+	struct chelld_hdr h;
+	uint32_t file_id;
+	uint32_t pad;
+	uint64_t offset, length;
+};
+struct chelld_inval_reply {
+	struct chelld_rhdr r;
+	uint32_t flags;
+	uint32_t chunks_dropped;
+};
+
+/* SET_MODE: the directory `path` (absolute, resolved, a backing directory
+ * or below one) gets `mode` (enum chelld_cache_mode). Every cached file
+ * under it is written back and its chunks revoked first, so clients that
+ * have it open remap and learn the new mode. Root or the manager's user
+ * only. */
+struct chelld_set_mode {
+	struct chelld_hdr h;
+	uint32_t mode;
+	uint32_t pad;
+	char path[CHELLD_PATH_MAX];
+};
+struct chelld_set_mode_reply {
+	struct chelld_rhdr r;
+	uint32_t files;   /* cached files under the directory */
+	uint32_t chunks_dropped;
+	uint64_t bytes_written; /* drained */
+	char detail[CHELLD_DETAIL_MAX];
+};
+
+/* PIN: pin (flags 0) or unpin (CHELLD_PIN_UNPIN) a file or directory
+ * (absolute, resolved, under a backing directory): chunks of pinned files
+ * are never evicted. The bytes pinned (the sizes of the files when pinned)
+ * must stay within cache.pin_max, else ENOSPC. Root or the manager's user. */
+#define CHELLD_PIN_UNPIN 1u
+struct chelld_pin {
+	struct chelld_hdr h;
+	uint32_t flags;
+	uint32_t pad;
+	char path[CHELLD_PATH_MAX];
+};
+struct chelld_pin_reply {
+	struct chelld_rhdr r;
+	uint64_t bytes;        /* of this path */
+	uint64_t pinned_bytes; /* all pins, after the request */
+	uint64_t pin_max;
+	char detail[CHELLD_DETAIL_MAX];
+};
+
+/* RULE: index 0 is the settings (kind DEFAULTS: the default mode, the
+ * sequential cutoff, the per-file cap, pin_max and pinned bytes), then the
+ * mode rules (kind MODE), then the pins (kind PIN); ENOENT past the last. */
+enum { CHELLD_RULE_DEFAULTS = 0, CHELLD_RULE_MODE = 1, CHELLD_RULE_PIN = 2 };
+struct chelld_rule {
+	struct chelld_hdr h;
+	uint32_t index;
+	uint32_t pad;
+};
+struct chelld_rule_reply {
+	struct chelld_rhdr r;
+	uint32_t kind;
+	uint32_t mode;   /* DEFAULTS, MODE */
+	uint64_t bytes;  /* PIN: bytes pinned; DEFAULTS: all pinned bytes */
+	uint64_t seq_cutoff, file_max, pin_max; /* DEFAULTS */
+	uint64_t seq_bypassed; /* DEFAULTS: read misses served around the cache */
+	char path[CHELLD_PATH_MAX];
+};
 
 struct chelld_error_reply {
 	struct chelld_rhdr r;

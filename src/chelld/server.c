@@ -14,6 +14,7 @@
  * socket, close the clients, write back what is dirty and return.
  */
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,7 @@
 
 #include <sys/mman.h>
 
-#include "chelld/server.h"
+#include "chelld/modes.h"
 #include "common/fdpass.h"
 
 #define MAX_CLIENTS 1024
@@ -143,6 +144,10 @@ static size_t request_size(uint16_t type)
 	case CHELLD_MSG_FILE_STAT: return sizeof(struct chelld_file_stat);
 	case CHELLD_MSG_CHECK: return sizeof(struct chelld_check);
 	case CHELLD_MSG_OVERWRITE: return sizeof(struct chelld_overwrite);
+	case CHELLD_MSG_INVAL: return sizeof(struct chelld_inval);
+	case CHELLD_MSG_SET_MODE: return sizeof(struct chelld_set_mode);
+	case CHELLD_MSG_PIN: return sizeof(struct chelld_pin);
+	case CHELLD_MSG_RULE: return sizeof(struct chelld_rule);
 	default: return 0;
 	}
 }
@@ -291,6 +296,10 @@ static int serve_one(struct server *s, struct client *c)
 		case CHELLD_MSG_FILE_STAT: ok = do_file_stat(s, c, (const void *)buf); break;
 		case CHELLD_MSG_CHECK: ok = do_check(s, c, (const void *)buf); break;
 		case CHELLD_MSG_OVERWRITE: ok = do_overwrite(s, c, (const void *)buf); break;
+		case CHELLD_MSG_INVAL: ok = do_inval(s, c, (const void *)buf); break;
+		case CHELLD_MSG_SET_MODE: ok = do_set_mode(s, c, (const void *)buf); break;
+		case CHELLD_MSG_PIN: ok = do_pin(s, c, (const void *)buf); break;
+		case CHELLD_MSG_RULE: ok = do_rule(s, c, (const void *)buf); break;
 		default: { /* BYE */
 			struct chelld_rhdr r = {0};
 			const struct chelld_bye *b = (const void *)buf;
@@ -349,6 +358,13 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	}
 	s.engine.fold_access = fold_access;
 	s.engine.fold_arg = &s;
+	char merr[PATH_MAX + 128];
+	if (modes_init(&s.engine, merr, sizeof merr) < 0) {
+		chelld_log("cannot set up the cache modes: %s", merr);
+		modes_fini(&s.engine);
+		engine_fini(&s.engine);
+		return -1;
+	}
 	engine_recover(&s.engine);
 	sigset_t set;
 	sigemptyset(&set);
@@ -411,6 +427,7 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	pthread_mutex_unlock(&s.engine.lock);
 	close(s.sfd);
 	close(s.ep);
+	modes_fini(&s.engine);
 	engine_fini(&s.engine);
 	return 0;
 }

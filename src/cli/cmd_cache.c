@@ -15,7 +15,8 @@ static const struct {
 } subs[] = {
 	{"start", cache_start}, {"status", cache_status}, {"stat", cache_stat},
 	{"flush", cache_flush}, {"stop", cache_stop},     {"check", cache_check},
-	{"ls", cache_ls},
+	{"ls", cache_ls},       {"mode", cache_mode},     {"pin", cache_pin},
+	{"unpin", cache_unpin},
 };
 
 void cmd_cache_usage(FILE *f)
@@ -27,6 +28,8 @@ void cmd_cache_usage(FILE *f)
 	      "       chell cache stop [--pool DIR] [--timeout SECONDS]\n"
 	      "       chell cache check [--pool DIR] [--json]\n"
 	      "       chell cache ls [--json]\n"
+	      "       chell cache mode [--pool DIR] [--json] [DIR [MODE]]\n"
+	      "       chell cache pin|unpin [--pool DIR] PATH...\n"
 	      "\n"
 	      "The cache manager daemon (chelld) caches files of backing directories in\n"
 	      "a pool directory on the fast tier and serves libchell clients over a Unix\n"
@@ -43,6 +46,9 @@ void cmd_cache_usage(FILE *f)
 	      "           dirty data is written back\n"
 	      "  check    verify the pool: through chelld if it runs, else on the files\n"
 	      "  ls       list the running managers of this user\n"
+	      "  mode     show or switch a directory's cache mode (write-back,\n"
+	      "           write-through, write-around, read-only, pass-through)\n"
+	      "  pin      keep files or directories in the cache (unpin: no more)\n"
 	      "\n"
 	      "Run 'chell cache SUBCOMMAND --help' for the options of each.\n",
 	      f);
@@ -62,7 +68,7 @@ int cmd_cache(int argc, char **argv)
 	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
 		if (strcmp(sub, subs[i].name) == 0)
 			return subs[i].run(argc - 1, argv + 1);
-	cli_err("cache: unknown subcommand '%s' (start, status, stat, flush, stop, check or ls)", sub);
+	cli_err("cache: unknown subcommand '%s' (start, status, stat, flush, stop, check, ls, mode, pin or unpin)", sub);
 	cli_usage_hint("cache");
 	return CLI_EXIT_USAGE;
 }

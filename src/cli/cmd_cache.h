@@ -28,6 +28,9 @@ int cache_stat(int argc, char **argv);
 int cache_flush(int argc, char **argv);
 int cache_check(int argc, char **argv);
 int cache_ls(int argc, char **argv);
+int cache_mode(int argc, char **argv);
+int cache_pin(int argc, char **argv);
+int cache_unpin(int argc, char **argv);
 void cache_start_usage(FILE *f);
 void cache_status_usage(FILE *f);
 void cache_stop_usage(FILE *f);
@@ -35,6 +38,8 @@ void cache_stat_usage(FILE *f);
 void cache_flush_usage(FILE *f);
 void cache_check_usage(FILE *f);
 void cache_ls_usage(FILE *f);
+void cache_mode_usage(FILE *f);
+void cache_pin_usage(FILE *f);
 
 /* ---- pool files (cmd_cache_conn.c) ---- */
 /* "pool/name", malloc'd (NULL when out of memory). */
@@ -75,6 +80,12 @@ int mgr_connect(struct mgr_conn *c, const char *sock);
  * transport's errno (then *answered is false, if given). */
 int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *rep,
 	     size_t replen, int fd, bool *answered);
+/* The options of a command that queries one daemon: --pool DIR, --socket
+ * PATH, --json (only when json is not NULL), --help (usage on stdout).
+ * The index of the first operand, or -1 with *ret the exit status (0
+ * after the help, 2 after a usage error). */
+int mgr_query_options(const char *cmd, int argc, char **argv, const char **pool,
+		      const char **sock, bool *json, void (*usage)(FILE *), int *ret);
 /* BYE and close. */
 void mgr_disconnect(struct mgr_conn *c);
 /* STATS on c: 0 or -1/errno. */
@@ -92,6 +103,20 @@ typedef void (*mgr_watch_fn)(void *arg, uint64_t dirty_bytes, double secs);
 int mgr_call_watch(struct mgr_conn *c, void *req, size_t reqlen,
 		   uint16_t type, void *rep, size_t replen, int fd, bool *answered,
 		     mgr_watch_fn fn, void *arg);
+
+/* ---- cache modes and pins (cmd_cache_mode.c) ---- */
+struct mgr_conn;
+struct cache_modes_info {
+	bool known; /* the manager answers RULE */
+	struct chelld_rule_reply def;
+	struct chelld_rule_reply *items;
+	uint32_t n;
+};
+/* RULE by index on c: 0, or -1 for a manager without cache modes. */
+int cache_modes_fetch(struct mgr_conn *c, struct cache_modes_info *mi);
+void cache_modes_free(struct cache_modes_info *mi);
+/* Lines for `status`, or JSON members (no braces) with json. */
+void cache_modes_print(FILE *f, const struct cache_modes_info *mi, bool json);
 
 /* ---- output (cmd_cache_out.c) ---- */
 /* "1.5 MiB" */

@@ -118,3 +118,36 @@ int mgr_get_stats(struct mgr_conn *c, struct chelld_stats_reply *st)
 	struct chelld_stats q = {0};
 	return mgr_call(c, &q, sizeof q, CHELLD_MSG_STATS, st, sizeof *st, -1, NULL);
 }
+
+enum { OPT_Q_POOL = 700, OPT_Q_SOCKET, OPT_Q_JSON };
+
+int mgr_query_options(const char *cmd, int argc, char **argv, const char **pool, const char **sock,
+		 bool *json, void (*usage)(FILE *), int *ret)
+{
+	static const struct option opts[] = {
+		{"pool", required_argument, NULL, OPT_Q_POOL},
+		{"socket", required_argument, NULL, OPT_Q_SOCKET},
+		{"json", no_argument, NULL, OPT_Q_JSON},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	int c;
+	optind = 0;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		switch (c) {
+		case OPT_Q_POOL: *pool = optarg; break;
+		case OPT_Q_SOCKET: *sock = optarg; break;
+		case OPT_Q_JSON:
+			if (json) {
+				*json = true;
+				break;
+			}
+			*ret = cli_bad_option(cmd, c, argv, opts);
+			return -1;
+		case 'h': usage(stdout); *ret = 0; return -1;
+		default: *ret = cli_bad_option(cmd, c, argv, opts); return -1;
+		}
+	}
+	return optind;
+}

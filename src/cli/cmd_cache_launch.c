@@ -30,6 +30,11 @@ static const struct {
 	{"cache.dirty_low", "--dirty-low"},
 	{"cache.readahead", "--readahead"},
 	{"cache.max_fds", "--max-fds"},
+	{"cache.mode", "--cache-mode"},
+	{"cache.mode_rules", "--mode-rules"},
+	{"cache.seq_cutoff", "--seq-cutoff"},
+	{"cache.pin_max", "--pin-max"},
+	{"cache.file_max", "--file-max"},
 };
 
 static int push(struct mgr_argv *a, const char *s)

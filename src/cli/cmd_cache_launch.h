@@ -15,6 +15,12 @@ enum {
 	CACHE_T_DIRTY_LOW,
 	CACHE_T_READAHEAD,
 	CACHE_T_MAX_FDS,
+	/* cache modes (src/chelld/modes.c) */
+	CACHE_T_MODE,
+	CACHE_T_MODE_RULES,
+	CACHE_T_SEQ_CUTOFF,
+	CACHE_T_PIN_MAX,
+	CACHE_T_FILE_MAX,
 	CACHE_T_COUNT,
 };
 

@@ -34,7 +34,8 @@ void cache_start_usage(FILE *f)
 	fputs("Usage: chell cache start [--pool DIR] [--size SIZE] [--backing DIR...]\n"
 	      "                         [--policy lru|fifo]\n"
 	      "                         [--dirty-high PCT] [--dirty-low PCT] [--readahead SIZE]\n"
-	      "                         [--max-fds N]\n"
+	      "                         [--max-fds N] [--cache-mode MODE] [--mode-rules RULES]\n"
+	      "                         [--seq-cutoff SIZE] [--pin-max SIZE] [--file-max SIZE]\n"
 	      "                         [--socket PATH] [--foreground] [--config FILE] [-n]\n"
 	      "\n"
 	      "Start chelld for the pool directory DIR. It runs in the background unless\n"
@@ -54,6 +55,13 @@ void cache_start_usage(FILE *f)
 	      "      --readahead SIZE        cache.readahead: a miss fills at least this much\n"
 	      "      --max-fds N             cache.max_fds: descriptors chelld keeps of files\n"
 	      "                              no client has open, while they hold dirty data\n"
+	      "      --cache-mode MODE       cache.mode: write-back, write-through,\n"
+	      "                              write-around, read-only or pass-through\n"
+	      "      --mode-rules RULES      cache.mode_rules: DIR=MODE[:DIR=MODE...]\n"
+	      "      --seq-cutoff SIZE       cache.seq_cutoff: sequential reads of larger\n"
+	      "                              files bypass the cache (0: the capacity)\n"
+	      "      --pin-max SIZE          cache.pin_max: bytes 'chell cache pin' may pin\n"
+	      "      --file-max SIZE         cache.file_max: larger files are not cached\n"
 	      "\n"
 	      "Other options:\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
@@ -70,6 +78,7 @@ void cache_start_usage(FILE *f)
 static const char *const tunable_keys[CACHE_T_COUNT] = {
 	"cache.policy", "cache.dirty_high", "cache.dirty_low",
 	"cache.readahead", "cache.max_fds",
+	"cache.mode", "cache.mode_rules", "cache.seq_cutoff", "cache.pin_max", "cache.file_max",
 };
 
 int cache_start(int argc, char **argv)
@@ -86,6 +95,11 @@ int cache_start(int argc, char **argv)
 		{"dirty-low", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_DIRTY_LOW},
 		{"readahead", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_READAHEAD},
 		{"max-fds", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_MAX_FDS},
+		{"cache-mode", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_MODE},
+		{"mode-rules", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_MODE_RULES},
+		{"seq-cutoff", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_SEQ_CUTOFF},
+		{"pin-max", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_PIN_MAX},
+		{"file-max", required_argument, NULL, OPT_C_TUNABLE + CACHE_T_FILE_MAX},
 		{"dry-run", no_argument, NULL, 'n'},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},

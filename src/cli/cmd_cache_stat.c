@@ -16,7 +16,6 @@
 #include "cli.h"
 #include "cmd_cache.h"
 
-enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
 
 /* FILE_STAT rows asked at most (a bound against a misbehaving daemon). */
 #define MAX_ROWS (1u << 20)
@@ -177,29 +176,15 @@ static void text_file(const struct chelld_file_stat_reply *r, bool header)
 
 int cache_stat(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"pool", required_argument, NULL, OPT_C_POOL},
-		{"socket", required_argument, NULL, OPT_C_SOCKET},
-		{"json", no_argument, NULL, OPT_C_JSON},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	const char *pool = NULL, *sockopt = NULL;
 	bool json = false;
-	int c;
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_C_POOL: pool = optarg; break;
-		case OPT_C_SOCKET: sockopt = optarg; break;
-		case OPT_C_JSON: json = true; break;
-		case 'h': cache_stat_usage(stdout); return 0;
-		default: return cli_bad_option("cache stat", c, argv, opts);
-		}
-	}
-	if (optind < argc) {
-		cli_err("cache stat: unexpected argument '%s'", argv[optind]);
+	int ret;
+	int at = mgr_query_options("cache stat", argc, argv, &pool, &sockopt, &json,
+				   cache_stat_usage, &ret);
+	if (at < 0)
+		return ret;
+	if (at < argc) {
+		cli_err("cache stat: unexpected argument '%s'", argv[at]);
 		cli_usage_hint("cache stat");
 		return CLI_EXIT_USAGE;
 	}

@@ -13,7 +13,6 @@
 #include "cmd_cache.h"
 #include "cache/layout.h"
 
-enum { OPT_C_POOL = 700, OPT_C_SOCKET, OPT_C_JSON };
 
 void cache_status_usage(FILE *f)
 {
@@ -35,29 +34,15 @@ void cache_status_usage(FILE *f)
 
 int cache_status(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{"pool", required_argument, NULL, OPT_C_POOL},
-		{"socket", required_argument, NULL, OPT_C_SOCKET},
-		{"json", no_argument, NULL, OPT_C_JSON},
-		{"help", no_argument, NULL, 'h'},
-		{NULL, 0, NULL, 0},
-	};
 	const char *pool = NULL, *sockopt = NULL;
 	bool json = false;
-	int c;
-	optind = 0;
-	opterr = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
-		switch (c) {
-		case OPT_C_POOL: pool = optarg; break;
-		case OPT_C_SOCKET: sockopt = optarg; break;
-		case OPT_C_JSON: json = true; break;
-		case 'h': cache_status_usage(stdout); return 0;
-		default: return cli_bad_option("cache status", c, argv, opts);
-		}
-	}
-	if (optind < argc) {
-		cli_err("cache status: unexpected argument '%s'", argv[optind]);
+	int ret;
+	int at = mgr_query_options("cache status", argc, argv, &pool, &sockopt, &json,
+				   cache_status_usage, &ret);
+	if (at < 0)
+		return ret;
+	if (at < argc) {
+		cli_err("cache status: unexpected argument '%s'", argv[at]);
 		cli_usage_hint("cache status");
 		return CLI_EXIT_USAGE;
 	}
@@ -93,6 +78,8 @@ int cache_status(int argc, char **argv)
 			return CACHE_EXIT_DOWN;
 		}
 	}
+	struct cache_modes_info mi;
+	cache_modes_fetch(&cn, &mi); /* (an older chelld: none shown) */
 	mgr_disconnect(&cn);
 	uint32_t others = st.clients ? st.clients - 1 : 0; /* minus this query */
 
@@ -113,9 +100,14 @@ int cache_status(int argc, char **argv)
 		printf("], \"protocol\": %u, \"uptime_ms\": %" PRIu64 ", \"clients\": %u, "
 		       "\"clients_total\": %" PRIu64 ", \"requests\": %" PRIu64 ", \"opens\": %" PRIu64
 		       ", \"opens_refused\": %" PRIu64 ", \"maps\": %" PRIu64
-		       ", \"maps_refused\": %" PRIu64 ", \"malformed\": %" PRIu64 "}\n",
+		       ", \"maps_refused\": %" PRIu64 ", \"malformed\": %" PRIu64,
 		       cn.hello.version, st.uptime_ms, others, st.clients_total, st.requests, st.opens,
 		       st.opens_refused, st.maps, st.maps_refused, st.malformed);
+		if (mi.known)
+			printf(", ");
+		cache_modes_print(stdout, &mi, true);
+		printf("}\n");
+		cache_modes_free(&mi);
 		return 0;
 	}
 	printf("chelld is running\n  pid:        %u\n  pool:       %s\n  socket:     %s\n"
@@ -132,5 +124,7 @@ int cache_status(int argc, char **argv)
 	       " ok / %" PRIu64 " refused, malformed %" PRIu64 ")\n",
 	       (double)st.uptime_ms / 1000.0, others, st.clients_total, st.requests, st.opens,
 	       st.opens_refused, st.maps, st.maps_refused, st.malformed);
+	cache_modes_print(stdout, &mi, false);
+	cache_modes_free(&mi);
 	return 0;
 }

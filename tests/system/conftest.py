@@ -78,12 +78,13 @@ def describe(res):
 class Manager:
     """A chelld serving `pool` in front of `backing`."""
 
-    def __init__(self, pool, backing, size=CACHE_POOL_SIZE):
+    def __init__(self, pool, backing, size=CACHE_POOL_SIZE, start_args=()):
         self.pool, self.backing, self.size = Path(pool), Path(backing), size
+        self.start_args = list(start_args)  # more `chell cache start` options
 
     def start(self):
         res = run([CHELL, "cache", "start", "--pool", self.pool, "--size", self.size,
-                   "--backing", self.backing], timeout=60)
+                   "--backing", self.backing, *self.start_args], timeout=60)
         assert res.returncode == 0, describe(res)
 
     def stop(self):
@@ -112,13 +113,22 @@ class fresh_manager:
     """A chelld on a new pool and backing directory, stopped and removed on exit.
 
     One per test (starting one takes a fraction of a second), so a test
-    never depends on what an earlier one left in the small pool."""
+    never depends on what an earlier one left in the small pool. start_args:
+    more `chell cache start` options (a cache mode, its settings)."""
+
+    def __init__(self, start_args=(), size=CACHE_POOL_SIZE):
+        self.start_args, self.size = start_args, size
 
     def __enter__(self):
         self.pool = tempfile.mkdtemp(prefix="chell-cache-pool-", dir="/dev/shm")
         self.backing = tempfile.mkdtemp(prefix="chell-cache-back-", dir=BACKING_ROOT)
-        self.m = Manager(self.pool, self.backing)
-        self.m.start()
+        self.m = Manager(self.pool, self.backing, self.size, self.start_args)
+        try:
+            self.m.start()
+        except BaseException:  # nothing may stay behind when it cannot start
+            shutil.rmtree(self.pool, ignore_errors=True)
+            shutil.rmtree(self.backing, ignore_errors=True)
+            raise
         return self.m
 
     def __exit__(self, *exc):

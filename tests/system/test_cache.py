@@ -217,9 +217,13 @@ def test_odirect_and_mmap_coherence(mgr, dirs, tmp_path):
 
 
 
-@pytest.mark.parametrize("name", SEM_PROGS)
-def test_semantics(mgr, dirs, name):
-    """Identical transcripts under --mode cache and without Chell."""
+# The cache modes of a backing directory (docs/CACHE.md, "Cache modes"):
+# write-back is the default, which every other test runs under; the
+# transcripts and the random differential run under the other four too.
+CACHE_MODES = ("write-back", "write-through", "write-around", "read-only", "pass-through")
+
+
+def semantics_differential(mgr, dirs, name):
     p = PROGS / name
     if not p.exists():
         pytest.fail(f"{p} is not built (tests/progs/CMakeLists.txt)")
@@ -227,6 +231,33 @@ def test_semantics(mgr, dirs, name):
     got = run(mgr.cmd([p, dirs["cached"]]), env=dict(PLAIN_ENV), timeout=TIMEOUT)
     assert got.returncode == plain.returncode, describe(got)
     assert got.stdout == plain.stdout, describe(got)
+
+
+@pytest.mark.parametrize("name", SEM_PROGS)
+def test_semantics(mgr, dirs, name):
+    """Identical transcripts under --mode cache and without Chell."""
+    semantics_differential(mgr, dirs, name)
+
+
+@pytest.fixture
+def mode_mgr(request):
+    """A manager whose backing directory is in cache mode request.param."""
+    with fresh_manager(start_args=["--cache-mode", request.param]) as m:
+        yield m
+
+
+@pytest.mark.parametrize("mode_mgr", CACHE_MODES[1:], indirect=True)
+@pytest.mark.parametrize("name", SEM_PROGS)
+def test_semantics_in_mode(mode_mgr, name, tmp_path):
+    """The same transcripts with the backing directory in each other cache
+    mode (write-through, write-around, read-only, pass-through)."""
+    cached = Path(tempfile.mkdtemp(prefix="t-", dir=mode_mgr.backing))
+    plain = Path(tempfile.mkdtemp(prefix="chell-cache-plain-", dir=BACKING_ROOT))
+    try:
+        semantics_differential(mode_mgr, {"cached": cached, "plain": plain}, name)
+    finally:
+        shutil.rmtree(cached, ignore_errors=True)
+        shutil.rmtree(plain, ignore_errors=True)
 
 
 # ------------------------------------------------------------------------
@@ -252,6 +283,23 @@ def test_randops_shadow_cache(request, tmp_path):
     assert done >= RANDOPS_TOTAL
     assert hits > 0, "the cache never served a hit: the runs did not exercise it"
     assert remaps > 0, "no chunk was ever revoked under a client: the pool is too large"
+
+
+@pytest.mark.parametrize("cmode", CACHE_MODES[1:])
+def test_randops_shadow_cache_in_mode(request, tmp_path, cmode):
+    """The random differential under shadow in each other cache mode: two
+    of the five runs above (the default file set and the large files), a
+    fifth of the operations each, with evictions in the small pool."""
+    per = max(1000, RANDOPS_TOTAL // 10)
+    done = hits = remaps = 0
+    for seed, extra in (RANDOPS_RUNS[0], RANDOPS_RUNS[4]):
+        with fresh_manager(start_args=["--cache-mode", cmode]) as m:
+            done, hits, remaps = randops_one(request, m, tmp_path, seed, extra, per,
+                                             done, hits, remaps)
+    report(request, f"randops shadow/cache {cmode}: {done} operations, {hits} cache hits")
+    assert done >= 2 * per
+    if cmode != "pass-through":
+        assert hits > 0, f"{cmode}: the cache never served a hit"
 
 
 def randops_one(request, mgr, tmp_path, seed, extra, per, done, hits, remaps):

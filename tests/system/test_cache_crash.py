@@ -51,8 +51,9 @@ def dirs(tmp_path):
     subprocess.run(["rm", "-rf", str(pool), str(back)])
 
 
-def start(pool, back):
-    r = run([CHELL, "cache", "start", "--pool", pool, "--size", "8M", "--backing", back], timeout=120)
+def start(pool, back, args=()):
+    r = run([CHELL, "cache", "start", "--pool", pool, "--size", "8M", "--backing", back, *args],
+            timeout=120)
     assert r.returncode == 0, r.stderr.decode()
     return int((pool / "chelld.pid").read_text().split()[0])
 
@@ -90,12 +91,13 @@ def verify(file, logs, pool=None):
     return out
 
 
-def kill_rounds(pool, back, logdir, kills_wanted, cache=True, manager_every=6, verify_every=8):
+def kill_rounds(pool, back, logdir, kills_wanted, cache=True, manager_every=6, verify_every=8,
+                args=()):
     rng = random.Random(int(os.environ.get("CHELL_CACHE_SEED", "5")))
     file = back / "data"
     logs = [logdir / "w0.log", logdir / "w1.log"]
     kills = manager_kills = rounds = 0
-    pid = start(pool, back) if cache else None
+    pid = start(pool, back, args) if cache else None
     while kills < kills_wanted:
         rounds += 1
         ws = [writer(pool, file, logs[i], rng.randrange(1 << 30), f"{i}/2", cache) for i in range(2)]
@@ -115,7 +117,7 @@ def kill_rounds(pool, back, logdir, kills_wanted, cache=True, manager_every=6, v
                     time.sleep(0.01)
                 except ProcessLookupError:
                     break
-            pid = start(pool, back)  # recovery
+            pid = start(pool, back, args)  # recovery
         else:
             for w in ws:
                 time.sleep(rng.uniform(0, 0.05))
@@ -166,4 +168,21 @@ def test_every_fsynced_byte_survives_killed_clients_and_manager(dirs):
     verify(file, logs)
     # and a restarted manager serves the same bytes
     start(pool, back)
+    verify(file, logs, pool)
+
+
+@pytest.mark.parametrize("mode", ("write-through", "write-around", "read-only", "pass-through"))
+def test_every_fsynced_byte_survives_in_mode(dirs, mode):
+    """The same kill loop with the backing directory in each other cache
+    mode (docs/CACHE.md, "Cache modes"), an eighth of the kill points."""
+    pool, back, logdir = dirs
+    args = ["--cache-mode", mode]
+    file, logs, kills, mkills, rounds = kill_rounds(pool, back, logdir, max(30, KILLS // 8),
+                                                    args=args)
+    verify(file, logs, pool)
+    assert mkills >= 1
+    r = run([CHELL, "cache", "stop", "--pool", pool, "--timeout", "120"], timeout=180)
+    assert r.returncode == 0, r.stderr.decode()
+    verify(file, logs)
+    start(pool, back, args)
     verify(file, logs, pool)

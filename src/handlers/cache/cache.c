@@ -185,6 +185,12 @@ static void cache_opened(chell_ctx *c)
 		CSTAT(kernel_fallbacks, 1);
 		return;
 	}
+	if (cache_declined_at_open(L(c)->cf, c->fd)) {
+		/* pass-through, or over cache.file_max: the kernel's I/O path
+		 * from the start (modes.c), as for a file outside the cache */
+		mapped_size_changed_by_kernel(c->fd);
+		return;
+	}
 	if (trunc) {
 		/* The kernel truncated the backing file; chunks of the old
 		 * contents (dirty ones too) must go before anyone reads them. */
@@ -262,9 +268,8 @@ static void go_kernel(chell_ctx *c)
 
 /* --------------------------------------------------------------- helpers */
 
-/* The kernel moves bytes [skip, n) of the iovecs at pos + skip. */
-static ssize_t kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
-			   size_t skip, size_t n, int to_file)
+ssize_t cache_kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
+			  size_t skip, size_t n, int to_file, int rwf)
 {
 	struct iovec small[8], *v = cnt <= 8 ? small : malloc(sizeof(*v) * (size_t)cnt);
 	if (!v)
@@ -282,8 +287,8 @@ static ssize_t kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint6
 	}
 	ssize_t r = 0;
 	if (want)
-		r = to_file ? sys_pwritev2(c->fd, v, k, (off_t)(pos + skip), 0)
-			    : sys_preadv2(c->fd, v, k, (off_t)(pos + skip), 0);
+		r = to_file ? sys_pwritev2(c->fd, v, k, (off_t)(pos + skip), rwf)
+			    : sys_preadv2(c->fd, v, k, (off_t)(pos + skip), rwf);
 	if (v != small)
 		free(v);
 	return r;
@@ -297,8 +302,15 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
 	ssize_t r = cache_transfer(c, iov, cnt, pos, n, to_file, &kernel);
 	if (!kernel || r < 0)
 		return r;
+	if (kernel == 2) {
+		/* the directory went write-around or read-only under the write */
+		ssize_t k = cache_write_around(c, iov, cnt, pos, (size_t)r, n);
+		return k < 0 ? (r ? r : k) : r + k;
+	}
 	go_kernel(c);
-	ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, n, to_file);
+	/* at pos even on an O_APPEND descriptor (a pwrite with RWF_NOAPPEND) */
+	ssize_t k = cache_kernel_rest(c, iov, cnt, pos, (size_t)r, n, to_file,
+				      to_file ? mapped_at_pos_flags(c) : 0);
 	if (k < 0)
 		return r ? r : k;
 	return r + k;
@@ -430,7 +442,10 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 		return r;
 	uint64_t from = pos > size ? pos : size;
 	int err = 0;
-	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX
+	/* write-through (modes.c): the bytes must reach the backing file now */
+	uint64_t done = r > 0 && mapped_active(c) &&
+				(new_end - from < PUBLISH_WRITE_MAX ||
+				 (cache_mode_hint(L(c)->cf) & CHELLD_FILE_WTHROUGH))
 				? write_through(c, from, new_end, &err)
 				: from;
 	if (done < new_end || done == from) {
@@ -492,13 +507,23 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	}
 	total = (size_t)room;
 	int kernel = 0;
-	ssize_t r = cache_transfer(c, iov, cnt, pos, total, CACHE_XFER_EXTEND, &kernel);
-	ssize_t p = publish(c, in, pos, r);
-	if (kernel && r >= 0 && p == r) {
+	ssize_t r, p;
+	if (cache_file_mode(L(c)->cf, c->fd) & CHELLD_FILE_WAROUND) {
+		r = p = cache_write_around(c, iov, cnt, pos, 0, total);
+	} else {
+		r = cache_transfer(c, iov, cnt, pos, total, CACHE_XFER_EXTEND, &kernel);
+		p = publish(c, in, pos, r);
+	}
+	if (kernel == 2 && r >= 0 && p == r) {
+		/* the directory went write-around under the write: the rest at
+		 * the end just published, around the cache */
+		ssize_t k = cache_write_around(c, iov, cnt, pos, (size_t)r, total);
+		r = k < 0 ? (r ? r : k) : r + k;
+	} else if (kernel && r >= 0 && p == r) {
 		/* The rest goes through the kernel's own O_APPEND, at the end
 		 * just published. */
 		go_kernel(c);
-		ssize_t k = kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1);
+		ssize_t k = cache_kernel_rest(c, iov, cnt, pos, (size_t)r, total, 1, 0);
 		r = k < 0 ? (r ? r : k) : r + k;
 		kernel_end(in, c->fd);
 	} else {
@@ -518,9 +543,33 @@ static ssize_t append_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t o
 	ssize_t r = append(c, iov, cnt, total, &end);
 	if (r > 0 && off == -1)
 		atomic_store(OFFSET(c), end);
+	/* A pwrite leaves the offset alone, but the append read the end with
+	 * lseek(SEEK_END) on the descriptor: if it moved to the kernel path
+	 * meanwhile (the manager does not cache the file: pass-through, the
+	 * per-file cap), the kernel's offset must be ours again. */
+	if (off != -1 && !mapped_active(c))
+		sys_lseek(c->fd, (off_t)atomic_load(OFFSET(c)), SEEK_SET);
 	if (r > 0 && mapped_active(c))
 		mapped_write_done(&L(c)->inode->times, c->fd);
 	return r;
+}
+
+/* Write-through (modes.c): [pos, pos + r) stored in the cache below the
+ * size `below` (what publish() does not write) goes to the backing file
+ * too, from the cache's copy. r, or how much reached it, or its error. */
+static ssize_t through(chell_ctx *c, uint64_t pos, ssize_t r, uint64_t below)
+{
+	if (r <= 0 || !mapped_active(c) || pos >= below ||
+	    !(cache_mode_hint(L(c)->cf) & CHELLD_FILE_WTHROUGH))
+		return r;
+	uint64_t end = pos + (uint64_t)r < below ? pos + (uint64_t)r : below;
+	int err = 0;
+	uint64_t done = write_through(c, pos, end, &err);
+	if (done == end)
+		return r;
+	/* The cache holds the bytes (dirty: a write-back writes them later);
+	 * the application learns what the backing file got now. */
+	return done > pos ? (ssize_t)(done - pos) : (err ? err : -EIO);
 }
 
 /* A write of `total` bytes at pos, the range claimed on the offset. */
@@ -528,14 +577,23 @@ static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 {
 	struct mapped_inode *in = L(c)->inode;
 	uint64_t end = pos + (uint64_t)total;
+	bool around = cache_file_mode(L(c)->cf, c->fd) & CHELLD_FILE_WAROUND;
 	ssize_t r;
 	if (end > isize(in)) {
 		/* extending: store, then publish the size */
 		chell_lock_acquire(&in->lock);
-		r = publish(c, in, pos, move(c, iov, cnt, pos, total, CACHE_XFER_EXTEND));
+		uint64_t size = isize(in);
+		if (around) {
+			r = cache_write_around(c, iov, cnt, pos, 0, total);
+		} else {
+			r = through(c, pos, move(c, iov, cnt, pos, total, CACHE_XFER_EXTEND), size);
+			r = publish(c, in, pos, r);
+		}
 		chell_lock_release(&in->lock);
+	} else if (around) {
+		r = cache_write_around(c, iov, cnt, pos, 0, total);
 	} else {
-		r = move(c, iov, cnt, pos, total, 1);
+		r = through(c, pos, move(c, iov, cnt, pos, total, 1), UINT64_MAX);
 	}
 	if (r > 0 && mapped_active(c))
 		mapped_write_done(&in->times, c->fd);
@@ -650,8 +708,10 @@ static int cache_fsync(chell_ctx *c, int datasync)
 	int r = cache_sync_file(L(c)->cf, c->fd, isize(L(c)->inode));
 	/* No manager to record a new size: the kernel's fsync of the backing
 	 * file makes the size (set there by fallocate) durable instead; the
-	 * data itself is in the pool already. */
-	if (r == CACHE_MISS_KERNEL || r == -EIO)
+	 * data itself is in the pool already. Under write-through,
+	 * write-around and read-only the writes are in the backing file, and
+	 * fsync makes them durable there as the kernel's would (modes.c). */
+	if (r == CACHE_MISS_KERNEL || r == -EIO || (r == 0 && cache_mode_hint(L(c)->cf)))
 		r = chell_down_fsync(c, datasync);
 	return r;
 }
@@ -667,6 +727,8 @@ static int cache_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int 
 		return -EINVAL;
 	if (cache_dax)
 		mapped_fence(cache_persist); /* the lines were flushed as they were written */
+	if (cache_mode_hint(L(c)->cf)) /* the writes are in the backing file (modes.c) */
+		return chell_down_sync_file_range(c, off, n, flags);
 	return 0;
 }
 

@@ -36,6 +36,7 @@ struct cache_hello {
 	uint64_t cache_size;
 	uint64_t append_threshold;
 	uint32_t slots;
+	uint32_t flags; /* CHELLD_HELLO_* */
 };
 /* Serialises every exchange with the manager and every change of the
  * mapping tables (the slow path). Lock order: fdt_lock, then this. */
@@ -92,6 +93,7 @@ struct cache_file {
 	struct cache_counts counts;
 	struct cache_file *next;
 	int zc_fd;              /* the backing file, read-only, once a chunk was lent (zerocopy.c) */
+	_Atomic uint32_t mode;  /* CACHE_MODE_BITS of the last reply about it (modes.c) */
 	struct mapped_table chunks;
 };
 /* size: the file's size now (a new entry starts from it as "synced"). */
@@ -111,8 +113,10 @@ static inline uintptr_t cache_entry_of(struct cache_file *cf, uint64_t k)
 	return base ? base | (atomic_load_explicit(&e->flags, memory_order_acquire) & CACHE_E_WRITABLE) : 0;
 }
 
-/* Results of the miss path. */
-enum { CACHE_MISS_OK = 0, CACHE_MISS_KERNEL = 1 };
+/* Results of the miss path. AROUND: a write the manager wants on the
+ * backing file (write-around, read-only: modes.c); SKIP: a read to serve
+ * from the backing file (sequential cutoff). */
+enum { CACHE_MISS_OK = 0, CACHE_MISS_KERNEL = 1, CACHE_MISS_AROUND = 2, CACHE_MISS_SKIP = 3 };
 /* Make blocks [first, first+n) of chunk k valid and mapped (writable if
  * want_write), on behalf of descriptor fd. CACHE_MISS_OK, CACHE_MISS_KERNEL
  * (the manager says BYPASS, refuses the file, or does not answer: the
@@ -133,6 +137,10 @@ int cache_register(struct cache_file *cf, int fd, uint32_t need, uint32_t *id);
 /* Ask the manager to flush the file (CHELLD_FLUSH_* flags). 0, or
  * CACHE_MISS_KERNEL if it cannot be reached or refuses. */
 int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags);
+/* ensure_registered: registered with `need` on the current connection;
+ * 0 with cache_lock held and *id set, else CACHE_MISS_KERNEL or -errno
+ * (lock not held). */
+int cache_registered_locked(struct cache_file *cf, int fd, uint32_t need, uint32_t *id);
 /* TRUNCATE through the manager: 0, -errno from it, or CACHE_MISS_KERNEL. */
 int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size);
 /* SYNC if this process got a new chunk to write since its last one, or the
@@ -145,6 +153,33 @@ void cache_map_unreported(struct chelld_client_counts *out);
  * the persistence core's operations (taken once, copy.c). */
 extern int cache_dax;
 extern const struct chell_persist_ops *cache_persist;
+
+/* ---- modes.c: cache modes per backing directory (chelld/modes.c) ---- */
+#define CACHE_MODE_BITS (CHELLD_FILE_WTHROUGH | CHELLD_FILE_WAROUND)
+/* The file's mode bits (registering it first if needed: the manager
+ * decides); 0 (write-back) when the manager does not cache it. */
+uint32_t cache_file_mode(struct cache_file *cf, int fd);
+/* At open: does the manager decline to cache the file (pass-through, the
+ * per-file cap)? Asked only of a manager that says it may (HELLO). */
+bool cache_declined_at_open(struct cache_file *cf, int fd);
+/* The manager's mode of the file as this process last heard it. */
+static inline uint32_t cache_mode_hint(struct cache_file *cf)
+{
+	return atomic_load_explicit(&cf->mode, memory_order_acquire);
+}
+/* A write around the cache: bytes [skip, n) of the iovecs written to the
+ * backing file at pos + skip on the descriptor, the shared size moved
+ * (caller holds the inode lock when it extends), then INVAL of the
+ * range. The kernel's count or error. */
+ssize_t cache_write_around(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
+			   size_t skip, size_t n);
+/* A read around the cache (SKIP): [off, off+len) of the backing file into
+ * u; bytes past its end are zeros (the caller clamped to the size). */
+int cache_read_around(int fd, unsigned char *u, size_t len, uint64_t off);
+/* cache.c: the kernel moves bytes [skip, n) of the iovecs at pos + skip
+ * (rwf: preadv2/pwritev2 flags). */
+ssize_t cache_kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
+			  size_t skip, size_t n, int to_file, int rwf);
 
 /* ---- copy.c: the hit protocol on one chunk (layout.h) ---- */
 enum { COPY_HIT = 1, COPY_MISS = 0, COPY_EFAULT = -1 };
@@ -213,9 +248,10 @@ extern const struct chell_fast_ops cache_fast_ops;
 
 /* ---- xfer.c ---- */
 /* Move n bytes between the iovecs and the file at pos (to_file: write).
- * Returns bytes moved or -errno; *kernel set when the descriptor must go
- * to the kernel path from now on (the bytes not moved are for the caller
- * to pass down). */
+ * Returns bytes moved or -errno; *kernel 1 when the descriptor must go
+ * to the kernel path from now on, 2 when the rest of a write must go
+ * around the cache (write-around, read-only: modes.c) (the bytes not
+ * moved are for the caller to pass down). */
 ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos, size_t n,
 		       int to_file, int *kernel);
 /* to_file value for a write that extends the file: the pieces past its

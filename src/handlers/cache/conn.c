@@ -236,6 +236,7 @@ static int hello(void)
 	cache_hello.cache_size = r.cache_size;
 	cache_hello.append_threshold = r.append_threshold;
 	cache_hello.slots = r.slots;
+	cache_hello.flags = r.flags;
 	if (tfd >= 0 && r.slots) {
 		size_t len = access_table_bytes(r.slots);
 		void *p = REAL(mmap64)(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);

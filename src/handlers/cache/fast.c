@@ -77,6 +77,11 @@ static inline unsigned char *writable(struct mapped_local *l, int st, uint64_t o
 	    off + n > mapped_fsize() /* RLIMIT_FSIZE: the general path cuts or refuses */)
 		return NULL;
 	uintptr_t e = cache_entry_of(l->cf, off >> CACHE_CHUNK_SHIFT);
+	/* write-through: the general path writes the backing file too. The
+	 * mode after the entry: a mapping handed out under a new mode is
+	 * installed after the mode is stored (map.c). */
+	if (unlikely(cache_mode_hint(l->cf)))
+		return NULL;
 	return (e & CACHE_E_WRITABLE) ? (unsigned char *)(e & ~CACHE_E_WRITABLE) : NULL;
 }
 

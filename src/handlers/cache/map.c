@@ -209,6 +209,7 @@ static int register_locked(struct cache_file *cf, int rfd, uint32_t gen)
 	cf->conn_gen = gen;
 	cf->file_id = r.file_id;
 	cf->access |= r.access;
+	atomic_store_explicit(&cf->mode, r.flags & CACHE_MODE_BITS, memory_order_release);
 	cf->nregs++;
 	return 0;
 }
@@ -345,7 +346,8 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 		/* OVERWRITE: the blocks are about to be stored whole; a manager
 		 * that predates it fills them as for a write (correct, slower) */
 		m.want_write = (uint32_t)w | (w && (want_write & CACHE_WANT_OVERWRITE)
-						  ? CHELLD_MAP_OVERWRITE : 0);
+						  ? CHELLD_MAP_OVERWRITE : 0) |
+			       (want_write ? 0 : CHELLD_MAP_READ);
 		m.chunk = k;
 		m.first_block = first;
 		m.nblocks = n;
@@ -375,6 +377,16 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 			if (mfd >= 0)
 				sys_close(mfd);
 			r = -rep.r.status;
+			break;
+		}
+		if (rep.r.status == 0) /* before the mapping it applies to is installed */
+			atomic_store_explicit(&cf->mode, rep.flags & CACHE_MODE_BITS,
+					      memory_order_release);
+		if (rep.r.status == 0 && mfd < 0 && !(rep.flags & CHELLD_FILE_BYPASS) &&
+		    (rep.flags & (want_write ? CHELLD_FILE_WAROUND : CHELLD_FILE_SKIP))) {
+			/* not through the cache: the caller uses the backing file */
+			cache_unlock();
+			r = want_write ? CACHE_MISS_AROUND : CACHE_MISS_SKIP;
 			break;
 		}
 		if (rep.r.status || (rep.flags & CHELLD_FILE_BYPASS) || mfd < 0) {
@@ -410,7 +422,7 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 }
 
 /* Registered with `need` on the current connection, for the small calls. */
-static int ensure_registered(struct cache_file *cf, int fd, uint32_t need, uint32_t *id)
+int cache_registered_locked(struct cache_file *cf, int fd, uint32_t need, uint32_t *id)
 {
 	int rfd = -1, r = CACHE_MISS_KERNEL;
 	for (int tries = 0; tries < 3; tries++) {
@@ -450,7 +462,7 @@ static int ensure_registered(struct cache_file *cf, int fd, uint32_t need, uint3
 
 int cache_register(struct cache_file *cf, int fd, uint32_t need, uint32_t *id)
 {
-	int r = ensure_registered(cf, fd, need, id);
+	int r = cache_registered_locked(cf, fd, need, id);
 	if (r == 0)
 		cache_unlock();
 	return r;
@@ -460,7 +472,7 @@ int cache_flush_file(struct cache_file *cf, int fd, uint32_t flags)
 {
 	uint32_t id;
 	int e0;
-	if ((e0 = ensure_registered(cf, fd, CHELLD_ACC_READ, &id)))
+	if ((e0 = cache_registered_locked(cf, fd, CHELLD_ACC_READ, &id)))
 		return e0 < 0 ? e0 : CACHE_MISS_KERNEL;
 	struct chelld_flush m = {0};
 	struct chelld_flush_reply r;
@@ -479,7 +491,7 @@ int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size)
 {
 	uint32_t id;
 	int e0;
-	if ((e0 = ensure_registered(cf, fd, CHELLD_ACC_READ | CHELLD_ACC_WRITE, &id)))
+	if ((e0 = cache_registered_locked(cf, fd, CHELLD_ACC_READ | CHELLD_ACC_WRITE, &id)))
 		return e0 < 0 ? e0 : CACHE_MISS_KERNEL;
 	struct chelld_truncate m = {0};
 	struct chelld_rhdr r;
@@ -508,7 +520,7 @@ int cache_sync_file(struct cache_file *cf, int fd, uint64_t size)
 	    atomic_load_explicit(&cf->synced_size, memory_order_relaxed) == size)
 		return 0;
 	uint32_t id;
-	if (ensure_registered(cf, fd, CHELLD_ACC_READ, &id) != 0)
+	if (cache_registered_locked(cf, fd, CHELLD_ACC_READ, &id) != 0)
 		return CACHE_MISS_KERNEL;
 	atomic_store(&cf->need_sync, 0); /* before the call: a racing extension sets it again */
 	atomic_store(&cf->synced_size, size);

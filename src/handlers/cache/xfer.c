@@ -17,7 +17,7 @@
  * means something is wrong with the manager: report EIO rather than spin. */
 #define MAX_MISSES 1000
 
-enum { PIECE_OK = 0, PIECE_KERNEL = 1 };
+enum { PIECE_OK = 0, PIECE_KERNEL = 1, PIECE_AROUND = 2 };
 
 static inline void hit_mark(uint32_t slot)
 {
@@ -72,6 +72,10 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 		int m = cache_miss(cf, c->fd, k, first, nb, to_file ? 1 : 0);
 		if (m == CACHE_MISS_KERNEL)
 			return PIECE_KERNEL;
+		if (m == CACHE_MISS_AROUND)
+			return PIECE_AROUND; /* the rest of the write goes to the backing file */
+		if (m == CACHE_MISS_SKIP) /* the manager holds nothing of the chunk */
+			return cache_read_around(c->fd, u, len, (k << CACHE_CHUNK_SHIFT) + in);
 		if (m < 0)
 			return m;
 	}
@@ -192,8 +196,8 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 				if (r == PIECE_OK)
 					return (ssize_t)(done + ok);
 			}
-			if (r == PIECE_KERNEL) {
-				*kernel = 1;
+			if (r == PIECE_KERNEL || r == PIECE_AROUND) {
+				*kernel = r == PIECE_KERNEL ? 1 : 2;
 				return (ssize_t)done;
 			}
 			if (r == -EFAULT && !to_file)
