@@ -3,12 +3,12 @@
  * Undo-logged transactions and their recovery. The protocol, with the
  * reason for every drain, is in docs/PERSISTENCE.md; in short:
  *
- *   add_range: (first time) slot := gen|active; one undo record (header +
+ *   add_range: (first time, unless armed) slot := gen|active; one undo record (header +
  *              raw lines of old data); DRAIN -- the caller may modify the
  *              range only after this.
- *   commit:    flush the modified ranges; DRAIN; finish record and
- *              slot := gen+1; DRAIN (the commit point).
- *   abort:     old contents back, flushed; DRAIN; slot := gen+1; DRAIN.
+ *   commit:    flush the modified ranges; DRAIN; slot := gen+1 (armed:
+ *              see slot_end); DRAIN (the commit point).
+ *   abort:     old contents back, flushed; DRAIN; slot := gen+1 (armed); DRAIN.
  *
  * Every store to the region goes through r->ops (the simulator's hook).
  */
@@ -16,6 +16,10 @@
 
 #include <errno.h>
 #include <string.h>
+
+/* Undo data after the header up to which a record is staged (16 lines):
+ * longer tails stream their whole lines from the heap directly. */
+#define PM_STAGE_TAIL (16u * PM_ENTRY)
 
 static uint8_t *slot_ptr(struct chell_region *r, uint32_t j)
 {
@@ -50,19 +54,54 @@ int chell_tx_begin(struct chell_region *r, unsigned journal, struct chell_tx **o
 		return -EBUSY;
 	/* The slot's generation is the one no record in this journal carries
 	 * yet: every ended transaction moved it on. */
-	tx->gen = PM_SLOT_GEN(pm_slot_load(r->base, &r->lay, journal));
+	uint64_t slot = pm_slot_load(r->base, &r->lay, journal);
+	tx->gen = PM_SLOT_GEN(slot);
 	tx->next = 0;
 	tx->last = PM_NONE;
-	tx->slot_set = 0;
+	/* Armed by the previous commit or abort (slot_arm): already active
+	 * at this generation, on media, so the first add_range stores
+	 * nothing to the slot. */
+	tx->slot_set = (int)PM_SLOT_ACTIVE(slot);
 	tx->nranges = 0;
 	tx->ranges_overflow = 0;
 	*out = tx;
 	return 0;
 }
 
+/*
+ * The slot word a commit or abort of generation g ends with: g+1, and
+ * *armed* (active) when that is safe, so that the next transaction's first
+ * add_range need not store and flush the slot in its fence (one line less
+ * to persist per transaction; the record lines alone remain, as in
+ * libpmemobj's undo log).
+ *
+ * Armed means recovery scans the journal at g+1 while it holds only the
+ * records of g (and older ones behind them). The scan starts at index 0,
+ * which every transaction that advances the generation wrote (its first
+ * record, durable before its commit or abort), so index 0 holds a whole
+ * record of g whose CRC was seeded with g. Seeded with g+1 instead, the
+ * CRC input differs only in the generation field, in bits g ^ (g+1): one
+ * run of t+1 bits, t the trailing ones of g. CRC-32C detects every error
+ * burst of up to 32 bits, so while t+1 <= 32 that record never checks at
+ * g+1: the scan finds nothing and recovery only resets the slot. This is
+ * deterministic, not a 2^-32 chance. When g's low 32 bits are all ones
+ * (once in 2^32 transactions) the run is longer and the slot is left
+ * inactive, as is every reset by recovery (whose index 0 may hold a torn
+ * record of g or an older one): the next transaction then stores the
+ * active slot itself, in its first fence.
+ */
+static uint64_t slot_end(uint64_t g)
+{
+	return PM_SLOT(g + 1, (g & 0xffffffffu) != 0xffffffffu);
+}
+
 static void tx_release(struct chell_tx *tx)
 {
-	atomic_store(&tx->in_use, 0);
+	/* A release store, not a locked exchange: everything this
+	 * transaction did is ordered before the next owner's CAS in begin,
+	 * and a full barrier here would wait for the store buffer once more
+	 * on every commit. */
+	atomic_store_explicit(&tx->in_use, 0, memory_order_release);
 }
 
 /* Remember [off, off+len) for commit's flush, merged with the previous
@@ -126,10 +165,23 @@ static int add_range(struct chell_tx *tx, uint64_t off, size_t len, int drain)
 	h.prev = tx->last;
 	memcpy(h.data, old, len < PM_INLINE ? len : PM_INLINE);
 	h.crc = pm_entry_crc(r->lay.uuid, tx->journal, tx->next, tx->gen, &h, len > PM_INLINE ? old + PM_INLINE : NULL);
-	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next), &h, sizeof(h));
-	if (len > PM_INLINE) /* the rest straight from the heap, no staging copy */
-		r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next + 1), old + PM_INLINE,
-				      len - PM_INLINE);
+	uint8_t *dst = entry_ptr(r, tx->journal, tx->next);
+	if (len > PM_INLINE && len - PM_INLINE <= PM_STAGE_TAIL) {
+		/* A short record goes out as whole lines from one staging
+		 * buffer (what pads the last line is never read): whole
+		 * aligned lines are streamed, cheaper to persist than stores
+		 * and flushes. */
+		_Alignas(64) uint8_t stage[PM_ENTRY + PM_STAGE_TAIL];
+		uint64_t lines = pm_rec_lines(len);
+		memcpy(stage, &h, sizeof(h));
+		memcpy(stage + PM_ENTRY, old + PM_INLINE, len - PM_INLINE);
+		memset(stage + PM_ENTRY + (len - PM_INLINE), 0, lines * PM_ENTRY - (len - PM_INLINE));
+		r->ops.memcpy_nodrain(r->ops.ctx, dst, stage, (1 + lines) * PM_ENTRY);
+	} else {
+		r->ops.memcpy_nodrain(r->ops.ctx, dst, &h, sizeof(h));
+		if (len > PM_INLINE) /* the rest straight from the heap, no staging copy */
+			r->ops.memcpy_nodrain(r->ops.ctx, dst + PM_ENTRY, old + PM_INLINE, len - PM_INLINE);
+	}
 	/* The undo image is durable before add_range returns (or before
 	 * chell_tx_fence does), hence before the caller's first store to the
 	 * range. */
@@ -197,7 +249,7 @@ int chell_tx_commit(struct chell_tx *tx)
 		tx_release(tx);
 		return 0;
 	}
-	/* 1. The new data must be durable before the finish record says the
+	/* 1. The new data must be durable before the slot reset says the
 	 *    undo image is no longer needed. */
 	uint8_t *heap = r->base + r->lay.heap_off;
 	if (!tx->ranges_overflow) {
@@ -210,23 +262,18 @@ int chell_tx_commit(struct chell_tx *tx)
 	}
 	r->ops.drain(r->ops.ctx);
 
-	/* 2. The finish record: once it is on media the transaction is
-	 *    committed and recovery leaves its ranges alone. */
-	struct pm_entry f;
-	memset(&f, 0, sizeof(f));
-	f.type = PM_E_FINISH;
-	f.off = tx->next;
-	f.prev = tx->last;
-	f.crc = pm_entry_crc(r->lay.uuid, j, tx->next, tx->gen, &f, NULL);
-	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, j, tx->next), &f, sizeof(f));
-	/* 3. Reset the journal in the same epoch: the next generation makes
-	 *    every record stale. Either store alone on media means committed
-	 *    (the data already is durable): a finish record with an active
-	 *    slot makes recovery only reset, an inactive slot is not scanned.
-	 *    The drain is the commit point, and it leaves the slot on media
-	 *    equal to the one in memory, so the next transaction may overwrite
-	 *    these records without draining its slot first. */
-	slot_store(r, j, PM_SLOT(tx->gen + 1, 0));
+	/* 2. The commit point: the slot moved to the next generation
+	 *    (slot_end: armed or inactive), which makes every record of this
+	 *    journal stale, drained. No finish record is written: on media
+	 *    the new slot alone already means committed (inactive: not
+	 *    scanned; armed: nothing checks at g+1), and with the old slot
+	 *    recovery rolls back a transaction whose commit had not returned,
+	 *    which is allowed. A finish record cost a second line in this
+	 *    fence for nothing; recovery still honours one (images written
+	 *    before). The drain also leaves the slot on media equal to the
+	 *    one in memory, so the next transaction may overwrite these
+	 *    records without draining its slot first. */
+	slot_store(r, j, slot_end(tx->gen));
 	r->ops.drain(r->ops.ctx);
 	tx_release(tx);
 	return 0;
@@ -246,7 +293,7 @@ int chell_tx_abort(struct chell_tx *tx)
 	r->ops.drain(r->ops.ctx);
 	/* Drained now: with no finish record, a still-active slot would let a
 	 * later recovery "restore" over what the caller writes after abort. */
-	slot_store(r, tx->journal, PM_SLOT(tx->gen + 1, 0));
+	slot_store(r, tx->journal, slot_end(tx->gen));
 	r->ops.drain(r->ops.ctx);
 	tx_release(tx);
 	return 0;
