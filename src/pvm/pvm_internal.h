@@ -33,7 +33,12 @@
 #include <string.h>
 
 #define PVM_MAGIC "CHELLPV1"
-#define PVM_VERSION 1u
+/* On-media format version. 1: 64-bit object IDs, no max_step (the
+ * application entry's bytes 112..119 were reserved, zero); 2: 63-bit IDs
+ * and max_step, with lookups probing up to it. A version-1 pool read as
+ * version 2 would look up with max_step 0 and IDs past 2^63, so other
+ * versions are refused, naming the version. */
+#define PVM_VERSION 2u
 #define PVM_NLOCKS 1024u          /* object lock stripes */
 #define PVM_MUTEX_STRIDE 64u
 #define PVM_DEF_SLOTS 64u         /* initial object table slots (doubles) */

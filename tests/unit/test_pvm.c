@@ -519,6 +519,41 @@ static void test_damaged_app(void **st)
 	pvm_pool_close(p);
 }
 
+/* A pool of another format version (1: before 63-bit IDs and max_step)
+ * is refused with -ENOTSUP and a message naming both versions; the pool
+ * is left as it was. */
+static void test_old_version(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(8 << 20, 0);
+	struct pvm_app *a = app(p, "v");
+	assert_int_equal(pvm_create(a, "x", 10, NULL), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	char *buf = malloc((size_t)len);
+	fseek(f, 0, SEEK_SET);
+	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+	char *root = memmem(buf, (size_t)len, "CHELLPV1", 8);
+	assert_non_null(root);
+	uint32_t v;
+	memcpy(&v, root + 8, 4);
+	assert_int_equal(v, 2); /* the current format */
+	v = 1;
+	fseek(f, (long)(root - buf) + 8, SEEK_SET);
+	fwrite(&v, 4, 1, f);
+	fclose(f);
+	free(buf);
+	char err[512];
+	assert_int_equal(pvm_pool_open(path, &p, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "field version is 1"));
+	assert_non_null(strstr(err, "format version 2"));
+	assert_non_null(strstr(err, "older format"));
+}
+
 /* Object IDs are the name's hash plus a collision step. Built as
  * test_pvm_narrow the hash has 3 bits (PVM_NH_MASK), so nearly every name
  * collides: deleting or renaming an object must not hide the objects
@@ -721,6 +756,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_two_processes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_old_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_protect_other_process, setup, teardown),
