@@ -35,6 +35,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <jemalloc/jemalloc.h>
@@ -742,8 +743,32 @@ static void fork_child(void)
 
 static void stat_remove(void)
 {
-	if (H.stat_path[0] && H.st->pid == (int32_t)getpid())
+	if (H.stat_path[0] && H.st->pid == (int32_t)getpid()) {
 		unlink(H.stat_path);
+		H.stat_path[0] = '\0';
+	}
+}
+
+/*
+ * _exit and _Exit skip atexit handlers, and that is how forked children
+ * usually end (tests/progs/tierheap_mt.c's 25 children, Python's
+ * multiprocessing, shells' subshells): each left its counter file behind.
+ * The preloaded library's definitions come first in the symbol search
+ * order, so the program's calls reach them; they remove this process's
+ * file and end the process as glibc's would (exit_group). A vfork child
+ * (posix_spawn) sharing the parent's memory has another pid than the file
+ * names, so stat_remove leaves the parent's file alone. Killed processes
+ * still leave theirs: `chell tier stat` reaps files whose process is gone.
+ */
+__attribute__((visibility("default"), noreturn)) void _exit(int status)
+{
+	stat_remove();
+	for (;;)
+		syscall(SYS_exit_group, status);
+}
+__attribute__((visibility("default"), noreturn)) void _Exit(int status)
+{
+	_exit(status);
 }
 
 static int setup(char *err, size_t errlen)
