@@ -851,11 +851,22 @@ static void install_hooks(void)
 
 /*
  * jemalloc's start-up options, read from this symbol (ours wins over the
- * library's weak default): no separate arena for huge allocations, which
- * jemalloc would create with its default hooks, outside the policy.
- * MALLOC_CONF in the environment still applies on top.
+ * library's weak default). MALLOC_CONF in the environment still applies on
+ * top.
+ *  - oversize_threshold:0: no separate arena for huge allocations, which
+ *    jemalloc would create with its default hooks, outside the policy.
+ *  - tcache_max:65536 (jemalloc's default is 32 KiB): a large allocation
+ *    that misses the thread cache splits an extent and its free merges it
+ *    back, and with hooks that are not jemalloc's defaults every split and
+ *    merge call is wrapped in jemalloc's re-entrancy guard
+ *    (tsd_slow_update, te_recompute_fast_threshold: 11% of the samples of
+ *    64 KiB malloc/free pairs, 0.90-0.93 of plain jemalloc's throughput).
+ *    Caching the large classes up to 64 KiB per thread as well takes most
+ *    of those calls off the path. The price: a thread may keep up to
+ *    jemalloc's large-bin depth (20) of each class from 40 to 64 KiB
+ *    cached, released by jemalloc's thread-cache GC when unused.
  */
-__attribute__((visibility("default"))) const char *malloc_conf = "oversize_threshold:0";
+__attribute__((visibility("default"))) const char *malloc_conf = "oversize_threshold:0,tcache_max:65536";
 
 __attribute__((constructor)) static void tierheap_init(void)
 {
