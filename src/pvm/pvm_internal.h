@@ -150,7 +150,27 @@ struct pvm_app {
 	 * starts; read and replaced under the metadata lock. */
 	uint64_t *iter_nh;
 	size_t iter_n;
+	/* pvm_tx_add_ptr: what this handle last saw of the objects it
+	 * created or opened, by first data page (direct-mapped), each valid
+	 * while the table sequence still has the value it was seen at (no
+	 * metadata transaction since, in any process). Read and written
+	 * only with txm held: by the transaction's thread, or by pvm_open
+	 * when it gets txm at once (else it does not fill it). */
+	struct pvm_pcache *pc;
+	uint32_t npend;            /* entries of objects created in the open transaction */
+	uint32_t pend[16];
+	uint64_t seq_end;          /* the table sequence the last commit or abort stored */
 };
+
+/* One object as pvm_tx_add_ptr needs it (a copy of its descriptor's). */
+struct pvm_pcache {
+	uint64_t page1;           /* first data page + 1; 0: empty */
+	uint64_t seq;             /* table sequence it is valid at (even); odd: not yet */
+	uint64_t h;               /* name hash: its stripe */
+	uint64_t nh, off, size;
+	uint32_t flags, hist_n;
+};
+#define PVM_PCACHE_SLOTS 4096u
 
 static inline pthread_mutex_t *pvm_mutex(struct pvm_pool *p, uint32_t i)
 {

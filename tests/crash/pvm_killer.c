@@ -90,7 +90,10 @@ static int writer(int w)
 			char on[64];
 			uint64_t *o;
 			snprintf(on, sizeof(on), "own-%d-%d", w, (int)(seq % OWN));
-			if (!(rc = pvm_tx_add(a, on, 0, OWN_SIZE)) && !(rc = pvm_open(a, on, (void **)&o, NULL)))
+			/* By its data pointer (pvm_tx_add_ptr): other writers'
+			 * creates and deletes change the tables all the time,
+			 * so both its remembered and its found-again paths run. */
+			if (!(rc = pvm_open(a, on, (void **)&o, NULL)) && !(rc = pvm_tx_add_ptr(a, o, 0, OWN_SIZE)))
 				for (size_t i = 0; i < OWN_SIZE / 8; i++)
 					o[i] = seq;
 		}

@@ -160,6 +160,86 @@ static void test_tx(void **st)
 	pvm_pool_close(p);
 }
 
+/* pvm_tx_add_ptr logs like pvm_tx_add, whether the handle remembers the
+ * object (created or opened here, nothing changed since) or finds it
+ * again (tables changed, another handle, history); a pointer that is no
+ * longer an object's data is refused. */
+static void test_tx_add_ptr(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "ptr"), *b = app(p, "ptr");
+	char *x, *y;
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_create(a, "x", 100, (void **)&x), 0);
+	memcpy(x, "old", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	/* Remembered since the create: logged, the abort puts it back. */
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	memcpy(x, "new", 4);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 96, 5), -EINVAL); /* past its size */
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_string_equal(x, "old");
+	/* The tables changed (another object created): found again. */
+	assert_int_equal(pvm_create(a, "y", 10, (void **)&y), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	memcpy(x, "two", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	/* Another handle that never saw it: found through the table. */
+	assert_int_equal(pvm_tx_begin(b), 0);
+	assert_int_equal(pvm_tx_add_ptr(b, x, 0, 4), 0);
+	memcpy(x, "bbb", 4);
+	assert_int_equal(pvm_tx_abort(b), 0);
+	assert_string_equal(x, "two");
+	/* Not an object's data pointer. */
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x + 8, 0, 4), -EINVAL);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	char local[8];
+	assert_int_equal(pvm_tx_add_ptr(a, local, 0, 4), -EINVAL);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), -EINVAL); /* outside a transaction */
+	/* History: the first change keeps a version, as by name. */
+	assert_int_equal(pvm_set_history(a, "x", 2), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	memcpy(x, "thr", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	struct pvm_version v[4];
+	assert_int_equal(pvm_history(a, "x", v, 4), 1);
+	/* Write-protected: refused. */
+	assert_int_equal(pvm_protect(a, "x", 1), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), -EPERM);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_protect(a, "x", 0), 0);
+	/* Deleted (and its page reused by another object): the old pointer
+	 * is no longer "x"'s; the new object's own pointer works. */
+	assert_int_equal(pvm_delete(a, "x"), 0);
+	char *z;
+	assert_int_equal(pvm_create(a, "z", 100, (void **)&z), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	int rc = pvm_tx_add_ptr(a, z, 0, 4);
+	assert_int_equal(rc, 0);
+	memcpy(z, "zzz", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	assert_int_equal(pvm_open(a, "z", (void **)&y, NULL), 0);
+	assert_string_equal(y, "zzz");
+	if (z != x) {
+		assert_int_equal(pvm_tx_begin(a), 0);
+		assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), -EINVAL);
+		assert_int_equal(pvm_tx_abort(a), 0);
+	}
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(b);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 static void test_history_iter(void **st)
 {
 	(void)st;
@@ -757,6 +837,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tx_add_ptr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_protect_other_process, setup, teardown),
