@@ -114,13 +114,64 @@ static void unlock_all(struct pvm_app *a)
 
 /* ------------------------------------------------------------ pointer cache */
 
-/* The entry for first data page pg (direct-mapped; NULL if the cache
- * could not be allocated). Called with txm held. */
-static struct pvm_pcache *pc_slot(struct pvm_app *a, uint64_t pg)
+static uint32_t pc_home(uint64_t pg, uint32_t mask)
 {
-	if (!a->pc && !(a->pc = calloc(PVM_PCACHE_SLOTS, sizeof(*a->pc))))
+	return (uint32_t)((pg * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+}
+
+/* The entry of first data page pg, or NULL. Called with txm held. */
+static struct pvm_pcache *pc_find(struct pvm_app *a, uint64_t pg)
+{
+	if (!a->pc_cap)
 		return NULL;
-	return &a->pc[pg & (PVM_PCACHE_SLOTS - 1)];
+	uint32_t mask = a->pc_cap - 1;
+	for (uint32_t i = pc_home(pg, mask);; i = (i + 1) & mask) {
+		if (a->pc[i].page1 == pg + 1)
+			return &a->pc[i];
+		if (!a->pc[i].page1)
+			return NULL;
+	}
+}
+
+/* The entry of page pg, added if missing (entries are never removed:
+ * an invalid one keeps its key with an odd seq). The map doubles at half
+ * load and starts over empty at PVM_PCACHE_MAX, so its memory is bounded
+ * (a handle that touched more objects than that finds some again through
+ * the table). NULL if memory is short. */
+static struct pvm_pcache *pc_put(struct pvm_app *a, uint64_t pg)
+{
+	struct pvm_pcache *e = pc_find(a, pg);
+	if (e)
+		return e;
+	if ((a->pc_n + 1) * 2 > a->pc_cap) {
+		uint32_t cap = a->pc_cap ? a->pc_cap * 2 : PVM_PCACHE_MIN;
+		int keep = cap <= PVM_PCACHE_MAX;
+		if (!keep)
+			cap = PVM_PCACHE_MIN;
+		struct pvm_pcache *n = calloc(cap, sizeof(*n));
+		if (!n)
+			return NULL;
+		for (uint32_t i = 0; keep && i < a->pc_cap; i++) {
+			if (!a->pc[i].page1)
+				continue;
+			uint32_t j = pc_home(a->pc[i].page1 - 1, cap - 1);
+			while (n[j].page1)
+				j = (j + 1) & (cap - 1);
+			n[j] = a->pc[i];
+		}
+		free(a->pc);
+		a->pc = n;
+		if (!keep)
+			a->pc_n = 0;
+		a->pc_cap = cap;
+	}
+	uint32_t mask = a->pc_cap - 1, i = pc_home(pg, mask);
+	while (a->pc[i].page1)
+		i = (i + 1) & mask;
+	a->pc_n++;
+	a->pc[i].page1 = pg + 1;
+	a->pc[i].seq = 1;
+	return &a->pc[i];
 }
 
 /* Remember object d (name hash h) as valid at table sequence seq (odd:
@@ -129,30 +180,25 @@ static void pc_note(struct pvm_app *a, const struct pvm_odesc *d, uint64_t h, ui
 {
 	if (!d->cap)
 		return;
-	struct pvm_pcache *e = pc_slot(a, d->off / PVM_PAGE);
+	uint64_t pg = d->off / PVM_PAGE;
+	if ((seq & 1) && a->npend == sizeof(a->pend) / sizeof(a->pend[0]))
+		return; /* not remembered: found again when used */
+	struct pvm_pcache *e = pc_put(a, pg);
 	if (!e)
 		return;
-	*e = (struct pvm_pcache){d->off / PVM_PAGE + 1, seq, h, d->nh, d->off, d->size, d->flags, d->hist_n};
-	if (seq & 1) {
-		if (a->npend < sizeof(a->pend) / sizeof(a->pend[0]))
-			a->pend[a->npend++] = (uint32_t)(e - a->pc);
-		else
-			e->page1 = 0;
-	}
+	*e = (struct pvm_pcache){pg + 1, seq, h, d->nh, d->off, d->size, d->flags, d->hist_n};
+	if (seq & 1)
+		a->pend[a->npend++] = pg;
 }
 
 /* At the end of the transaction: the objects it created are valid at the
- * sequence its commit stored, or gone with its abort. */
+ * sequence its commit stored; after an abort they stay invalid (odd). */
 static void pc_settle(struct pvm_app *a, int committed)
 {
-	for (uint32_t i = 0; i < a->npend; i++) {
-		struct pvm_pcache *e = &a->pc[a->pend[i]];
-		if (!(e->seq & 1))
-			continue;
-		if (committed)
+	for (uint32_t i = 0; committed && i < a->npend; i++) {
+		struct pvm_pcache *e = pc_find(a, a->pend[i]);
+		if (e && (e->seq & 1))
 			e->seq = a->seq_end;
-		else
-			e->page1 = 0;
 	}
 	a->npend = 0;
 }
@@ -1089,9 +1135,9 @@ int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t le
 	int rc = tx_enter(a);
 	if (rc)
 		return tx_leave(a, rc);
-	struct pvm_pcache *e = pc_slot(a, at / PVM_PAGE);
+	struct pvm_pcache *e = pc_find(a, at / PVM_PAGE);
 	uint64_t nh = 0;
-	if (e && e->page1 == at / PVM_PAGE + 1) {
+	if (e) {
 		nh = e->nh;
 		rc = stripe_hold(a, e->h);
 		if (!rc && !e->hist_n && !(in_tx(a) && a->meta_held) &&
@@ -1114,7 +1160,7 @@ int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t le
 	rc = name_at(a, at, nh, name);
 	if (!rc)
 		rc = tx_add_named(a, name, at, off, len);
-	if (!rc && e && !(in_tx(a) && a->meta_held)) {
+	if (!rc && !(in_tx(a) && a->meta_held)) {
 		/* Remember it for the next time (as pvm_open would). */
 		struct pvm_odesc c;
 		uint64_t seen;

@@ -156,9 +156,10 @@ struct pvm_app {
 	 * metadata transaction since, in any process). Read and written
 	 * only with txm held: by the transaction's thread, or by pvm_open
 	 * when it gets txm at once (else it does not fill it). */
-	struct pvm_pcache *pc;
-	uint32_t npend;            /* entries of objects created in the open transaction */
-	uint32_t pend[16];
+	struct pvm_pcache *pc;     /* open addressing by first page, linear probing */
+	uint32_t pc_cap, pc_n;     /* slots (a power of two, 0: none yet), used */
+	uint32_t npend;            /* objects created in the open transaction */
+	uint64_t pend[16];         /* their first pages */
 	uint64_t seq_end;          /* the table sequence the last commit or abort stored */
 };
 
@@ -170,7 +171,8 @@ struct pvm_pcache {
 	uint64_t nh, off, size;
 	uint32_t flags, hist_n;
 };
-#define PVM_PCACHE_SLOTS 4096u
+#define PVM_PCACHE_MIN 1024u
+#define PVM_PCACHE_MAX (1u << 20) /* at half of it (56 MiB) it starts over */
 
 static inline pthread_mutex_t *pvm_mutex(struct pvm_pool *p, uint32_t i)
 {
