@@ -3,12 +3,12 @@
  * Undo-logged transactions and their recovery. The protocol, with the
  * reason for every drain, is in docs/PERSISTENCE.md; in short:
  *
- *   add_range: (first time, unless armed) slot := gen|active; one undo record (header +
+ *   add_range: (first time) slot := gen|active; one undo record (header +
  *              raw lines of old data); DRAIN -- the caller may modify the
  *              range only after this.
- *   commit:    flush the modified ranges; DRAIN; slot := gen+1 (armed:
- *              see slot_end); DRAIN (the commit point).
- *   abort:     old contents back, flushed; DRAIN; slot := gen+1 (armed); DRAIN.
+ *   commit:    flush the modified ranges; DRAIN; slot := gen+1; DRAIN
+ *              (the commit point).
+ *   abort:     old contents back, flushed; DRAIN; slot := gen+1; DRAIN.
  *
  * Every store to the region goes through r->ops (the simulator's hook).
  */
@@ -54,45 +54,14 @@ int chell_tx_begin(struct chell_region *r, unsigned journal, struct chell_tx **o
 		return -EBUSY;
 	/* The slot's generation is the one no record in this journal carries
 	 * yet: every ended transaction moved it on. */
-	uint64_t slot = pm_slot_load(r->base, &r->lay, journal);
-	tx->gen = PM_SLOT_GEN(slot);
+	tx->gen = PM_SLOT_GEN(pm_slot_load(r->base, &r->lay, journal));
 	tx->next = 0;
 	tx->last = PM_NONE;
-	/* Armed by the previous commit or abort (slot_arm): already active
-	 * at this generation, on media, so the first add_range stores
-	 * nothing to the slot. */
-	tx->slot_set = (int)PM_SLOT_ACTIVE(slot);
+	tx->slot_set = 0;
 	tx->nranges = 0;
 	tx->ranges_overflow = 0;
 	*out = tx;
 	return 0;
-}
-
-/*
- * The slot word a commit or abort of generation g ends with: g+1, and
- * *armed* (active) when that is safe, so that the next transaction's first
- * add_range need not store and flush the slot in its fence (one line less
- * to persist per transaction; the record lines alone remain, as in
- * libpmemobj's undo log).
- *
- * Armed means recovery scans the journal at g+1 while it holds only the
- * records of g (and older ones behind them). The scan starts at index 0,
- * which every transaction that advances the generation wrote (its first
- * record, durable before its commit or abort), so index 0 holds a whole
- * record of g whose CRC was seeded with g. Seeded with g+1 instead, the
- * CRC input differs only in the generation field, in bits g ^ (g+1): one
- * run of t+1 bits, t the trailing ones of g. CRC-32C detects every error
- * burst of up to 32 bits, so while t+1 <= 32 that record never checks at
- * g+1: the scan finds nothing and recovery only resets the slot. This is
- * deterministic, not a 2^-32 chance. When g's low 32 bits are all ones
- * (once in 2^32 transactions) the run is longer and the slot is left
- * inactive, as is every reset by recovery (whose index 0 may hold a torn
- * record of g or an older one): the next transaction then stores the
- * active slot itself, in its first fence.
- */
-static uint64_t slot_end(uint64_t g)
-{
-	return PM_SLOT(g + 1, (g & 0xffffffffu) != 0xffffffffu);
 }
 
 static void tx_release(struct chell_tx *tx)
@@ -262,18 +231,17 @@ int chell_tx_commit(struct chell_tx *tx)
 	}
 	r->ops.drain(r->ops.ctx);
 
-	/* 2. The commit point: the slot moved to the next generation
-	 *    (slot_end: armed or inactive), which makes every record of this
-	 *    journal stale, drained. No finish record is written: on media
-	 *    the new slot alone already means committed (inactive: not
-	 *    scanned; armed: nothing checks at g+1), and with the old slot
+	/* 2. The commit point: the slot reset to the next generation, which
+	 *    makes every record of this journal stale, drained. No finish
+	 *    record is written: on media the reset alone already means
+	 *    committed (an inactive slot is not scanned), and without it
 	 *    recovery rolls back a transaction whose commit had not returned,
 	 *    which is allowed. A finish record cost a second line in this
 	 *    fence for nothing; recovery still honours one (images written
 	 *    before). The drain also leaves the slot on media equal to the
 	 *    one in memory, so the next transaction may overwrite these
 	 *    records without draining its slot first. */
-	slot_store(r, j, slot_end(tx->gen));
+	slot_store(r, j, PM_SLOT(tx->gen + 1, 0));
 	r->ops.drain(r->ops.ctx);
 	tx_release(tx);
 	return 0;
@@ -293,7 +261,7 @@ int chell_tx_abort(struct chell_tx *tx)
 	r->ops.drain(r->ops.ctx);
 	/* Drained now: with no finish record, a still-active slot would let a
 	 * later recovery "restore" over what the caller writes after abort. */
-	slot_store(r, tx->journal, slot_end(tx->gen));
+	slot_store(r, tx->journal, PM_SLOT(tx->gen + 1, 0));
 	r->ops.drain(r->ops.ctx);
 	tx_release(tx);
 	return 0;
