@@ -554,6 +554,29 @@ static void test_dead_holder(void **st)
 
 /* A damaged application is refused with the structure and field named;
  * the others stay usable. */
+/* Patch the closed pool file: write n bytes of `bytes` at `delta` from the
+ * first occurrence of `needle` (the caller's anchor); returns what the
+ * bytes there were (up to 8) for checks. */
+static uint64_t patch_pool(const char *needle, size_t nlen, long delta, const void *bytes, size_t n)
+{
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	char *buf = malloc((size_t)len);
+	fseek(f, 0, SEEK_SET);
+	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+	char *hit = memmem(buf, (size_t)len, needle, nlen);
+	assert_non_null(hit);
+	uint64_t was = 0;
+	memcpy(&was, hit + delta, n < 8 ? n : 8);
+	fseek(f, (long)(hit - buf) + delta, SEEK_SET);
+	assert_int_equal(fwrite(bytes, 1, n, f), n);
+	fclose(f);
+	free(buf);
+	return was;
+}
+
 static void test_damaged_app(void **st)
 {
 	(void)st;
@@ -571,20 +594,8 @@ static void test_damaged_app(void **st)
 	assert_int_equal(pvm_open(b, "victim", NULL, &info), 0);
 	pvm_app_close(b);
 	pvm_pool_close(p);
-	FILE *f = fopen(path, "r+b");
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	long len = ftell(f);
-	char *buf = malloc((size_t)len);
-	fseek(f, 0, SEEK_SET);
-	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
-	char *hit = memmem(buf, (size_t)len, "victim", 7);
-	assert_non_null(hit);
 	uint64_t bogus = 1ull << 40; /* size: 16 bytes into the descriptor, name at 64 */
-	fseek(f, (long)(hit - buf) - 64 + 16, SEEK_SET);
-	fwrite(&bogus, 8, 1, f);
-	fclose(f);
-	free(buf);
+	patch_pool("victim", 7, -64 + 16, &bogus, 8);
 	char err[512];
 	assert_int_equal(pvm_pool_open(path, &p, err, sizeof(err)), 0);
 	struct pvm_app *x = NULL;
@@ -610,23 +621,9 @@ static void test_old_version(void **st)
 	assert_int_equal(pvm_create(a, "x", 10, NULL), 0);
 	pvm_app_close(a);
 	pvm_pool_close(p);
-	FILE *f = fopen(path, "r+b");
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	long len = ftell(f);
-	char *buf = malloc((size_t)len);
-	fseek(f, 0, SEEK_SET);
-	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
-	char *root = memmem(buf, (size_t)len, "CHELLPV1", 8);
-	assert_non_null(root);
-	uint32_t v;
-	memcpy(&v, root + 8, 4);
-	assert_int_equal(v, 2); /* the current format */
-	v = 1;
-	fseek(f, (long)(root - buf) + 8, SEEK_SET);
-	fwrite(&v, 4, 1, f);
-	fclose(f);
-	free(buf);
+	uint32_t v = 1;
+	/* the version field, after the magic; it held the current format */
+	assert_int_equal(patch_pool("CHELLPV1", 8, 8, &v, 4), 2);
 	char err[512];
 	assert_int_equal(pvm_pool_open(path, &p, err, sizeof(err)), -ENOTSUP);
 	assert_non_null(strstr(err, "field version is 1"));
