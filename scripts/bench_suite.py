@@ -141,7 +141,11 @@ class Arms:
         self.bin = args.build / "bin"
         self.chell = self.bin / "chell"
         self.disc = disc
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("CHELL_") and k != "LD_PRELOAD"}
+        # No Chell settings leak into the arms, except where the tier model
+        # keeps its per-boot state (the tests point it at a directory of
+        # their own, removed after them).
+        self.env = {k: v for k, v in os.environ.items()
+                    if (not k.startswith("CHELL_") or k == "CHELL_TIER_STATE") and k != "LD_PRELOAD"}
         self.shm = Path(tempfile.mkdtemp(prefix="chell-suite-", dir="/dev/shm"))
         stack.callback(shutil.rmtree, self.shm, True)
         self.backing = Path(tempfile.mkdtemp(prefix="chell-suite-back-", dir=args.backing_dir))

@@ -11,8 +11,8 @@
  *   objects --system pvm|pmemobj|files --dir DIR --size N --count C --threads T
  *       create+commit, transactional update, read, delete of C objects of
  *       N bytes per thread; ns per operation for each phase. Update goes
- *       through the pointer (pVM) or PMEMoid (libpmemobj) the program got at
- *       create; read finds the object by name (pVM: pvm_open) or uses the
+ *       through the pointer (pVM: pvm_tx_add_ptr) or PMEMoid (libpmemobj)
+ *       the program got at create; read finds the object by name (pVM: pvm_open) or uses the
  *       held PMEMoid (libpmemobj has no names) or opens the file.
  *         pvm      one pool in DIR, one application handle per thread
  *         pmemobj  one libpmemobj pool in DIR (PMEM_IS_PMEM_FORCE=1: cache
@@ -195,11 +195,11 @@ static void *run_pvm(void *arg)
 			die("pvm commit", EIO);
 	});
 	/* Update through the pointer the program holds (zero copy), as the
-	 * libpmemobj arm holds its PMEMoid; the name locks and logs. */
+	 * libpmemobj arm holds its PMEMoid: pvm_tx_add_ptr locks and logs by
+	 * it, as pmemobj_tx_add_range by the PMEMoid (no name). */
 	PHASE(w, P_UPDATE, {
-		snprintf(name, sizeof name, "t%d-o%" PRIu64, w->id, i);
 		buf[0] = (uint8_t)i;
-		if (pvm_tx_begin(a) || pvm_tx_add(a, name, 0, size))
+		if (pvm_tx_begin(a) || pvm_tx_add_ptr(a, ptrs[i], 0, size))
 			die("pvm update", EIO);
 		memcpy(ptrs[i], buf, size);
 		if (pvm_tx_commit(a))
@@ -440,7 +440,7 @@ static void pvm_put(void *ctx, const char *k, const char *v, int sync)
 	(void)sync; /* every pVM commit is durable */
 	int rc = pvm_tx_begin(a);
 	if (!rc && pvm_open(a, k, &p, NULL) == 0) {
-		rc = pvm_tx_add(a, k, 0, 100);
+		rc = pvm_tx_add_ptr(a, p, 0, 100); /* the object just opened */
 	} else if (!rc) {
 		rc = pvm_create(a, k, 100, &p);
 	}

@@ -237,6 +237,15 @@ int pvm_tx_begin(struct pvm_app *a);
  * object), -ENOSPC (the journal is full: the transaction is too large),
  * -EDEADLK, -ECANCELED (an earlier call of this transaction failed). */
 int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len);
+/* The same for the object whose data pointer (what pvm_create or pvm_open
+ * returned: the start of its data) is `data`, as libpmemobj's
+ * pmemobj_tx_add_range takes a PMEMoid. For objects this handle created or
+ * opened while no other change to the tables has happened since, it reads
+ * no descriptor and hashes no name (the handle remembers them); otherwise
+ * the object is found again, as by pvm_tx_add. Errors: -EINVAL (not the
+ * data pointer of an object of this application, e.g. after the object
+ * moved or was deleted, or out of the object), and pvm_tx_add's. */
+int pvm_tx_add_ptr(struct pvm_app *a, const void *data, uint64_t off, uint64_t len);
 /* End the outermost transaction: commit, or abort if a call inside it
  * failed (then that call's error is returned). Inner commits return 0. */
 int pvm_tx_commit(struct pvm_app *a);

@@ -2,14 +2,22 @@
 /*
  * `chell tier stat PID`: the tiered heap's counters of a running program
  * (the file it publishes, src/tierheap/stat.h), and its resident anonymous
- * memory from /proc as the kernel's side of the same story.
+ * memory from /proc as the kernel's side of the same story. Without a PID:
+ * every process on the tiered heap, one line each.
+ *
+ * A process removes its file when it exits (exit or _exit); one that was
+ * killed cannot. Whoever finds the file of a process that is gone removes
+ * it: this command, for the PID it is asked about and for every file when
+ * it lists them.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -19,14 +27,16 @@
 
 static void usage(FILE *f)
 {
-	fputs("Usage: chell tier stat [--json] PID\n"
+	fputs("Usage: chell tier stat [--json] [PID]\n"
 	      "\n"
 	      "DRAM and slow-tier bytes of process PID running on the tiered heap (under\n"
 	      "'chell tier run' or with libchell-tier.so preloaded): what the heap holds in\n"
 	      "each tier now and at its peak, the DRAM budget, and the process's resident\n"
-	      "anonymous memory (/proc/PID/smaps_rollup).\n"
+	      "anonymous memory (/proc/PID/smaps_rollup). Without PID: one line per process\n"
+	      "on the tiered heap. Counter files of processes that are gone (killed) are\n"
+	      "removed on the way.\n"
 	      "\n"
-	      "  --json      one JSON object\n"
+	      "  --json      one JSON object (a list without PID)\n"
 	      "  -h, --help  this help\n"
 	      "\n"
 	      "Exit status: 0; 1 if PID is not running on the tiered heap; 2 usage.\n",
@@ -55,6 +65,91 @@ static const char *slow_kind(uint32_t k)
 	return k == 1 ? "file" : k == 2 ? "node" : "none";
 }
 
+static int pid_gone(long pid)
+{
+	return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
+/* Map the counter file of pid: the mapping, or NULL with *why set
+ * ("absent", "gone": the process is gone and its file was removed,
+ * "mismatch": not a counter file of this process). */
+static struct th_stat *stat_map(long pid, const char **why)
+{
+	char path[128];
+	snprintf(path, sizeof path, TH_STAT_DIR "/" TH_STAT_PREFIX "%ld", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0) {
+		*why = "absent";
+		return NULL;
+	}
+	struct stat sb;
+	struct th_stat *st = MAP_FAILED;
+	if (fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size >= sizeof *st)
+		st = mmap(NULL, sizeof *st, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (pid_gone(pid)) {
+		/* The process is gone: whatever the file holds, it is stale. */
+		if (st != MAP_FAILED)
+			munmap(st, sizeof *st);
+		unlink(path);
+		*why = "gone";
+		return NULL;
+	}
+	if (st == MAP_FAILED || st->magic != TH_STAT_MAGIC || st->version != TH_STAT_VERSION ||
+	    st->pid != (int32_t)pid) {
+		if (st != MAP_FAILED)
+			munmap(st, sizeof *st);
+		*why = "mismatch";
+		return NULL;
+	}
+	return st;
+}
+
+/* Every process with a counter file, one line (or one JSON object) each;
+ * the files of processes that are gone are removed. */
+static int list_all(int json)
+{
+	DIR *d = opendir(TH_STAT_DIR);
+	if (!d) {
+		cli_err("tier stat: cannot list %s: %s", TH_STAT_DIR, strerror(errno));
+		return 1;
+	}
+	size_t plen = strlen(TH_STAT_PREFIX);
+	int n = 0;
+	if (json)
+		printf("[");
+	else
+		printf("%8s  %-10s  %12s  %12s  %12s\n", "pid", "policy", "budget kB", "DRAM kB", "slow kB");
+	for (struct dirent *e; (e = readdir(d));) {
+		if (strncmp(e->d_name, TH_STAT_PREFIX, plen))
+			continue;
+		char *end;
+		long pid = strtol(e->d_name + plen, &end, 10);
+		if (*end || pid <= 0 || pid > 0x7fffffff)
+			continue;
+		const char *why;
+		struct th_stat *st = stat_map(pid, &why);
+		if (!st)
+			continue;
+		unsigned long long dram = atomic_load_explicit(&st->dram_bytes, memory_order_relaxed),
+				   slow = atomic_load_explicit(&st->slow_bytes, memory_order_relaxed);
+		const char *pol = th_policy_name((enum th_policy)st->policy);
+		if (json)
+			printf("%s{\"pid\": %ld, \"policy\": \"%s\", \"dram_budget\": %llu, \"dram_bytes\": %llu, "
+			       "\"slow_bytes\": %llu}",
+			       n ? ", " : "", pid, pol, (unsigned long long)st->budget, dram, slow);
+		else
+			printf("%8ld  %-10s  %12llu  %12llu  %12llu\n", pid, pol,
+			       (unsigned long long)st->budget / 1024, dram / 1024, slow / 1024);
+		munmap(st, sizeof *st);
+		n++;
+	}
+	closedir(d);
+	if (json)
+		printf("]\n");
+	return 0;
+}
+
 int cmd_tier_stat(int argc, char **argv)
 {
 	static const struct option longopts[] = {
@@ -72,8 +167,10 @@ int cmd_tier_stat(int argc, char **argv)
 		default: return cli_bad_option("tier stat", c, argv, longopts);
 		}
 	}
+	if (optind == argc)
+		return list_all(json);
 	if (optind + 1 != argc) {
-		cli_err("tier stat: %s", optind >= argc ? "no PID given" : "too many arguments");
+		cli_err("tier stat: too many arguments");
 		cli_usage_hint("tier");
 		return CLI_EXIT_USAGE;
 	}
@@ -83,22 +180,18 @@ int cmd_tier_stat(int argc, char **argv)
 		cli_err("tier stat: '%s' is not a process id", argv[optind]);
 		return CLI_EXIT_USAGE;
 	}
-	char path[128];
-	snprintf(path, sizeof path, TH_STAT_DIR "/" TH_STAT_PREFIX "%ld", pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0) {
-		cli_err("tier stat: process %ld is not on the tiered heap (no %s)", pid, path);
-		return 1;
-	}
-	struct th_stat *st = mmap(NULL, sizeof *st, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (st == MAP_FAILED || st->magic != TH_STAT_MAGIC || st->version != TH_STAT_VERSION ||
-	    st->pid != (int32_t)pid || (kill((pid_t)pid, 0) != 0 && errno == ESRCH)) {
-		cli_err("tier stat: %s is stale or not a tiered-heap counter file (process %ld %s)",
-			path, pid,
-			kill((pid_t)pid, 0) != 0 && errno == ESRCH ? "is gone" : "does not match");
-		if (st != MAP_FAILED)
-			munmap(st, sizeof *st);
+	const char *why = NULL;
+	struct th_stat *st = stat_map(pid, &why);
+	if (!st) {
+		if (!strcmp(why, "absent"))
+			cli_err("tier stat: process %ld is not on the tiered heap (no %s/%s%ld)", pid, TH_STAT_DIR,
+				TH_STAT_PREFIX, pid);
+		else if (!strcmp(why, "gone"))
+			cli_err("tier stat: process %ld is gone (its stale %s/%s%ld was removed)", pid, TH_STAT_DIR,
+				TH_STAT_PREFIX, pid);
+		else
+			cli_err("tier stat: %s/%s%ld is not a tiered-heap counter file of process %ld", TH_STAT_DIR,
+				TH_STAT_PREFIX, pid, pid);
 		return 1;
 	}
 #define LD(x) ((unsigned long long)atomic_load_explicit(&st->x, memory_order_relaxed))

@@ -6,8 +6,8 @@
  *   add_range: (first time) slot := gen|active; one undo record (header +
  *              raw lines of old data); DRAIN -- the caller may modify the
  *              range only after this.
- *   commit:    flush the modified ranges; DRAIN; finish record and
- *              slot := gen+1; DRAIN (the commit point).
+ *   commit:    flush the modified ranges; DRAIN; slot := gen+1; DRAIN
+ *              (the commit point).
  *   abort:     old contents back, flushed; DRAIN; slot := gen+1; DRAIN.
  *
  * Every store to the region goes through r->ops (the simulator's hook).
@@ -16,6 +16,10 @@
 
 #include <errno.h>
 #include <string.h>
+
+/* Undo data after the header up to which a record is staged (16 lines):
+ * longer tails stream their whole lines from the heap directly. */
+#define PM_STAGE_TAIL (16u * PM_ENTRY)
 
 static uint8_t *slot_ptr(struct chell_region *r, uint32_t j)
 {
@@ -62,7 +66,11 @@ int chell_tx_begin(struct chell_region *r, unsigned journal, struct chell_tx **o
 
 static void tx_release(struct chell_tx *tx)
 {
-	atomic_store(&tx->in_use, 0);
+	/* A release store, not a locked exchange: everything this
+	 * transaction did is ordered before the next owner's CAS in begin,
+	 * and a full barrier here would wait for the store buffer once more
+	 * on every commit. */
+	atomic_store_explicit(&tx->in_use, 0, memory_order_release);
 }
 
 /* Remember [off, off+len) for commit's flush, merged with the previous
@@ -126,10 +134,23 @@ static int add_range(struct chell_tx *tx, uint64_t off, size_t len, int drain)
 	h.prev = tx->last;
 	memcpy(h.data, old, len < PM_INLINE ? len : PM_INLINE);
 	h.crc = pm_entry_crc(r->lay.uuid, tx->journal, tx->next, tx->gen, &h, len > PM_INLINE ? old + PM_INLINE : NULL);
-	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next), &h, sizeof(h));
-	if (len > PM_INLINE) /* the rest straight from the heap, no staging copy */
-		r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, tx->journal, tx->next + 1), old + PM_INLINE,
-				      len - PM_INLINE);
+	uint8_t *dst = entry_ptr(r, tx->journal, tx->next);
+	if (len > PM_INLINE && len - PM_INLINE <= PM_STAGE_TAIL) {
+		/* A short record goes out as whole lines from one staging
+		 * buffer (what pads the last line is never read): whole
+		 * aligned lines are streamed, cheaper to persist than stores
+		 * and flushes. */
+		_Alignas(64) uint8_t stage[PM_ENTRY + PM_STAGE_TAIL];
+		uint64_t lines = pm_rec_lines(len);
+		memcpy(stage, &h, sizeof(h));
+		memcpy(stage + PM_ENTRY, old + PM_INLINE, len - PM_INLINE);
+		memset(stage + PM_ENTRY + (len - PM_INLINE), 0, lines * PM_ENTRY - (len - PM_INLINE));
+		r->ops.memcpy_nodrain(r->ops.ctx, dst, stage, (1 + lines) * PM_ENTRY);
+	} else {
+		r->ops.memcpy_nodrain(r->ops.ctx, dst, &h, sizeof(h));
+		if (len > PM_INLINE) /* the rest straight from the heap, no staging copy */
+			r->ops.memcpy_nodrain(r->ops.ctx, dst + PM_ENTRY, old + PM_INLINE, len - PM_INLINE);
+	}
 	/* The undo image is durable before add_range returns (or before
 	 * chell_tx_fence does), hence before the caller's first store to the
 	 * range. */
@@ -197,7 +218,7 @@ int chell_tx_commit(struct chell_tx *tx)
 		tx_release(tx);
 		return 0;
 	}
-	/* 1. The new data must be durable before the finish record says the
+	/* 1. The new data must be durable before the slot reset says the
 	 *    undo image is no longer needed. */
 	uint8_t *heap = r->base + r->lay.heap_off;
 	if (!tx->ranges_overflow) {
@@ -210,22 +231,16 @@ int chell_tx_commit(struct chell_tx *tx)
 	}
 	r->ops.drain(r->ops.ctx);
 
-	/* 2. The finish record: once it is on media the transaction is
-	 *    committed and recovery leaves its ranges alone. */
-	struct pm_entry f;
-	memset(&f, 0, sizeof(f));
-	f.type = PM_E_FINISH;
-	f.off = tx->next;
-	f.prev = tx->last;
-	f.crc = pm_entry_crc(r->lay.uuid, j, tx->next, tx->gen, &f, NULL);
-	r->ops.memcpy_nodrain(r->ops.ctx, entry_ptr(r, j, tx->next), &f, sizeof(f));
-	/* 3. Reset the journal in the same epoch: the next generation makes
-	 *    every record stale. Either store alone on media means committed
-	 *    (the data already is durable): a finish record with an active
-	 *    slot makes recovery only reset, an inactive slot is not scanned.
-	 *    The drain is the commit point, and it leaves the slot on media
-	 *    equal to the one in memory, so the next transaction may overwrite
-	 *    these records without draining its slot first. */
+	/* 2. The commit point: the slot reset to the next generation, which
+	 *    makes every record of this journal stale, drained. No finish
+	 *    record is written: on media the reset alone already means
+	 *    committed (an inactive slot is not scanned), and without it
+	 *    recovery rolls back a transaction whose commit had not returned,
+	 *    which is allowed. A finish record cost a second line in this
+	 *    fence for nothing; recovery still honours one (images written
+	 *    before). The drain also leaves the slot on media equal to the
+	 *    one in memory, so the next transaction may overwrite these
+	 *    records without draining its slot first. */
 	slot_store(r, j, PM_SLOT(tx->gen + 1, 0));
 	r->ops.drain(r->ops.ctx);
 	tx_release(tx);

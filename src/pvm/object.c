@@ -105,10 +105,102 @@ static void unlock_all(struct pvm_app *a)
 	if (a->meta_held) {
 		/* The commit or abort is done: the tables are whole. */
 		uint64_t *seq = pvm_table_seq(p);
-		__atomic_store_n(seq, (*seq | 1) + 1, __ATOMIC_RELEASE);
+		a->seq_end = (*seq | 1) + 1;
+		__atomic_store_n(seq, a->seq_end, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(pvm_mutex(p, PVM_M_META));
 	}
 	a->meta_held = 0;
+}
+
+/* ------------------------------------------------------------ pointer cache */
+
+static uint32_t pc_home(uint64_t pg, uint32_t mask)
+{
+	return (uint32_t)((pg * 0x9e3779b97f4a7c15ull) >> 32) & mask;
+}
+
+/* The entry of first data page pg, or NULL. Called with txm held. */
+static struct pvm_pcache *pc_find(struct pvm_app *a, uint64_t pg)
+{
+	if (!a->pc_cap)
+		return NULL;
+	uint32_t mask = a->pc_cap - 1;
+	for (uint32_t i = pc_home(pg, mask);; i = (i + 1) & mask) {
+		if (a->pc[i].page1 == pg + 1)
+			return &a->pc[i];
+		if (!a->pc[i].page1)
+			return NULL;
+	}
+}
+
+/* The entry of page pg, added if missing (entries are never removed:
+ * an invalid one keeps its key with an odd seq). The map doubles at half
+ * load and starts over empty at PVM_PCACHE_MAX, so its memory is bounded
+ * (a handle that touched more objects than that finds some again through
+ * the table). NULL if memory is short. */
+static struct pvm_pcache *pc_put(struct pvm_app *a, uint64_t pg)
+{
+	struct pvm_pcache *e = pc_find(a, pg);
+	if (e)
+		return e;
+	if ((a->pc_n + 1) * 2 > a->pc_cap) {
+		uint32_t cap = a->pc_cap ? a->pc_cap * 2 : PVM_PCACHE_MIN;
+		int keep = cap <= PVM_PCACHE_MAX;
+		if (!keep)
+			cap = PVM_PCACHE_MIN;
+		struct pvm_pcache *n = calloc(cap, sizeof(*n));
+		if (!n)
+			return NULL;
+		for (uint32_t i = 0; keep && i < a->pc_cap; i++) {
+			if (!a->pc[i].page1)
+				continue;
+			uint32_t j = pc_home(a->pc[i].page1 - 1, cap - 1);
+			while (n[j].page1)
+				j = (j + 1) & (cap - 1);
+			n[j] = a->pc[i];
+		}
+		free(a->pc);
+		a->pc = n;
+		if (!keep)
+			a->pc_n = 0;
+		a->pc_cap = cap;
+	}
+	uint32_t mask = a->pc_cap - 1, i = pc_home(pg, mask);
+	while (a->pc[i].page1)
+		i = (i + 1) & mask;
+	a->pc_n++;
+	a->pc[i].page1 = pg + 1;
+	a->pc[i].seq = 1;
+	return &a->pc[i];
+}
+
+/* Remember object d (name hash h) as valid at table sequence seq (odd:
+ * created in the open transaction, valid once it commits). */
+static void pc_note(struct pvm_app *a, const struct pvm_odesc *d, uint64_t h, uint64_t seq)
+{
+	if (!d->cap)
+		return;
+	uint64_t pg = d->off / PVM_PAGE;
+	if ((seq & 1) && a->npend == sizeof(a->pend) / sizeof(a->pend[0]))
+		return; /* not remembered: found again when used */
+	struct pvm_pcache *e = pc_put(a, pg);
+	if (!e)
+		return;
+	*e = (struct pvm_pcache){pg + 1, seq, h, d->nh, d->off, d->size, d->flags, d->hist_n};
+	if (seq & 1)
+		a->pend[a->npend++] = pg;
+}
+
+/* At the end of the transaction: the objects it created are valid at the
+ * sequence its commit stored; after an abort they stay invalid (odd). */
+static void pc_settle(struct pvm_app *a, int committed)
+{
+	for (uint32_t i = 0; committed && i < a->npend; i++) {
+		struct pvm_pcache *e = pc_find(a, a->pend[i]);
+		if (e && (e->seq & 1))
+			e->seq = a->seq_end;
+	}
+	a->npend = 0;
 }
 
 static int tx_finish(struct pvm_app *a)
@@ -134,7 +226,10 @@ static int tx_finish(struct pvm_app *a)
 	}
 	if (a->err)
 		rc = a->err;
+	int had_meta = a->meta_held;
 	unlock_all(a);
+	if (a->npend)
+		pc_settle(a, !rc && had_meta);
 	a->nfrees = 0;
 	a->nfresh = 0;
 	a->ntouched = 0;
@@ -348,15 +443,20 @@ static void *log_used(struct pvm_app *a, uint32_t i, int drain)
 	return drain ? chell_ptx_add(&a->t, off, 8) : chell_ptx_log(&a->t, off, 8);
 }
 
-/* Zero slot i (its used word logged) for hash nh; written without undo
- * and flushed at the commit. NULL with the error in t.err. */
-static struct pvm_odesc *init_desc(struct pvm_app *a, uint32_t i, uint64_t nh)
+/* Zero slot i (its used word logged) for hash nh and a name of name_len
+ * bytes; written without undo and flushed at the commit: the fields and
+ * the name with its terminator only, nothing reads a descriptor past
+ * that (pvm_app_validate neither), so the lines after it need not be
+ * persisted (2 lines instead of 4 for names under 63 bytes). NULL with
+ * the error in t.err. */
+static struct pvm_odesc *init_desc(struct pvm_app *a, uint32_t i, uint64_t nh, size_t name_len)
 {
 	struct tab t = tab_of(a);
 	struct pvm_odesc *d = &t.d[i];
 	memset(d, 0, sizeof(*d));
 	d->nh = nh;
-	int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d), sizeof(*d));
+	int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d),
+			     offsetof(struct pvm_odesc, name) + name_len + 1);
 	if (rc) {
 		a->t.err = rc;
 		return NULL;
@@ -368,7 +468,7 @@ static struct pvm_odesc *init_desc(struct pvm_app *a, uint32_t i, uint64_t nh)
  * rollback makes the slot free again; what else it then holds is ignored,
  * as in every free slot); the rest is written without undo and flushed
  * at the commit. Returns the zeroed slot, NULL with the error in t.err. */
-static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh)
+static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh, size_t name_len)
 {
 	uint32_t i = free_slot(a, nh);
 	if (i == UINT32_MAX) {
@@ -377,7 +477,7 @@ static struct pvm_odesc *claim_desc(struct pvm_app *a, uint64_t nh)
 	}
 	if (!log_used(a, i, 1))
 		return NULL;
-	return init_desc(a, i, nh);
+	return init_desc(a, i, nh, name_len);
 }
 
 /* Slot holding hash nh, or UINT32_MAX. */
@@ -664,6 +764,7 @@ void pvm_app_close(struct pvm_app *a)
 	free(a->fresh);
 	free(a->touched);
 	free(a->iter_nh);
+	free(a->pc);
 	free(a);
 }
 
@@ -773,16 +874,21 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 	 * fences. Nothing is stored to them before it. */
 	struct pvm_aent *e = pvm_aent(a->p, a->idx);
 	int step_up = !rc && nh - h > e->max_step;
+	/* The new pages are filled first: they are free (no other
+	 * allocation runs while the metadata lock is held) and nothing
+	 * reaches them, so they need no ordering against the records, and
+	 * their first-touch misses then overlap the fence's wait. */
+	if (!rc && np) {
+		off = page * PVM_PAGE;
+		rc = fill_new(a, off, size, NULL, 0);
+	}
 	if (!rc && ((np && !chell_bm_log_run(&a->t, a->p->bm_off, (uint32_t)page, (uint32_t)np)) ||
 		    !log_used(a, slot, 0) || !chell_ptx_log(&a->t, heap_off(a, &e->objects), 8) ||
 		    (step_up && !chell_ptx_log(&a->t, heap_off(a, &e->max_step), 8)) || chell_ptx_fence(&a->t)))
 		rc = a->t.err;
-	if (!rc && np) {
+	if (!rc && np)
 		take_pages(a, page, np);
-		off = page * PVM_PAGE;
-		rc = fill_new(a, off, size, NULL, 0);
-	}
-	struct pvm_odesc *d = rc ? NULL : init_desc(a, slot, nh);
+	struct pvm_odesc *d = rc ? NULL : init_desc(a, slot, nh, len);
 	if (!rc && !d)
 		rc = a->t.err;
 	if (!rc) {
@@ -794,6 +900,7 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 		d->used = PVM_O_USED;
 		memcpy(d->name, name, len);
 		e->objects++;
+		pc_note(a, d, h, 1);
 		if (step_up)
 			e->max_step = nh - h;
 	}
@@ -808,7 +915,8 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
  * there; 1: the tables were changing (or this thread's transaction holds
  * the mutex): look up under the mutex instead. Everything read may be torn
  * until the sequence check, so it is bounds-checked, never trusted. */
-static int lookup_fast(struct pvm_app *a, const char *name, size_t len, uint64_t h, struct pvm_odesc *copy)
+static int lookup_fast_seq(struct pvm_app *a, const char *name, size_t len, uint64_t h, struct pvm_odesc *copy,
+			   uint64_t *seen)
 {
 	struct pvm_pool *p = a->p;
 	if (in_tx(a) && a->meta_held)
@@ -832,7 +940,13 @@ static int lookup_fast(struct pvm_app *a, const char *name, size_t len, uint64_t
 	__atomic_thread_fence(__ATOMIC_ACQUIRE);
 	if (__atomic_load_n(seq, __ATOMIC_RELAXED) != s1)
 		return 1;
+	*seen = s1;
 	return s == UINT32_MAX ? -ENOENT : 0;
+}
+static int lookup_fast(struct pvm_app *a, const char *name, size_t len, uint64_t h, struct pvm_odesc *copy)
+{
+	uint64_t seen;
+	return lookup_fast_seq(a, name, len, h, copy, &seen);
 }
 
 /* Look `name` up with the metadata lock taken for the lookup (*brief:
@@ -866,9 +980,18 @@ int pvm_open(struct pvm_app *a, const char *name, void **ptr, struct pvm_info *i
 	int rc = check_name(name, &len);
 	if (rc)
 		return rc;
-	rc = lookup_fast(a, name, len, pvm_name_hash(&a->guid, name, len), &c);
+	uint64_t h = pvm_name_hash(&a->guid, name, len), seen = 0;
+	rc = lookup_fast_seq(a, name, len, h, &c, &seen);
 	if (rc <= 0 && !(rc == 0 && (c.flags & PVM_F_PROTECTED))) { /* protected: mprotect under the lock */
 		if (rc == 0) {
+			/* For pvm_tx_add_ptr: by the transaction's thread, or
+			 * by another when no transaction holds txm. */
+			if (in_tx(a)) {
+				pc_note(a, &c, h, seen);
+			} else if (pthread_mutex_trylock(&a->txm) == 0) {
+				pc_note(a, &c, h, seen);
+				pthread_mutex_unlock(&a->txm);
+			}
 			fill_info(a, &c, info);
 			if (ptr)
 				*ptr = c.cap ? a->p->heap + c.off : NULL;
@@ -926,17 +1049,18 @@ static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint3
 	return 0;
 }
 
-int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
+/* pvm_tx_add of the object `name`; with at != UINT64_MAX the object's
+ * data must start at heap offset `at` (pvm_tx_add_ptr: -EINVAL if the
+ * pointer is no longer that object's). */
+static int tx_add_named(struct pvm_app *a, const char *name, uint64_t at, uint64_t off, uint64_t len)
 {
 	uint32_t s;
-	if (!a)
-		return -EINVAL;
-	if (!in_tx(a))
-		return -EINVAL;
 	struct pvm_odesc d;
 	int rc = tx_enter(a);
 	if (!rc)
 		rc = lock_object(a, name, 0, &s, &d);
+	if (!rc && at != UINT64_MAX && (!d.cap || d.off != at))
+		rc = -EINVAL;
 	if (!rc && (d.flags & PVM_F_PROTECTED))
 		rc = -EPERM;
 	if (!rc && (off > d.size || len > d.size - off))
@@ -950,6 +1074,101 @@ int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
 	}
 	if (!rc && len && !chell_ptx_add(&a->t, d.off + off, len))
 		rc = a->t.err;
+	return tx_leave(a, rc);
+}
+
+int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
+{
+	if (!a || !in_tx(a))
+		return -EINVAL;
+	return tx_add_named(a, name, UINT64_MAX, off, len);
+}
+
+/* The name of the object whose data starts at heap offset at, into name
+ * (PVM_NAME_MAX bytes): looked up under the metadata lock, by the ID the
+ * cache remembers (nh, if not 0) or else through the whole table. */
+static int name_at(struct pvm_app *a, uint64_t at, uint64_t nh, char *name)
+{
+	int brief;
+	int rc = meta_brief(a, &brief);
+	if (rc)
+		return rc;
+	struct tab t = tab_of(a);
+	rc = -EINVAL;
+	uint32_t s = nh ? find_nh(&t, nh) : UINT32_MAX;
+	if (s != UINT32_MAX && t.d[s].cap && t.d[s].off == at) {
+		rc = 0;
+	} else {
+		for (s = 0; s <= t.mask; s++)
+			if (t.d[s].used && t.d[s].cap && t.d[s].off == at) {
+				rc = 0;
+				break;
+			}
+	}
+	if (!rc) {
+		memcpy(name, t.d[s].name, t.d[s].name_len);
+		name[t.d[s].name_len] = '\0';
+	}
+	meta_unbrief(a, brief);
+	return rc;
+}
+
+/*
+ * pvm_tx_add by the data pointer, as libpmemobj's add_range by PMEMoid:
+ * no name to hash, and for an object this handle created or opened, no
+ * descriptor to read. The object's stripe (from the cached name hash) is
+ * taken first; then, if the table sequence still has the value the entry
+ * was seen at, no metadata transaction ran since in any process, so the
+ * object still has the cached offset, size, flags and history, and
+ * holding its stripe, nobody else can change them until this transaction
+ * ends. Otherwise (or with history, which needs the metadata lock) the
+ * object is found again under the lock and the call is pvm_tx_add's.
+ */
+int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t len)
+{
+	if (!a || !in_tx(a) || !ptr)
+		return -EINVAL;
+	struct pvm_pool *p = a->p;
+	uint64_t at = (uint64_t)((const uint8_t *)ptr - p->heap);
+	if ((const uint8_t *)ptr < p->heap || at >= p->heap_size || at % PVM_PAGE)
+		return -EINVAL;
+	int rc = tx_enter(a);
+	if (rc)
+		return tx_leave(a, rc);
+	struct pvm_pcache *e = pc_find(a, at / PVM_PAGE);
+	uint64_t nh = 0;
+	if (e) {
+		nh = e->nh;
+		rc = stripe_hold(a, e->h);
+		if (!rc && !e->hist_n && !(in_tx(a) && a->meta_held) &&
+		    __atomic_load_n(pvm_table_seq(p), __ATOMIC_ACQUIRE) == e->seq) {
+			if (e->flags & PVM_F_PROTECTED)
+				rc = -EPERM;
+			else if (off > e->size || len > e->size - off)
+				rc = -EINVAL;
+			else {
+				pvm_prot_sync(p);
+				if (len && !chell_ptx_add(&a->t, e->off + off, len))
+					rc = a->t.err;
+			}
+			return tx_leave(a, rc);
+		}
+		if (rc)
+			return tx_leave(a, rc);
+	}
+	char name[PVM_NAME_MAX];
+	rc = name_at(a, at, nh, name);
+	if (!rc)
+		rc = tx_add_named(a, name, at, off, len);
+	if (!rc && !(in_tx(a) && a->meta_held)) {
+		/* Remember it for the next time (as pvm_open would). */
+		struct pvm_odesc c;
+		uint64_t seen;
+		size_t nl = strlen(name);
+		uint64_t h = pvm_name_hash(&a->guid, name, nl);
+		if (lookup_fast_seq(a, name, nl, h, &c, &seen) == 0 && c.cap && c.off == at)
+			pc_note(a, &c, h, seen);
+	}
 	return tx_leave(a, rc);
 }
 
@@ -1099,7 +1318,7 @@ int pvm_rename(struct pvm_app *a, const char *from, const char *to)
 		rc = stripe_hold(a, pvm_name_hash(&a->guid, to, len));
 	}
 	if (!rc) {
-		d = claim_desc(a, nh);
+		d = claim_desc(a, nh, len);
 		if (!d) {
 			rc = a->t.err;
 		} else {

@@ -319,7 +319,12 @@ static int check_root(struct pvm_pool *p, char *err, size_t errlen)
 		return -EINVAL;
 	}
 	if (r.version != PVM_VERSION) {
-		pvm_err(err, errlen, "pool root: field version %u, this build knows %u", r.version, PVM_VERSION);
+		pvm_err(err, errlen,
+			"pool root: field version is %u, this build reads pool format version %u only%s", r.version,
+			PVM_VERSION,
+			r.version < PVM_VERSION ? " (an older format: export its objects with the build that wrote it "
+						  "and import them into a new pool)"
+						: " (written by a newer build)");
 		return -ENOTSUP;
 	}
 	uint32_t c = root_crc(&r);

@@ -33,7 +33,12 @@
 #include <string.h>
 
 #define PVM_MAGIC "CHELLPV1"
-#define PVM_VERSION 1u
+/* On-media format version. 1: 64-bit object IDs, no max_step (the
+ * application entry's bytes 112..119 were reserved, zero); 2: 63-bit IDs
+ * and max_step, with lookups probing up to it. A version-1 pool read as
+ * version 2 would look up with max_step 0 and IDs past 2^63, so other
+ * versions are refused, naming the version. */
+#define PVM_VERSION 2u
 #define PVM_NLOCKS 1024u          /* object lock stripes */
 #define PVM_MUTEX_STRIDE 64u
 #define PVM_DEF_SLOTS 64u         /* initial object table slots (doubles) */
@@ -145,7 +150,29 @@ struct pvm_app {
 	 * starts; read and replaced under the metadata lock. */
 	uint64_t *iter_nh;
 	size_t iter_n;
+	/* pvm_tx_add_ptr: what this handle last saw of the objects it
+	 * created or opened, by first data page (direct-mapped), each valid
+	 * while the table sequence still has the value it was seen at (no
+	 * metadata transaction since, in any process). Read and written
+	 * only with txm held: by the transaction's thread, or by pvm_open
+	 * when it gets txm at once (else it does not fill it). */
+	struct pvm_pcache *pc;     /* open addressing by first page, linear probing */
+	uint32_t pc_cap, pc_n;     /* slots (a power of two, 0: none yet), used */
+	uint32_t npend;            /* objects created in the open transaction */
+	uint64_t pend[16];         /* their first pages */
+	uint64_t seq_end;          /* the table sequence the last commit or abort stored */
 };
+
+/* One object as pvm_tx_add_ptr needs it (a copy of its descriptor's). */
+struct pvm_pcache {
+	uint64_t page1;           /* first data page + 1; 0: empty */
+	uint64_t seq;             /* table sequence it is valid at (even); odd: not yet */
+	uint64_t h;               /* name hash: its stripe */
+	uint64_t nh, off, size;
+	uint32_t flags, hist_n;
+};
+#define PVM_PCACHE_MIN 1024u
+#define PVM_PCACHE_MAX (1u << 20) /* at half of it (56 MiB) it starts over */
 
 static inline pthread_mutex_t *pvm_mutex(struct pvm_pool *p, uint32_t i)
 {

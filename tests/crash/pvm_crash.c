@@ -201,10 +201,17 @@ static int one_op(struct model *m, struct pvm_app *a, uint64_t *rs)
 		void *ptr;
 		uint64_t seed = rng(rs);
 		rc = LIB(pvm_tx_begin(a));
-		if (!rc)
-			rc = LIB(pvm_tx_add(a, n, off, len));
-		if (!rc)
-			rc = LIB(pvm_open(a, n, &ptr, NULL));
+		if (kind == 2) { /* by the data pointer (pvm_tx_add_ptr) */
+			if (!rc)
+				rc = LIB(pvm_open(a, n, &ptr, NULL));
+			if (!rc)
+				rc = LIB(pvm_tx_add_ptr(a, ptr, off, len));
+		} else {
+			if (!rc)
+				rc = LIB(pvm_tx_add(a, n, off, len));
+			if (!rc)
+				rc = LIB(pvm_open(a, n, &ptr, NULL));
+		}
 		if (!rc)
 			if (a)
 				fill((uint8_t *)ptr + off, len, seed);

@@ -98,6 +98,17 @@ int main(int argc, char **argv)
 	damaged(img, "bad-obj-nh", "beta", 5, -64);
 	damaged(img, "bad-obj-hist", "alpha", 6, -24);
 	damaged(img, "bad-region-super", "CHELLPM1", 8, 16);
+	{ /* a pool of the previous format version (refused by its number) */
+		uint8_t *c = malloc(len);
+		memcpy(c, img, len);
+		uint8_t *root = memmem(c, len, "CHELLPV1", 8);
+		if (root) {
+			uint32_t v = 1;
+			memcpy(root + 8, &v, 4);
+			save("old-version", c);
+		}
+		free(c);
+	}
 	/* An unfinished transaction: the image as a crash would leave it. */
 	pvm_tx_begin(a);
 	pvm_tx_add(a, "beta", 0, 64);

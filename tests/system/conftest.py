@@ -155,5 +155,24 @@ def _require_build():
         pytest.exit(f"chell is not built in {BUILD}; run scripts/test.sh", returncode=2)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _tier_state():
+    """The tier model keeps a per-boot DRAM calibration and bandwidth budget
+    (chell-tier-dram.BOOT, chell-tier-budget.MODEL.BOOT) in tier.state,
+    /dev/shm by default, where they outlive the run. Every test's programs
+    inherit CHELL_TIER_STATE pointing at a directory of the session's own,
+    removed at its end (a test that sets tier.state itself still wins)."""
+    if "CHELL_TIER_STATE" in os.environ:
+        yield
+        return
+    base = "/dev/shm" if os.path.isdir("/dev/shm") else None
+    with tempfile.TemporaryDirectory(prefix="chell-test-tier-state-", dir=base) as d:
+        os.environ["CHELL_TIER_STATE"] = d
+        try:
+            yield
+        finally:
+            del os.environ["CHELL_TIER_STATE"]
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long differential runs (scaled by env)")

@@ -234,9 +234,10 @@ def test_sigkill_of_writers_sharing_a_pool(pool):
     assert r.returncode == 0, out + r.stderr.decode()
     m = re.search(r"(\d+) kills, 3 writers, (\d+) checks, (\d+) committed transactions, no violation", out)
     assert m and int(m.group(1)) == KILLS and int(m.group(3)) > KILLS, out
+    # The killer removes its pool and acknowledgement files itself.
+    assert not os.path.exists(pool)
     for w in range(3):
-        if os.path.exists(f"{pool}.ack{w}"):
-            os.unlink(f"{pool}.ack{w}")
+        assert not os.path.exists(f"{pool}.ack{w}"), w
 
 
 def test_shared_library_exports_the_header_calls_only():

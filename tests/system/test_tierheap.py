@@ -225,7 +225,7 @@ def test_interleave_follows_the_weights():
 def test_stat_refuses_a_process_not_on_the_tiered_heap():
     r = run([CHELL, "tier", "stat", os.getpid()])
     assert r.returncode == 1 and b"not on the tiered heap" in r.stderr
-    r = run([CHELL, "tier", "stat"])
+    r = run([CHELL, "tier", "stat", "1", "2"])
     assert r.returncode == 2
     r = run([CHELL, "tier", "run", "--policy", "nvmrevert", "--", "true"])
     assert r.returncode == 2 and b"tierheap.policy" in r.stderr
@@ -233,6 +233,58 @@ def test_stat_refuses_a_process_not_on_the_tiered_heap():
     assert r.returncode == 2 and b"tierheap.dram" in r.stderr
     r = run([CHELL, "tier", "run", "--", "/nonexistent/prog"])
     assert r.returncode == 127
+
+
+STAT_DIR = Path("/dev/shm")
+
+EXIT_PROG = r"""
+import os, sys
+kids = []
+for how in ("_exit", "exit"):
+    pid = os.fork()
+    if pid == 0:
+        if how == "_exit":
+            os._exit(0)
+        sys.exit(0)
+    os.waitpid(pid, 0)
+    kids.append(pid)
+print(os.getpid(), *kids)
+"""
+
+
+def test_exiting_processes_remove_their_counter_file():
+    """A process on the tiered heap removes /dev/shm/chell-tierheap.<pid> when
+    it ends by exit or by _exit (forked children mostly end by _exit)."""
+    r = run(tier("revert", ["python3", "-c", EXIT_PROG]), env=clean_env())
+    assert r.returncode == 0, r.stderr
+    pids = r.stdout.split()
+    assert len(pids) == 3
+    for pid in pids:
+        assert not (STAT_DIR / f"chell-tierheap.{pid.decode()}").exists(), pid
+
+
+def test_stat_lists_processes_and_reaps_the_files_of_killed_ones():
+    """A killed process cannot remove its counter file: `chell tier stat`
+    removes the files of processes that are gone, for the PID it is asked
+    about and when it lists every process."""
+    killed = []
+    for _ in range(2):
+        p, stat, _, _ = start_paused(tier("revert", [PROGS / "tierheap_ws", 4, 1, 1], dram="64M"))
+        assert stat["pid"] == p.pid
+        killed.append(p)
+    listed = run([CHELL, "tier", "stat", "--json"])
+    assert listed.returncode == 0, listed.stderr
+    assert {p.pid for p in killed} <= {e["pid"] for e in json.loads(listed.stdout)}
+    for p in killed:
+        p.kill()
+        p.wait()
+        assert (STAT_DIR / f"chell-tierheap.{p.pid}").exists()
+    r = run([CHELL, "tier", "stat", killed[0].pid])
+    assert r.returncode == 1 and b"is gone" in r.stderr, r.stderr
+    assert not (STAT_DIR / f"chell-tierheap.{killed[0].pid}").exists()
+    listed = run([CHELL, "tier", "stat"])
+    assert listed.returncode == 0, listed.stderr
+    assert not (STAT_DIR / f"chell-tierheap.{killed[1].pid}").exists()
 
 
 # ---------------------------------------------------------------- memory cgroup

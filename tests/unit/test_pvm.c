@@ -160,6 +160,86 @@ static void test_tx(void **st)
 	pvm_pool_close(p);
 }
 
+/* pvm_tx_add_ptr logs like pvm_tx_add, whether the handle remembers the
+ * object (created or opened here, nothing changed since) or finds it
+ * again (tables changed, another handle, history); a pointer that is no
+ * longer an object's data is refused. */
+static void test_tx_add_ptr(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "ptr"), *b = app(p, "ptr");
+	char *x, *y;
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_create(a, "x", 100, (void **)&x), 0);
+	memcpy(x, "old", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	/* Remembered since the create: logged, the abort puts it back. */
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	memcpy(x, "new", 4);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 96, 5), -EINVAL); /* past its size */
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_string_equal(x, "old");
+	/* The tables changed (another object created): found again. */
+	assert_int_equal(pvm_create(a, "y", 10, (void **)&y), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	memcpy(x, "two", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	/* Another handle that never saw it: found through the table. */
+	assert_int_equal(pvm_tx_begin(b), 0);
+	assert_int_equal(pvm_tx_add_ptr(b, x, 0, 4), 0);
+	memcpy(x, "bbb", 4);
+	assert_int_equal(pvm_tx_abort(b), 0);
+	assert_string_equal(x, "two");
+	/* Not an object's data pointer. */
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x + 8, 0, 4), -EINVAL);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	char local[8];
+	assert_int_equal(pvm_tx_add_ptr(a, local, 0, 4), -EINVAL);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), -EINVAL); /* outside a transaction */
+	/* History: the first change keeps a version, as by name. */
+	assert_int_equal(pvm_set_history(a, "x", 2), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	memcpy(x, "thr", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	struct pvm_version v[4];
+	assert_int_equal(pvm_history(a, "x", v, 4), 1);
+	/* Write-protected: refused. */
+	assert_int_equal(pvm_protect(a, "x", 1), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), -EPERM);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_protect(a, "x", 0), 0);
+	/* Deleted (and its page reused by another object): the old pointer
+	 * is no longer "x"'s; the new object's own pointer works. */
+	assert_int_equal(pvm_delete(a, "x"), 0);
+	char *z;
+	assert_int_equal(pvm_create(a, "z", 100, (void **)&z), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	int rc = pvm_tx_add_ptr(a, z, 0, 4);
+	assert_int_equal(rc, 0);
+	memcpy(z, "zzz", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	assert_int_equal(pvm_open(a, "z", (void **)&y, NULL), 0);
+	assert_string_equal(y, "zzz");
+	if (z != x) {
+		assert_int_equal(pvm_tx_begin(a), 0);
+		assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), -EINVAL);
+		assert_int_equal(pvm_tx_abort(a), 0);
+	}
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(b);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 static void test_history_iter(void **st)
 {
 	(void)st;
@@ -474,6 +554,29 @@ static void test_dead_holder(void **st)
 
 /* A damaged application is refused with the structure and field named;
  * the others stay usable. */
+/* Patch the closed pool file: write n bytes of `bytes` at `delta` from the
+ * first occurrence of `needle` (the caller's anchor); returns what the
+ * bytes there were (up to 8) for checks. */
+static uint64_t patch_pool(const char *needle, size_t nlen, long delta, const void *bytes, size_t n)
+{
+	FILE *f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	long len = ftell(f);
+	char *buf = malloc((size_t)len);
+	fseek(f, 0, SEEK_SET);
+	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
+	char *hit = memmem(buf, (size_t)len, needle, nlen);
+	assert_non_null(hit);
+	uint64_t was = 0;
+	memcpy(&was, hit + delta, n < 8 ? n : 8);
+	fseek(f, (long)(hit - buf) + delta, SEEK_SET);
+	assert_int_equal(fwrite(bytes, 1, n, f), n);
+	fclose(f);
+	free(buf);
+	return was;
+}
+
 static void test_damaged_app(void **st)
 {
 	(void)st;
@@ -491,20 +594,8 @@ static void test_damaged_app(void **st)
 	assert_int_equal(pvm_open(b, "victim", NULL, &info), 0);
 	pvm_app_close(b);
 	pvm_pool_close(p);
-	FILE *f = fopen(path, "r+b");
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	long len = ftell(f);
-	char *buf = malloc((size_t)len);
-	fseek(f, 0, SEEK_SET);
-	assert_int_equal(fread(buf, 1, (size_t)len, f), (size_t)len);
-	char *hit = memmem(buf, (size_t)len, "victim", 7);
-	assert_non_null(hit);
 	uint64_t bogus = 1ull << 40; /* size: 16 bytes into the descriptor, name at 64 */
-	fseek(f, (long)(hit - buf) - 64 + 16, SEEK_SET);
-	fwrite(&bogus, 8, 1, f);
-	fclose(f);
-	free(buf);
+	patch_pool("victim", 7, -64 + 16, &bogus, 8);
 	char err[512];
 	assert_int_equal(pvm_pool_open(path, &p, err, sizeof(err)), 0);
 	struct pvm_app *x = NULL;
@@ -517,6 +608,27 @@ static void test_damaged_app(void **st)
 	assert_true(pvm_pool_check(p, 0, err, sizeof(err)) > 0);
 	pvm_app_close(a);
 	pvm_pool_close(p);
+}
+
+/* A pool of another format version (1: before 63-bit IDs and max_step)
+ * is refused with -ENOTSUP and a message naming both versions; the pool
+ * is left as it was. */
+static void test_old_version(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(8 << 20, 0);
+	struct pvm_app *a = app(p, "v");
+	assert_int_equal(pvm_create(a, "x", 10, NULL), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+	uint32_t v = 1;
+	/* the version field, after the magic; it held the current format */
+	assert_int_equal(patch_pool("CHELLPV1", 8, 8, &v, 4), 2);
+	char err[512];
+	assert_int_equal(pvm_pool_open(path, &p, err, sizeof(err)), -ENOTSUP);
+	assert_non_null(strstr(err, "field version is 1"));
+	assert_non_null(strstr(err, "format version 2"));
+	assert_non_null(strstr(err, "older format"));
 }
 
 /* Object IDs are the name's hash plus a collision step. Built as
@@ -721,6 +833,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_two_processes, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_dead_holder, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_old_version, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tx_add_ptr, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_protect_other_process, setup, teardown),
