@@ -466,3 +466,31 @@ def test_stat_counts_nodes_of_every_file_and_accuracy(workdir, tmp_path):
     assert t["accuracy_pct"] == round(100.0 * t["accurate"] / t["accesses"], 1), t
     text = run([CHELL, "stat", *sorted(str(p) for p in st.glob("stats.*.json"))], timeout=60).stdout.decode()
     assert "accuracy_pct" in text
+
+
+# ---------------------------------------------------------------------------
+# Chell's own files under a routed path
+# ---------------------------------------------------------------------------
+
+def test_patterns_file_inside_the_routed_path(workdir):
+    """warp.patterns lies inside the --path warp serves: the persistence
+    core opens it by its libc names, and the Nib must route none of Chell's
+    own files (chell_internal_files_enter) - before, the store at the last
+    close opened the patterns file through warp itself, which stored
+    patterns at its close ... and hung on its own lock. Two runs: the second
+    loads what the first stored (and stores again); the file is Chell's,
+    not one warp keeps patterns of."""
+    data = workdir / "a"
+    data.write_bytes(os.urandom(3 * 65536))
+    pat = workdir / "warp.patterns"
+    settings = ["--set", "warp.node_size=64K", "--set", f"warp.patterns={pat}"]
+    for _ in range(2):
+        res = run(chell_cmd("warp", [workdir], ["cat", data], settings), env=dict(BASE_ENV), timeout=60)
+        assert res.returncode == 0, describe(res)
+        assert res.stdout == data.read_bytes()
+    show = run([CHELL, "warp", "show", "--json", "--patterns", pat, data], timeout=60)
+    assert show.returncode == 0, show.stderr.decode()
+    j = json.loads(show.stdout)
+    assert j["stored"] and len(j["nodes"]) == 3, j
+    own = run([CHELL, "warp", "show", "--json", "--patterns", pat, pat], timeout=60)
+    assert own.returncode == 0 and not json.loads(own.stdout)["stored"], own.stdout.decode()

@@ -478,11 +478,15 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, off_t off,
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&w->hdr->lock);
 	settle_eof(c, w);
+	/* at the description's offset (off -1), the kernel moves it and ours
+	 * follows, read back before any hole probe can move it (koff_lock) */
+	chell_lock_acquire(&w->hdr->koff_lock);
 	ssize_t r = chell_down_write(c, iov, cnt, off, flags);
+	if (r > 0 && off == -1)
+		chell_offset_from_kernel(c->f->ofd, c->fd);
+	chell_lock_release(&w->hdr->koff_lock);
 	chell_lock_release(&w->hdr->lock);
 	if (r > 0) {
-		if (off == -1) /* the kernel moved its offset, ours follows */
-			chell_offset_from_kernel(c->f->ofd, c->fd);
 		uint64_t end = mapped_inode_refresh(in, c->fd);
 		access_node(c, w, node_of(w, end ? end - 1 : 0), (size_t)r, true);
 		chell_tier_write((size_t)r);

@@ -38,7 +38,7 @@
 #define WARP_MAX_NODES 32768u      /* nodes with a shared record; later ones stay normal */
 #define WARP_MAX_BLOCKS (1u << 24) /* 64 GiB of a file can be buffered */
 #define WARP_MAGIC 0x5057415250425546ull /* "FUBPRAWP" */
-#define WARP_VERSION 1
+#define WARP_VERSION 2
 
 /* One node's shared record. `state` is read without the lock on the data
  * path; it changes only under the header's lock (warp_set_state). The
@@ -79,6 +79,14 @@ struct warp_hdr {
 	 * for good): no node becomes buffered before this coarse ns */
 	_Atomic uint64_t refuse_until;
 	struct warp_xfile xf[WARP_XFILE_SLOTS];
+	/* The kernel's offset of the file's descriptions: a SEEK_HOLE probe
+	 * (tiermap.c) moves the offset of the description it goes through
+	 * (the application's, or a duplicate of it under a lease), and an
+	 * append (warp.c) is the kernel's write at the description's offset
+	 * followed by reading that offset back. Held around both, so no probe
+	 * in any process lands between an append and its read-back. A leaf:
+	 * nothing else is taken under it. */
+	struct chell_lock koff_lock;
 };
 
 #define WARP_HDR_BYTES 4096ull
