@@ -323,15 +323,32 @@ void warp_file_put(struct warp_file *w)
 	file_free(w);
 }
 
+/* fn on every file, each held by a reference meanwhile. The application
+ * may close its last descriptor of w while fn runs: the reference the walk
+ * puts back is then the last one, and warp_file_put does what that close
+ * would have done (before, the count just went to 0 and the file stayed
+ * listed, its buffer file, lease duplicate and descriptors never released). */
 void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg)
 {
 	pthread_mutex_lock(&files_lock);
-	for (struct warp_file *w = files; w; w = w->next) {
+	struct warp_file *w = files;
+	if (w)
 		w->refs++;
+	while (w) {
 		pthread_mutex_unlock(&files_lock);
 		fn(w, arg);
 		pthread_mutex_lock(&files_lock);
-		w->refs--; /* never the last: a descriptor holds one */
+		struct warp_file *next = w->next; /* w is still listed: we hold it */
+		if (next)
+			next->refs++;
+		if (w->refs > 1) {
+			w->refs--;
+		} else {
+			pthread_mutex_unlock(&files_lock);
+			warp_file_put(w);
+			pthread_mutex_lock(&files_lock);
+		}
+		w = next;
 	}
 	pthread_mutex_unlock(&files_lock);
 }
