@@ -494,3 +494,22 @@ def test_patterns_file_inside_the_routed_path(workdir):
     assert j["stored"] and len(j["nodes"]) == 3, j
     own = run([CHELL, "warp", "show", "--json", "--patterns", pat, pat], timeout=60)
     assert own.returncode == 0 and not json.loads(own.stdout)["stored"], own.stdout.decode()
+
+
+
+def warp_buffers():
+    return {p.name for p in Path("/dev/shm").glob("chell-warp.*")}
+
+
+def test_no_buffer_file_left_when_it_cannot_be_set_up(workdir):
+    """sem_limits opens files under a small RLIMIT_FSIZE, where a new buffer
+    file cannot be sized (the file is then served without a buffer): the
+    buffer file warp created for it must not stay in /dev/shm (before: one
+    was left per such open). Buffers are named by the tier file's identity,
+    so a name that appears during the run and stays is this run's."""
+    before = warp_buffers()
+    res = run(chell_cmd("warp", [workdir], [prog("sem_limits"), workdir]), env=dict(BASE_ENV),
+              timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    left = warp_buffers() - before
+    assert not left, f"buffer files left behind: {sorted(left)}"

@@ -217,6 +217,7 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	}
 	char name[96];
 	buf_name(name, sizeof(name), dev, ino);
+	bool mine = false; /* we hold LOCK_EX on the buffer file that has the name */
 	for (int attempt = 0; attempt < 8; attempt++) {
 		int b = chell_internal_openat(AT_FDCWD, name, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
 		if (b < 0)
@@ -232,6 +233,10 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 		struct stat a, n;
 		if (sys_fstat(w->bfd, &a) == 0 && sys_fstatat(AT_FDCWD, name, &n, 0) == 0 &&
 		    a.st_ino == n.st_ino && a.st_dev == n.st_dev) {
+			/* from here a failure leaves the name to no one if we are
+			 * alone on it (a small RLIMIT_FSIZE refuses the sizing, a
+			 * mapping fails): the last user removes it, which is us */
+			mine = alone;
 			if ((uint64_t)a.st_size < WARP_MAP_BYTES && size_buffer(w->bfd) < 0)
 				break;
 			void *m = REAL(mmap64)(NULL, WARP_MAP_BYTES, PROT_READ | PROT_WRITE,
@@ -265,6 +270,17 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 		}
 		chell_internal_close(w->bfd);
 		w->bfd = -1;
+	}
+	if (mine) {
+		/* a path call's stale name, or a buffer we could not set up: it
+		 * goes with its last user, us - unless it may hold what a killed
+		 * user left (sized, with dirty blocks), for the next opener */
+		struct stat a, n;
+		bool empty = w->hdr ? w->hdr->magic != WARP_MAGIC || !atomic_load(&w->hdr->dirty_blocks)
+				    : sys_fstat(w->bfd, &a) == 0 && (uint64_t)a.st_size < WARP_MAP_BYTES;
+		if (empty && sys_fstat(w->bfd, &a) == 0 && sys_fstatat(AT_FDCWD, name, &n, 0) == 0 &&
+		    a.st_ino == n.st_ino && a.st_dev == n.st_dev)
+			sys_unlink(name);
 	}
 	file_free(w);
 	return NULL;
