@@ -374,6 +374,11 @@ void chell_internal_close(int fd);
  * never recurses into itself (or waits on its own locks). Nests. */
 void chell_internal_files_enter(void);
 void chell_internal_files_leave(void);
+/* The calling thread has a descriptor table of its own (it unshared it:
+ * unshare(CLONE_FILES), close_range(CLOSE_RANGE_UNSHARE)). Descriptors a
+ * handler keeps for the whole process were opened in the process's table:
+ * in this one their numbers are closed, stale copies, or other files. */
+bool chell_fdt_private(void);
 
 /*
  * Background threads. chell_thread_start runs fn(t, arg) on a thread of

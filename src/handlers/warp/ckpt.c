@@ -184,6 +184,7 @@ static void loop(struct chell_thread *t, void *arg)
 	bool leases = false;
 	while (!chell_thread_wait(t, leases && period > LEASE_POLL_NS ? LEASE_POLL_NS : period)) {
 		leases = false;
+		warp_files_reap();
 		if (warp_lease_mode)
 			warp_files_each(poll_one, &leases);
 		uint64_t now = mapped_tick();
@@ -253,6 +254,11 @@ void warp_patterns_keep(struct warp_file *w)
 	}
 	free(states);
 	free(succ);
+}
+
+bool warp_ckpt_running(void)
+{
+	return thread != NULL;
 }
 
 int warp_ckpt_start(void)

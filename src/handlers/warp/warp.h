@@ -101,6 +101,7 @@ struct warp_file {
 	uint64_t dev, ino;
 	int refs;                  /* chell_files of this process on it (warp_files_lock) */
 	int bfd;                   /* the buffer file (internal descriptor) */
+	uint64_t bdev, bino;       /* ... its identity (a forked child checks bfd is still it) */
 	unsigned char *map;        /* the buffer file, WARP_MAP_BYTES */
 	struct warp_hdr *hdr;
 	struct warp_node *nodes;
@@ -114,6 +115,9 @@ struct warp_file {
 	 * closing any descriptor of a file drops the process's POSIX locks. */
 	int lfd;
 	struct chell_ofd *lfd_ofd;
+	/* lfd_ofd left the process on a thread with a table of its own, where
+	 * lfd cannot be closed: the checkpoint thread detaches it */
+	struct chell_ofd *_Atomic detach_ofd;
 	int lease_mine;            /* this process took the lease (releases it at exit and exec) */
 	int fill_ok;               /* rfd reads without touching atime (O_NOATIME): fills allowed */
 	int retired;               /* no mapping any more (a lease, an escape) */
@@ -143,6 +147,10 @@ void warp_file_put(struct warp_file *w);
  * process that has the file open nowhere (truncate, O_TRUNC). */
 struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino);
 void warp_files_after_fork(void);
+/* Release the files put last on threads with a table of their own (the
+ * checkpoint thread, in the process's table). */
+void warp_files_reap(void);
+bool warp_ckpt_running(void);
 /* Call fn on every file of this process (the checkpoint thread). */
 void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg);
 
@@ -175,13 +183,30 @@ static inline bool warp_blk_dirty(struct warp_file *w, uint64_t b)
  * descriptor of its own (a child forked before the lease was taken shares
  * the leased description without a duplicate of it). */
 extern __thread int warp_call_fd;
+/* A descriptor of warp's own (rfd, wfd, lfd, bfd), or -1 on a thread with
+ * a descriptor table of its own (chell_fdt_private): they were opened in
+ * the process's table, and in a private one the same numbers are closed,
+ * stale copies or other files (a write-back through one would write
+ * another file). Such a thread uses the application's descriptor. */
+static inline int warp_own(int fd)
+{
+	return fd >= 0 && !chell_fdt_private() ? fd : -1;
+}
 static inline int warp_rfd(struct warp_file *w)
 {
-	return w->rfd >= 0 ? w->rfd : warp_call_fd;
+	int fd = warp_own(w->rfd);
+	return fd >= 0 ? fd : warp_call_fd;
 }
 static inline int warp_wfd(struct warp_file *w)
 {
-	return w->wfd >= 0 ? w->wfd : warp_call_fd;
+	int fd = warp_own(w->wfd);
+	return fd >= 0 ? fd : warp_call_fd;
+}
+/* Where the call on c's descriptor `fd` writes back: ours, else its own. */
+static inline int warp_wfd_or(struct warp_file *w, int fd)
+{
+	int o = warp_own(w->wfd);
+	return o >= 0 ? o : fd;
 }
 
 /* Under hdr->lock. */
