@@ -71,27 +71,19 @@ static int sys_flock(int fd, int op)
 	return r;
 }
 
-/* In a forked child: the buffer files' descriptors are the parent's open
- * file descriptions, and flock locks belong to those, so the child would
- * count as the parent (and could think itself the last user while the
- * parent still works on the buffer). Each gets a description of its own,
- * with its own LOCK_SH, at the same number. */
 static bool is_file(int fd, uint64_t dev, uint64_t ino)
 {
 	struct stat st;
 	return fd >= 0 && sys_fstat(fd, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
 }
 
-void warp_files_after_fork(void)
+/* In a forked child, files the parent lets go of (put last on a private
+ * table, or lingering): the child closes its copies of their descriptors,
+ * those that are still warp's in its table, and frees them. */
+static void forget_copies(struct warp_file *w)
 {
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-	files_lock = fresh;
-	/* The child's table is the forking thread's: the process's, or one
-	 * that thread unshared, where warp's numbers may be closed or other
-	 * files. Each is checked; one that is not warp's is forgotten (never
-	 * closed: the number is someone else's). */
-	for (struct warp_file *w = reaped, *next; w; w = next) {
-		next = w->next; /* the parent releases these; the child lets go of its copies */
+	for (struct warp_file *next; w; w = next) {
+		next = w->next;
 		if (is_file(w->bfd, w->bdev, w->bino))
 			chell_internal_close(w->bfd);
 		w->bfd = -1;
@@ -103,24 +95,25 @@ void warp_files_after_fork(void)
 			w->lfd = -1;
 		file_free(w);
 	}
+}
+
+/* In a forked child: the buffer files' descriptors are the parent's open
+ * file descriptions, and flock locks belong to those, so the child would
+ * count as the parent (and could think itself the last user while the
+ * parent still works on the buffer). Each gets a description of its own,
+ * with its own LOCK_SH, at the same number. The child's table is the
+ * forking thread's: the process's, or one that thread unshared, where
+ * warp's numbers may be closed or other files. Each is checked; one that
+ * is not warp's is forgotten (never closed: the number is someone else's). */
+void warp_files_after_fork(void)
+{
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	files_lock = fresh;
+	forget_copies(reaped);
 	reaped = NULL;
-	if (linger) { /* the parent lets go of these; the child of its copies, the same way */
-		struct warp_file *l = linger;
-		linger = NULL;
-		nlinger = 0;
-		for (struct warp_file *w = l, *next; w; w = next) {
-			next = w->next;
-			if (is_file(w->bfd, w->bdev, w->bino))
-				chell_internal_close(w->bfd);
-			w->bfd = -1;
-			if (!is_file(w->rfd, w->dev, w->ino))
-				w->rfd = -1;
-			if (!is_file(w->wfd, w->dev, w->ino))
-				w->wfd = -1;
-			w->lfd = -1; /* detached before it lingered */
-			file_free(w);
-		}
-	}
+	forget_copies(linger);
+	linger = NULL;
+	nlinger = 0;
 	for (struct warp_file *w = files; w; w = w->next) {
 		if (!is_file(w->rfd, w->dev, w->ino))
 			w->rfd = -1;
