@@ -37,28 +37,8 @@
 __thread int warp_call_fd = -1;
 static struct warp_file *files;
 static struct warp_file *reaped; /* unlisted, to release (warp_files_reap); files_lock */
-/*
- * Files whose last descriptor in this process closed lately stay here a
- * while (their buffer file open and mapped, its LOCK_SH held), so that a
- * program opening and closing many small files (fileserver, varmail) does
- * not create, map, unmap and remove a buffer file at every open: an open
- * of a lingering file takes it back. Nothing of the file is kept but its
- * node records: the close wrote every dirty block back (a file with dirty
- * blocks does not linger), the clean ones are dropped and the tier file's
- * mappings and the lease's duplicate let go, so nothing holds the tier file
- * and nothing stale can be served should its inode be reused. At most
- * LINGER_MAX; the checkpoint thread lets go of those older than LINGER_NS
- * (warp_files_reap: the real last close, which removes the buffer file),
- * and exit and exec of all of them.
- */
-#define LINGER_MAX 64
-#define LINGER_NS 1000000000ull
-static struct warp_file *linger; /* newest first; files_lock */
-static unsigned nlinger;
 static void file_release(struct warp_file *w);
 static void file_free(struct warp_file *w);
-static bool linger_prepare(struct warp_file *w);
-static void release_list(struct warp_file *w);
 static void buf_name(char *out, size_t n, uint64_t dev, uint64_t ino);
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -71,19 +51,27 @@ static int sys_flock(int fd, int op)
 	return r;
 }
 
+/* In a forked child: the buffer files' descriptors are the parent's open
+ * file descriptions, and flock locks belong to those, so the child would
+ * count as the parent (and could think itself the last user while the
+ * parent still works on the buffer). Each gets a description of its own,
+ * with its own LOCK_SH, at the same number. */
 static bool is_file(int fd, uint64_t dev, uint64_t ino)
 {
 	struct stat st;
 	return fd >= 0 && sys_fstat(fd, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
 }
 
-/* In a forked child, files the parent lets go of (put last on a private
- * table, or lingering): the child closes its copies of their descriptors,
- * those that are still warp's in its table, and frees them. */
-static void forget_copies(struct warp_file *w)
+void warp_files_after_fork(void)
 {
-	for (struct warp_file *next; w; w = next) {
-		next = w->next;
+	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+	files_lock = fresh;
+	/* The child's table is the forking thread's: the process's, or one
+	 * that thread unshared, where warp's numbers may be closed or other
+	 * files. Each is checked; one that is not warp's is forgotten (never
+	 * closed: the number is someone else's). */
+	for (struct warp_file *w = reaped, *next; w; w = next) {
+		next = w->next; /* the parent releases these; the child lets go of its copies */
 		if (is_file(w->bfd, w->bdev, w->bino))
 			chell_internal_close(w->bfd);
 		w->bfd = -1;
@@ -95,25 +83,7 @@ static void forget_copies(struct warp_file *w)
 			w->lfd = -1;
 		file_free(w);
 	}
-}
-
-/* In a forked child: the buffer files' descriptors are the parent's open
- * file descriptions, and flock locks belong to those, so the child would
- * count as the parent (and could think itself the last user while the
- * parent still works on the buffer). Each gets a description of its own,
- * with its own LOCK_SH, at the same number. The child's table is the
- * forking thread's: the process's, or one that thread unshared, where
- * warp's numbers may be closed or other files. Each is checked; one that
- * is not warp's is forgotten (never closed: the number is someone else's). */
-void warp_files_after_fork(void)
-{
-	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
-	files_lock = fresh;
-	forget_copies(reaped);
 	reaped = NULL;
-	forget_copies(linger);
-	linger = NULL;
-	nlinger = 0;
 	for (struct warp_file *w = files; w; w = w->next) {
 		if (!is_file(w->rfd, w->dev, w->ino))
 			w->rfd = -1;
@@ -383,17 +353,6 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 		pthread_mutex_unlock(&files_lock);
 		return w;
 	}
-	for (struct warp_file **pp = &linger; *pp; pp = &(*pp)->next)
-		if ((*pp)->dev == dev && (*pp)->ino == ino) {
-			w = *pp;
-			*pp = w->next;
-			nlinger--;
-			w->refs = 1;
-			w->next = files;
-			files = w;
-			pthread_mutex_unlock(&files_lock);
-			return w;
-		}
 	if (chell_fdt_private()) {
 		/* its descriptors would be opened in this thread's table, and
 		 * every other thread would use the numbers in the process's:
@@ -441,97 +400,22 @@ void warp_file_put(struct warp_file *w)
 		return;
 	}
 	pthread_mutex_unlock(&files_lock);
-	if (warp_ckpt_running() && w->hdr && w->bfd >= 0 && !atomic_load(&w->hdr->dirty_blocks) && linger_prepare(w)) {
-		pthread_mutex_lock(&files_lock);
-		w->linger_since = mapped_tick();
-		w->next = linger;
-		linger = w;
-		struct warp_file *old = NULL;
-		if (++nlinger > LINGER_MAX) { /* the oldest goes */
-			struct warp_file **pp = &linger;
-			while ((*pp)->next)
-				pp = &(*pp)->next;
-			old = *pp;
-			*pp = NULL;
-			nlinger--;
-		}
-		pthread_mutex_unlock(&files_lock);
-		if (old) {
-			old->next = NULL;
-			release_list(old);
-		}
-		return;
-	}
 	file_release(w);
-}
-
-/* w's last reference went: make it fit to linger (above). False if it
- * cannot (dirty blocks appeared: a write-back failed). */
-static bool linger_prepare(struct warp_file *w)
-{
-	/* what the file's last close stores (warp_buf_last_close), now: the
-	 * file's size is known while its descriptor is (a store that changes
-	 * nothing does not touch the patterns file) */
-	warp_patterns_keep(w);
-	warp_prefetch_forget(w);
-	if (w->lfd >= 0)
-		warp_lease_detach(w, w->lfd_ofd);
-	chell_lock_acquire(&w->hdr->lock);
-	bool clean = !atomic_load(&w->hdr->dirty_blocks);
-	if (clean)
-		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
-	chell_lock_release(&w->hdr->lock);
-	if (clean)
-		warp_tier_unmap_all(w);
-	return clean;
-}
-
-/* Lingering files: their hints and lease duplicate went when they were
- * put on the list (linger_prepare), what is left is the last close. */
-static void release_list(struct warp_file *w)
-{
-	while (w) {
-		struct warp_file *next = w->next;
-		warp_buf_last_close(w);
-		file_free(w);
-		w = next;
-	}
-}
-
-void warp_files_unlinger(void)
-{
-	pthread_mutex_lock(&files_lock);
-	struct warp_file *w = linger;
-	linger = NULL;
-	nlinger = 0;
-	pthread_mutex_unlock(&files_lock);
-	release_list(w);
 }
 
 /* The files put last on threads with a table of their own: released here,
  * on the checkpoint thread (the process's table). */
 void warp_files_reap(void)
 {
-	uint64_t now = mapped_tick();
 	pthread_mutex_lock(&files_lock);
-	struct warp_file *w = reaped, *old = NULL;
+	struct warp_file *w = reaped;
 	reaped = NULL;
-	/* the list is newest first: cut it at the first one too old */
-	for (struct warp_file **pp = &linger; *pp; pp = &(*pp)->next)
-		if (now - (*pp)->linger_since >= LINGER_NS) {
-			old = *pp;
-			*pp = NULL;
-			for (struct warp_file *x = old; x; x = x->next)
-				nlinger--;
-			break;
-		}
 	pthread_mutex_unlock(&files_lock);
 	while (w) {
 		struct warp_file *next = w->next;
 		file_release(w);
 		w = next;
 	}
-	release_list(old);
 }
 
 static void file_release(struct warp_file *w)

@@ -172,6 +172,5 @@ static void release_mine(struct warp_file *w, void *arg)
 
 void warp_lease_proc_end(void)
 {
-	warp_files_unlinger(); /* nobody would remove their buffer files after us */
 	warp_files_each(release_mine, NULL);
 }

@@ -102,7 +102,6 @@ struct warp_file {
 	int refs;                  /* chell_files of this process on it (warp_files_lock) */
 	int bfd;                   /* the buffer file (internal descriptor) */
 	uint64_t bdev, bino;       /* ... its identity (a forked child checks bfd is still it) */
-	uint64_t linger_since;     /* coarse ns it was put on the linger list (buf.c) */
 	unsigned char *map;        /* the buffer file, WARP_MAP_BYTES */
 	struct warp_hdr *hdr;
 	struct warp_node *nodes;
@@ -151,8 +150,6 @@ void warp_files_after_fork(void);
 /* Release the files put last on threads with a table of their own (the
  * checkpoint thread, in the process's table). */
 void warp_files_reap(void);
-/* At exit and exec: every lingering file is let go (buf.c). */
-void warp_files_unlinger(void);
 bool warp_ckpt_running(void);
 /* Call fn on every file of this process (the checkpoint thread). */
 void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg);
