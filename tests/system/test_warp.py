@@ -268,7 +268,7 @@ def test_randops_shadow_warp_seed22_full_run(workdir):
     kernel's offset back after a hole probe of another thread or process
     had moved it (koff_lock), and warp's own descriptors were used on a
     thread whose table is private, where the numbers are other files
-    (chell_fdt_private). After: 0 in 24 runs (docs/TESTING.md, "WARP")."""
+    (chell_fdt_private). After: 0 in 34 runs (docs/TESTING.md, "WARP")."""
     m, stats = run_randops_warp(22, 125000, workdir / "r22", FLIP, [], True)
     assert int(m.group(3)) == 125000
     assert total(stats, "flips") > 0 and total(stats, "buffered_writes") > 0, stats
