@@ -367,6 +367,18 @@ void chell_internal_window_enter(void);
 void chell_internal_window_leave(void);
 /* Close a descriptor returned by chell_internal_fd(). */
 void chell_internal_close(int fd);
+/* Around code of Chell's that reaches files through the ordinary libc names
+ * (the persistence core opening a region, such as warp.patterns): inside,
+ * the Nib routes no path on this thread, so Chell's own files always take
+ * the kernel path, even when they lie under a routed --path; a handler
+ * never recurses into itself (or waits on its own locks). Nests. */
+void chell_internal_files_enter(void);
+void chell_internal_files_leave(void);
+/* The calling thread has a descriptor table of its own (it unshared it:
+ * unshare(CLONE_FILES), close_range(CLOSE_RANGE_UNSHARE)). Descriptors a
+ * handler keeps for the whole process were opened in the process's table:
+ * in this one their numbers are closed, stale copies, or other files. */
+bool chell_fdt_private(void);
 
 /*
  * Background threads. chell_thread_start runs fn(t, arg) on a thread of

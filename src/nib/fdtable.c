@@ -555,6 +555,11 @@ int chell_internal_floor(void)
 	return base < 10 ? 10 : (int)base;
 }
 
+CHELL_EXPORT bool chell_fdt_private(void)
+{
+	return fdt_cur() != &chell_fdt_proc;
+}
+
 /* cloexec: 1 or 0 moves fd high with that flag; -1 registers fd as it is
  * (an internal descriptor inherited across exec). */
 CHELL_EXPORT int chell_internal_fd(int fd, int cloexec)

@@ -269,8 +269,24 @@ static int route_index(const char *abs)
 	return (int)(r - routes.r);
 }
 
+/* Depth of chell_internal_files_enter on this thread: inside, no path is
+ * routed (Chell's own files take the kernel path). */
+static __thread int tls_internal_files;
+
+CHELL_EXPORT void chell_internal_files_enter(void)
+{
+	tls_internal_files++;
+}
+
+CHELL_EXPORT void chell_internal_files_leave(void)
+{
+	tls_internal_files--;
+}
+
 const struct chell_stack *router_route_abs(const char *abs)
 {
+	if (unlikely(tls_internal_files))
+		return NULL;
 	int i = route_index(abs);
 	return i < 0 ? NULL : rule_stack[i];
 }

@@ -77,11 +77,14 @@ _reference = {}
 @pytest.mark.parametrize("name", SEM_PROGS)
 def test_same_transcript_under_warp(name, config, workdir, request):
     if name == "sem_times" and config.endswith("flip"):
-        # Known and open (docs/TESTING.md "WARP"): with forced state flips a
-        # pwrite then pread now and then leaves atime as it was (about 3 runs
-        # in 100); the plain warp config checks sem_times strictly.
-        request.applymarker(pytest.mark.xfail(reason="open: atime after a flip (docs/TESTING.md)",
-                                              strict=False))
+        # Known and open (docs/TESTING.md "WARP"): a background write-back
+        # (checkpoint, idle reclaim) of a buffered block is a kernel write,
+        # which sets mtime and ctime at write-back time, not at the
+        # application's write (about 1 run in 80 shows "mtime advanced,
+        # ctime advanced" after a write of 0 bytes); the plain warp config
+        # checks sem_times strictly.
+        request.applymarker(pytest.mark.xfail(reason="open: a background write-back publishes mtime/ctime "
+                                              "(docs/TESTING.md)", strict=False))
     if name not in _reference:
         d = workdir / "ref"
         d.mkdir()
@@ -255,6 +258,20 @@ def test_randops_shadow_warp(request, workdir):
     assert done >= WARP_TOTAL
     assert flips > 100 and buffered > 100, (flips, buffered)
 
+
+
+def test_randops_shadow_warp_seed22_full_run(workdir):
+    """Seed 22 (lease mode, forced flips, the edge classes: a thread that
+    unshares its descriptor table, O_APPEND writes) at the per-run count of
+    the 1,000,000-operation run, where it diverged in 2 of 11 runs before
+    (about 10 of 65 in this work's repetitions): an append read the
+    kernel's offset back after a hole probe of another thread or process
+    had moved it (koff_lock), and warp's own descriptors were used on a
+    thread whose table is private, where the numbers are other files
+    (chell_fdt_private). After: 0 in 34 runs (docs/TESTING.md, "WARP")."""
+    m, stats = run_randops_warp(22, 125000, workdir / "r22", FLIP, [], True)
+    assert int(m.group(3)) == 125000
+    assert total(stats, "flips") > 0 and total(stats, "buffered_writes") > 0, stats
 
 # ---------------------------------------------------------------------------
 # a process outside Chell
@@ -466,3 +483,50 @@ def test_stat_counts_nodes_of_every_file_and_accuracy(workdir, tmp_path):
     assert t["accuracy_pct"] == round(100.0 * t["accurate"] / t["accesses"], 1), t
     text = run([CHELL, "stat", *sorted(str(p) for p in st.glob("stats.*.json"))], timeout=60).stdout.decode()
     assert "accuracy_pct" in text
+
+
+# ---------------------------------------------------------------------------
+# Chell's own files under a routed path
+# ---------------------------------------------------------------------------
+
+def test_patterns_file_inside_the_routed_path(workdir):
+    """warp.patterns lies inside the --path warp serves: the persistence
+    core opens it by its libc names, and the Nib must route none of Chell's
+    own files (chell_internal_files_enter) - before, the store at the last
+    close opened the patterns file through warp itself, which stored
+    patterns at its close ... and hung on its own lock. Two runs: the second
+    loads what the first stored (and stores again); the file is Chell's,
+    not one warp keeps patterns of."""
+    data = workdir / "a"
+    data.write_bytes(os.urandom(3 * 65536))
+    pat = workdir / "warp.patterns"
+    settings = ["--set", "warp.node_size=64K", "--set", f"warp.patterns={pat}"]
+    for _ in range(2):
+        res = run(chell_cmd("warp", [workdir], ["cat", data], settings), env=dict(BASE_ENV), timeout=60)
+        assert res.returncode == 0, describe(res)
+        assert res.stdout == data.read_bytes()
+    show = run([CHELL, "warp", "show", "--json", "--patterns", pat, data], timeout=60)
+    assert show.returncode == 0, show.stderr.decode()
+    j = json.loads(show.stdout)
+    assert j["stored"] and len(j["nodes"]) == 3, j
+    own = run([CHELL, "warp", "show", "--json", "--patterns", pat, pat], timeout=60)
+    assert own.returncode == 0 and not json.loads(own.stdout)["stored"], own.stdout.decode()
+
+
+
+def warp_buffers():
+    return {p.name for p in Path("/dev/shm").glob("chell-warp.*")}
+
+
+def test_no_buffer_file_left_when_it_cannot_be_set_up(workdir):
+    """sem_limits opens files under a small RLIMIT_FSIZE, where a new buffer
+    file cannot be sized (the file is then served without a buffer): the
+    buffer file warp created for it must not stay in /dev/shm (before: one
+    was left per such open). Buffers are named by the tier file's identity,
+    so a name that appears during the run and stays is this run's."""
+    before = warp_buffers()
+    res = run(chell_cmd("warp", [workdir], [prog("sem_limits"), workdir]), env=dict(BASE_ENV),
+              timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    left = warp_buffers() - before
+    assert not left, f"buffer files left behind: {sorted(left)}"

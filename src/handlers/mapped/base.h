@@ -105,6 +105,9 @@ struct mapped_chunk {
 };
 struct mapped_table {
 	struct mapped_chunk *_Atomic l1[MAPPED_L1_SIZE];
+	/* l1[] at and past it are NULL: the walks stop there (a small file's
+	 * table was walked whole, 1024 entries, at every last close) */
+	_Atomic uint32_t l1_used;
 };
 
 /* The record of chunk k, or NULL if none was ever made. */

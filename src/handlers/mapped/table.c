@@ -19,13 +19,17 @@ struct mapped_chunk *mapped_chunk_make(struct mapped_table *t, uint64_t k)
 		if (!l2)
 			return NULL;
 		atomic_store_explicit(&t->l1[k >> MAPPED_L2_BITS], l2, memory_order_release);
+		uint32_t used = atomic_load(&t->l1_used), want = (uint32_t)(k >> MAPPED_L2_BITS) + 1;
+		while (used < want && !atomic_compare_exchange_weak(&t->l1_used, &used, want))
+			;
 	}
 	return &l2[k & ((1u << MAPPED_L2_BITS) - 1)];
 }
 
 void mapped_table_each(struct mapped_table *t, void (*fn)(struct mapped_chunk *e, void *arg), void *arg)
 {
-	for (int i = 0; i < MAPPED_L1_SIZE; i++) {
+	uint32_t used = atomic_load(&t->l1_used);
+	for (uint32_t i = 0; i < used; i++) {
 		struct mapped_chunk *l2 = atomic_load(&t->l1[i]);
 		if (!l2)
 			continue;
@@ -37,8 +41,10 @@ void mapped_table_each(struct mapped_table *t, void (*fn)(struct mapped_chunk *e
 
 void mapped_table_free(struct mapped_table *t)
 {
-	for (int i = 0; i < MAPPED_L1_SIZE; i++) {
+	uint32_t used = atomic_load(&t->l1_used);
+	for (uint32_t i = 0; i < used; i++) {
 		free(atomic_load(&t->l1[i]));
 		t->l1[i] = NULL;
 	}
+	atomic_store(&t->l1_used, 0);
 }

@@ -36,6 +36,10 @@
 
 __thread int warp_call_fd = -1;
 static struct warp_file *files;
+static struct warp_file *reaped; /* unlisted, to release (warp_files_reap); files_lock */
+static void file_release(struct warp_file *w);
+static void file_free(struct warp_file *w);
+static void buf_name(char *out, size_t n, uint64_t dev, uint64_t ino);
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int sys_flock(int fd, int op)
@@ -52,18 +56,65 @@ static int sys_flock(int fd, int op)
  * count as the parent (and could think itself the last user while the
  * parent still works on the buffer). Each gets a description of its own,
  * with its own LOCK_SH, at the same number. */
+static bool is_file(int fd, uint64_t dev, uint64_t ino)
+{
+	struct stat st;
+	return fd >= 0 && sys_fstat(fd, &st) == 0 && (uint64_t)st.st_dev == dev && (uint64_t)st.st_ino == ino;
+}
+
 void warp_files_after_fork(void)
 {
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	files_lock = fresh;
+	/* The child's table is the forking thread's: the process's, or one
+	 * that thread unshared, where warp's numbers may be closed or other
+	 * files. Each is checked; one that is not warp's is forgotten (never
+	 * closed: the number is someone else's). */
+	for (struct warp_file *w = reaped, *next; w; w = next) {
+		next = w->next; /* the parent releases these; the child lets go of its copies */
+		if (is_file(w->bfd, w->bdev, w->bino))
+			chell_internal_close(w->bfd);
+		w->bfd = -1;
+		if (!is_file(w->rfd, w->dev, w->ino))
+			w->rfd = -1;
+		if (!is_file(w->wfd, w->dev, w->ino))
+			w->wfd = -1;
+		if (!is_file(w->lfd, w->dev, w->ino))
+			w->lfd = -1;
+		file_free(w);
+	}
+	reaped = NULL;
 	for (struct warp_file *w = files; w; w = w->next) {
-		char path[CHELL_FD_PATH_MAX];
-		int n = chell_internal_openat(AT_FDCWD, chell_fd_path(path, w->bfd), O_RDWR | O_CLOEXEC, 0);
-		if (n < 0)
-			continue; /* keeps the parent's: the last close may then be wrong about being last */
-		sys_flock(n, LOCK_SH);
-		sys_dup3(n, w->bfd, O_CLOEXEC);
-		sys_close(n);
+		if (!is_file(w->rfd, w->dev, w->ino))
+			w->rfd = -1;
+		if (!is_file(w->wfd, w->dev, w->ino))
+			w->wfd = -1;
+		if (!is_file(w->lfd, w->dev, w->ino)) {
+			w->lfd = -1;
+			w->lfd_ofd = NULL;
+		}
+		atomic_store(&w->detach_ofd, NULL);
+		char path[CHELL_FD_PATH_MAX], name[96];
+		int n;
+		if (is_file(w->bfd, w->bdev, w->bino)) {
+			n = chell_internal_openat(AT_FDCWD, chell_fd_path(path, w->bfd), O_RDWR | O_CLOEXEC, 0);
+			if (n < 0)
+				continue; /* keeps the parent's: the last close may then be wrong about being last */
+			sys_flock(n, LOCK_SH);
+			sys_dup3(n, w->bfd, O_CLOEXEC);
+			sys_close(n);
+		} else {
+			/* a new number for it, by its name if that is still it */
+			buf_name(name, sizeof name, w->dev, w->ino);
+			n = chell_internal_openat(AT_FDCWD, name, O_RDWR | O_CLOEXEC, 0);
+			if (n >= 0 && !is_file(n, w->bdev, w->bino)) {
+				sys_close(n);
+				n = -1;
+			}
+			if (n >= 0)
+				sys_flock(n, LOCK_SH);
+			w->bfd = n >= 0 ? chell_internal_fd(n, -1) : -1;
+		}
 		warp_lease_after_fork(w);
 	}
 }
@@ -217,6 +268,7 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	}
 	char name[96];
 	buf_name(name, sizeof(name), dev, ino);
+	bool mine = false; /* we hold LOCK_EX on the buffer file that has the name */
 	for (int attempt = 0; attempt < 8; attempt++) {
 		int b = chell_internal_openat(AT_FDCWD, name, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
 		if (b < 0)
@@ -232,6 +284,12 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 		struct stat a, n;
 		if (sys_fstat(w->bfd, &a) == 0 && sys_fstatat(AT_FDCWD, name, &n, 0) == 0 &&
 		    a.st_ino == n.st_ino && a.st_dev == n.st_dev) {
+			w->bdev = a.st_dev;
+			w->bino = a.st_ino;
+			/* from here a failure leaves the name to no one if we are
+			 * alone on it (a small RLIMIT_FSIZE refuses the sizing, a
+			 * mapping fails): the last user removes it, which is us */
+			mine = alone;
 			if ((uint64_t)a.st_size < WARP_MAP_BYTES && size_buffer(w->bfd) < 0)
 				break;
 			void *m = REAL(mmap64)(NULL, WARP_MAP_BYTES, PROT_READ | PROT_WRITE,
@@ -266,6 +324,17 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 		chell_internal_close(w->bfd);
 		w->bfd = -1;
 	}
+	if (mine) {
+		/* a path call's stale name, or a buffer we could not set up: it
+		 * goes with its last user, us - unless it may hold what a killed
+		 * user left (sized, with dirty blocks), for the next opener */
+		struct stat a, n;
+		bool empty = w->hdr ? w->hdr->magic != WARP_MAGIC || !atomic_load(&w->hdr->dirty_blocks)
+				    : sys_fstat(w->bfd, &a) == 0 && (uint64_t)a.st_size < WARP_MAP_BYTES;
+		if (empty && sys_fstat(w->bfd, &a) == 0 && sys_fstatat(AT_FDCWD, name, &n, 0) == 0 &&
+		    a.st_ino == n.st_ino && a.st_dev == n.st_dev)
+			sys_unlink(name);
+	}
 	file_free(w);
 	return NULL;
 }
@@ -283,6 +352,13 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 		w->refs++;
 		pthread_mutex_unlock(&files_lock);
 		return w;
+	}
+	if (chell_fdt_private()) {
+		/* its descriptors would be opened in this thread's table, and
+		 * every other thread would use the numbers in the process's:
+		 * not served (the caller takes the kernel's path) */
+		pthread_mutex_unlock(&files_lock);
+		return NULL;
 	}
 	w = file_open(fd, dev, ino, create);
 	if (w) {
@@ -315,7 +391,35 @@ void warp_file_put(struct warp_file *w)
 			*pp = w->next;
 			break;
 		}
+	if (chell_fdt_private() && warp_ckpt_running()) {
+		/* its descriptors are in the process's table, not this thread's:
+		 * the checkpoint thread lets go of it (warp_files_reap) */
+		w->next = reaped;
+		reaped = w;
+		pthread_mutex_unlock(&files_lock);
+		return;
+	}
 	pthread_mutex_unlock(&files_lock);
+	file_release(w);
+}
+
+/* The files put last on threads with a table of their own: released here,
+ * on the checkpoint thread (the process's table). */
+void warp_files_reap(void)
+{
+	pthread_mutex_lock(&files_lock);
+	struct warp_file *w = reaped;
+	reaped = NULL;
+	pthread_mutex_unlock(&files_lock);
+	while (w) {
+		struct warp_file *next = w->next;
+		file_release(w);
+		w = next;
+	}
+}
+
+static void file_release(struct warp_file *w)
+{
 	warp_prefetch_forget(w);
 	if (w->lfd >= 0)
 		warp_lease_detach(w, w->lfd_ofd);
@@ -323,15 +427,32 @@ void warp_file_put(struct warp_file *w)
 	file_free(w);
 }
 
+/* fn on every file, each held by a reference meanwhile. The application
+ * may close its last descriptor of w while fn runs: the reference the walk
+ * puts back is then the last one, and warp_file_put does what that close
+ * would have done (before, the count just went to 0 and the file stayed
+ * listed, its buffer file, lease duplicate and descriptors never released). */
 void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg)
 {
 	pthread_mutex_lock(&files_lock);
-	for (struct warp_file *w = files; w; w = w->next) {
+	struct warp_file *w = files;
+	if (w)
 		w->refs++;
+	while (w) {
 		pthread_mutex_unlock(&files_lock);
 		fn(w, arg);
 		pthread_mutex_lock(&files_lock);
-		w->refs--; /* never the last: a descriptor holds one */
+		struct warp_file *next = w->next; /* w is still listed: we hold it */
+		if (next)
+			next->refs++;
+		if (w->refs > 1) {
+			w->refs--;
+		} else {
+			pthread_mutex_unlock(&files_lock);
+			warp_file_put(w);
+			pthread_mutex_lock(&files_lock);
+		}
+		w = next;
 	}
 	pthread_mutex_unlock(&files_lock);
 }
@@ -647,7 +768,7 @@ uint32_t warp_nnodes(struct warp_file *w)
 	struct mapped_inode *in = mapped_inode_find(w->dev, w->ino);
 	struct stat st;
 	uint64_t size = in ? mapped_isize(in) : 0;
-	int fd = w->rfd >= 0 ? w->rfd : warp_call_fd;
+	int fd = warp_rfd(w);
 	if (!in && fd >= 0 && sys_fstat(fd, &st) == 0)
 		size = (uint64_t)st.st_size;
 	uint64_t n = (size + ((1ull << w->hdr->node_shift) - 1)) >> w->hdr->node_shift;

@@ -184,6 +184,7 @@ static void loop(struct chell_thread *t, void *arg)
 	bool leases = false;
 	while (!chell_thread_wait(t, leases && period > LEASE_POLL_NS ? LEASE_POLL_NS : period)) {
 		leases = false;
+		warp_files_reap();
 		if (warp_lease_mode)
 			warp_files_each(poll_one, &leases);
 		uint64_t now = mapped_tick();
@@ -245,10 +246,19 @@ void warp_patterns_keep(struct warp_file *w)
 			states[k] = atomic_load(&w->nodes[k].want) ? WARP_BUFFERED : atomic_load(&w->nodes[k].state);
 			succ[k] = warp_succ(&w->nodes[k]);
 		}
+		/* the persistence core opens the file by its libc names: it is
+		 * Chell's own, never routed (it may lie under --path) */
+		chell_internal_files_enter();
 		warp_patterns_store(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf);
+		chell_internal_files_leave();
 	}
 	free(states);
 	free(succ);
+}
+
+bool warp_ckpt_running(void)
+{
+	return thread != NULL;
 }
 
 int warp_ckpt_start(void)
@@ -265,8 +275,10 @@ int warp_ckpt_start(void)
 	have_costs = true;
 	warp_prefetch_start(prefetch);
 	const char *pp = chell_setting("warp.patterns");
+	chell_internal_files_enter(); /* as in warp_patterns_keep */
 	if (pp[0] && warp_patterns_open(pp, &warp_pat) < 0)
 		warp_pat = NULL; /* said once by warp_patterns_open; speed only */
+	chell_internal_files_leave();
 	thread = chell_thread_start("warp", loop, NULL);
 	return thread ? 0 : -1;
 }

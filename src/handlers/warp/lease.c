@@ -47,6 +47,8 @@ bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 		return true;
 	if (atomic_load(&h->leased))
 		return w->lfd >= 0; /* only a holder of the leased description buffers */
+	if (chell_fdt_private())
+		return false; /* a duplicate made here would be in this thread's table only */
 	int st = mapped_status(c);
 	if ((st & O_ACCMODE) == O_RDONLY || (st & (O_ASYNC | O_DIRECT)) || atomic_load(&h->no_buffer))
 		return false;
@@ -102,7 +104,7 @@ void warp_lease_release(struct warp_file *w)
 	struct warp_hdr *h = w->hdr;
 	/* any descriptor of the leased description will do (a process that
 	 * shares it without a duplicate of ours: the call's) */
-	int fd = w->lfd >= 0 ? w->lfd : warp_call_fd;
+	int fd = warp_own(w->lfd) >= 0 ? w->lfd : warp_call_fd;
 	chell_lock_acquire(&h->lock);
 	if (atomic_load(&h->leased) && fd >= 0) {
 		/* everything to the tier, nothing buffered: then the lease goes */
@@ -125,6 +127,14 @@ void warp_lease_detach(struct warp_file *w, struct chell_ofd *ofd)
 {
 	if (w->lfd < 0 || w->lfd_ofd != ofd)
 		return;
+	if (chell_fdt_private()) {
+		/* lfd is not in this thread's table: the lease goes now (through
+		 * the call's descriptor), the duplicate when the checkpoint
+		 * thread, in the process's table, closes it */
+		warp_lease_release(w);
+		atomic_store(&w->detach_ofd, ofd);
+		return;
+	}
 	warp_lease_release(w);
 	chell_lock_acquire(&w->hdr->lock);
 	if (w->rfd == w->lfd)
@@ -139,6 +149,9 @@ void warp_lease_detach(struct warp_file *w, struct chell_ofd *ofd)
 
 bool warp_lease_poll(struct warp_file *w)
 {
+	struct chell_ofd *gone = atomic_exchange(&w->detach_ofd, NULL);
+	if (gone)
+		warp_lease_detach(w, gone);
 	if (w->lfd < 0 || !atomic_load(&w->hdr->leased))
 		return false;
 	if (sys_fcntl(w->lfd, F_GETLEASE, 0) != F_WRLCK)

@@ -24,13 +24,19 @@ static void clear_dense(struct mapped_chunk *e, void *arg)
 	atomic_fetch_and(&e->flags, ~WARP_DENSE);
 }
 
-static bool dense(int fd, uint64_t lo, uint64_t node_bytes)
+static bool dense(struct warp_file *w, int fd, uint64_t lo, uint64_t node_bytes)
 {
 	struct stat st;
 	if (sys_fstat(fd, &st) < 0 || (uint64_t)st.st_size <= lo)
 		return false;
 	uint64_t hi = lo + node_bytes < (uint64_t)st.st_size ? lo + node_bytes : (uint64_t)st.st_size;
-	off_t hole = sys_lseek(fd, (off_t)lo, SEEK_HOLE); /* our offset is not the kernel's: free to move */
+	/* The probe moves the kernel's offset of fd's description: Chell keeps
+	 * warp's offsets itself, but an append reads the kernel's back right
+	 * after its write (warp.c: append), in any process sharing the
+	 * description; koff_lock keeps the probe out of that window. */
+	chell_lock_acquire(&w->hdr->koff_lock);
+	off_t hole = sys_lseek(fd, (off_t)lo, SEEK_HOLE);
+	chell_lock_release(&w->hdr->koff_lock);
 	return hole >= 0 && (uint64_t)hole >= hi;
 }
 
@@ -58,7 +64,7 @@ static const unsigned char *map_node(struct warp_file *w, int fd, uint64_t k, ui
 		base = p;
 	}
 	if (!(atomic_load(&e->flags) & WARP_DENSE)) {
-		if (!dense(fd, k * nb, nb))
+		if (!dense(w, fd, k * nb, nb))
 			goto out;
 		atomic_fetch_or(&e->flags, WARP_DENSE);
 	}

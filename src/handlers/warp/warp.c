@@ -464,7 +464,7 @@ static void settle_eof(chell_ctx *c, struct warp_file *w)
 		return;
 	uint64_t b = (uint64_t)st.st_size >> WARP_BLK_SHIFT;
 	if (b < WARP_MAX_BLOCKS && warp_blk_valid(w, b)) {
-		warp_writeback(w, w->wfd >= 0 ? w->wfd : c->fd, b, b + 1);
+		warp_writeback(w, warp_wfd_or(w, c->fd), b, b + 1);
 		warp_invalidate(w, b, b + 1);
 	}
 }
@@ -478,11 +478,15 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, off_t off,
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&w->hdr->lock);
 	settle_eof(c, w);
+	/* at the description's offset (off -1), the kernel moves it and ours
+	 * follows, read back before any hole probe can move it (koff_lock) */
+	chell_lock_acquire(&w->hdr->koff_lock);
 	ssize_t r = chell_down_write(c, iov, cnt, off, flags);
+	if (r > 0 && off == -1)
+		chell_offset_from_kernel(c->f->ofd, c->fd);
+	chell_lock_release(&w->hdr->koff_lock);
 	chell_lock_release(&w->hdr->lock);
 	if (r > 0) {
-		if (off == -1) /* the kernel moved its offset, ours follows */
-			chell_offset_from_kernel(c->f->ofd, c->fd);
 		uint64_t end = mapped_inode_refresh(in, c->fd);
 		access_node(c, w, node_of(w, end ? end - 1 : 0), (size_t)r, true);
 		chell_tier_write((size_t)r);
@@ -507,7 +511,7 @@ static ssize_t kernel_io(chell_ctx *c, const struct iovec *iov, int cnt, off_t o
 		while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
 			;
 	uint64_t lo = pos >> WARP_BLK_SHIFT, hi = (pos + (uint64_t)total + WARP_BLK - 1) >> WARP_BLK_SHIFT;
-	warp_writeback(w, w->wfd >= 0 ? w->wfd : c->fd, lo, hi);
+	warp_writeback(w, warp_wfd_or(w, c->fd), lo, hi);
 	warp_invalidate(w, lo, hi);
 	ssize_t r;
 	if (write) {
@@ -698,7 +702,7 @@ static int warp_adopt(chell_ctx *c)
 static void warp_detach(chell_ctx *c)
 {
 	if (L(c) && W(c)->lfd >= 0)
-		warp_lease_detach(W(c), c->f->ofd);
+		warp_lease_detach(W(c), c->f->ofd); /* or leaves it to the checkpoint thread */
 	mapped_detach(c, &warp_mapped);
 }
 
@@ -743,7 +747,7 @@ static int warp_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int f
 		uint64_t lo = (uint64_t)off >> WARP_BLK_SHIFT;
 		uint64_t hi = n == 0 ? WARP_MAX_BLOCKS : ((uint64_t)off + (uint64_t)n + WARP_BLK - 1) >> WARP_BLK_SHIFT;
 		chell_lock_acquire(&w->hdr->lock);
-		warp_writeback(w, w->wfd >= 0 ? w->wfd : c->fd, lo, hi);
+		warp_writeback(w, warp_wfd_or(w, c->fd), lo, hi);
 		chell_lock_release(&w->hdr->lock);
 	}
 	return chell_down_sync_file_range(c, off, n, flags);
@@ -817,7 +821,7 @@ static int warp_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	struct warp_file *w = W(c);
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&w->hdr->lock);
-	int e = warp_writeback(w, w->wfd >= 0 ? w->wfd : c->fd, 0, WARP_MAX_BLOCKS);
+	int e = warp_writeback(w, warp_wfd_or(w, c->fd), 0, WARP_MAX_BLOCKS);
 	if (e == 0)
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
 	chell_lock_acquire(&in->lock);
@@ -857,9 +861,12 @@ static int warp_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 		disable(c, w);
 		warp_tier_retire(w);
 		chell_lock_acquire(&w->hdr->lock);
-		if (w->rfd >= 0 && w->rfd != w->lfd)
+		/* (on a thread with a table of its own the numbers are not ours
+		 * to close: the reopens stay, and the application's lease is
+		 * then refused, as for any other open of the file) */
+		if (warp_own(w->rfd) >= 0 && w->rfd != w->lfd)
 			chell_internal_close(w->rfd); /* reopens (warp.outside=trust) count as opens */
-		if (w->wfd >= 0 && w->wfd != w->rfd && w->wfd != w->lfd)
+		if (warp_own(w->wfd) >= 0 && w->wfd != w->rfd && w->wfd != w->lfd)
 			chell_internal_close(w->wfd);
 		w->rfd = w->wfd = w->lfd; /* a duplicate is no open of its own */
 		w->fill_ok = 0;

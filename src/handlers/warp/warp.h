@@ -38,7 +38,7 @@
 #define WARP_MAX_NODES 32768u      /* nodes with a shared record; later ones stay normal */
 #define WARP_MAX_BLOCKS (1u << 24) /* 64 GiB of a file can be buffered */
 #define WARP_MAGIC 0x5057415250425546ull /* "FUBPRAWP" */
-#define WARP_VERSION 1
+#define WARP_VERSION 2
 
 /* One node's shared record. `state` is read without the lock on the data
  * path; it changes only under the header's lock (warp_set_state). The
@@ -79,6 +79,14 @@ struct warp_hdr {
 	 * for good): no node becomes buffered before this coarse ns */
 	_Atomic uint64_t refuse_until;
 	struct warp_xfile xf[WARP_XFILE_SLOTS];
+	/* The kernel's offset of the file's descriptions: a SEEK_HOLE probe
+	 * (tiermap.c) moves the offset of the description it goes through
+	 * (the application's, or a duplicate of it under a lease), and an
+	 * append (warp.c) is the kernel's write at the description's offset
+	 * followed by reading that offset back. Held around both, so no probe
+	 * in any process lands between an append and its read-back. A leaf:
+	 * nothing else is taken under it. */
+	struct chell_lock koff_lock;
 };
 
 #define WARP_HDR_BYTES 4096ull
@@ -93,6 +101,7 @@ struct warp_file {
 	uint64_t dev, ino;
 	int refs;                  /* chell_files of this process on it (warp_files_lock) */
 	int bfd;                   /* the buffer file (internal descriptor) */
+	uint64_t bdev, bino;       /* ... its identity (a forked child checks bfd is still it) */
 	unsigned char *map;        /* the buffer file, WARP_MAP_BYTES */
 	struct warp_hdr *hdr;
 	struct warp_node *nodes;
@@ -106,6 +115,9 @@ struct warp_file {
 	 * closing any descriptor of a file drops the process's POSIX locks. */
 	int lfd;
 	struct chell_ofd *lfd_ofd;
+	/* lfd_ofd left the process on a thread with a table of its own, where
+	 * lfd cannot be closed: the checkpoint thread detaches it */
+	struct chell_ofd *_Atomic detach_ofd;
 	int lease_mine;            /* this process took the lease (releases it at exit and exec) */
 	int fill_ok;               /* rfd reads without touching atime (O_NOATIME): fills allowed */
 	int retired;               /* no mapping any more (a lease, an escape) */
@@ -135,6 +147,10 @@ void warp_file_put(struct warp_file *w);
  * process that has the file open nowhere (truncate, O_TRUNC). */
 struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino);
 void warp_files_after_fork(void);
+/* Release the files put last on threads with a table of their own (the
+ * checkpoint thread, in the process's table). */
+void warp_files_reap(void);
+bool warp_ckpt_running(void);
 /* Call fn on every file of this process (the checkpoint thread). */
 void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg);
 
@@ -167,13 +183,30 @@ static inline bool warp_blk_dirty(struct warp_file *w, uint64_t b)
  * descriptor of its own (a child forked before the lease was taken shares
  * the leased description without a duplicate of it). */
 extern __thread int warp_call_fd;
+/* A descriptor of warp's own (rfd, wfd, lfd, bfd), or -1 on a thread with
+ * a descriptor table of its own (chell_fdt_private): they were opened in
+ * the process's table, and in a private one the same numbers are closed,
+ * stale copies or other files (a write-back through one would write
+ * another file). Such a thread uses the application's descriptor. */
+static inline int warp_own(int fd)
+{
+	return fd >= 0 && !chell_fdt_private() ? fd : -1;
+}
 static inline int warp_rfd(struct warp_file *w)
 {
-	return w->rfd >= 0 ? w->rfd : warp_call_fd;
+	int fd = warp_own(w->rfd);
+	return fd >= 0 ? fd : warp_call_fd;
 }
 static inline int warp_wfd(struct warp_file *w)
 {
-	return w->wfd >= 0 ? w->wfd : warp_call_fd;
+	int fd = warp_own(w->wfd);
+	return fd >= 0 ? fd : warp_call_fd;
+}
+/* Where the call on c's descriptor `fd` writes back: ours, else its own. */
+static inline int warp_wfd_or(struct warp_file *w, int fd)
+{
+	int o = warp_own(w->wfd);
+	return o >= 0 ? o : fd;
 }
 
 /* Under hdr->lock. */
