@@ -12,9 +12,19 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/tool_help.h"
+
+static const char usage_text[] =
+	"usage: chell_bench_openclose DIR [FILES [ROUNDS]] - the per-open cost: FILES\n"
+	"small files (16 KB) in DIR, then ROUNDS passes of open(O_RDONLY) + one\n"
+	"4 KB read + close over all of them, as fileserver and varmail do. Prints\n"
+	"the mean ns per open+read+close (docs/PERFORMANCE.md, \"WARP: per-open\n"
+	"cost\"); run it plainly and under `chell run --mode M --path DIR`.\n"
+	"(details: bench/suite/chell_bench_openclose.c)\n";
 
 int main(int argc, char **argv)
 {
+	chell_tool_help(argc, argv, usage_text);
 	if (argc < 2) {
 		fprintf(stderr, "usage: %s DIR [FILES [ROUNDS]]\n", argv[0]);
 		return 2;
