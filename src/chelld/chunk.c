@@ -156,6 +156,12 @@ static void discard_new(struct engine *c, uint32_t slot)
 int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 {
 	int slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	/* Being evicted by another thread (its write-back runs without the
+	 * lock): wait for it to finish, then look again. */
+	while (slot >= 0 && c->slots[slot].map && c->slots[slot].revoking) {
+		engine_wait_quiet(c, (uint32_t)slot);
+		slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	}
 	if (slot >= 0) {
 		struct slot *s = &c->slots[slot];
 		/* (this load is where a truncated chunk file shows: guard.c) */
@@ -250,8 +256,7 @@ static unsigned ra_window(struct engine *c, struct cfile *f, uint64_t pos, unsig
 		max = n;
 	if (w > max)
 		w = max;
-	f->ra_prev = pos;
-	return (unsigned)w;
+	return (unsigned)w; /* the caller records pos in f->ra_prev once it fills */
 }
 
 /* Blocks at or past the end of the file hold zeros and become valid
@@ -260,6 +265,32 @@ static unsigned ra_window(struct engine *c, struct cfile *f, uint64_t pos, unsig
  * block. They count against the capacity like filled ones (a client may
  * store into them), so the window is bounded. */
 #define ZERO_AHEAD 64u /* blocks: 256 KB */
+
+/* The runs of blocks one fill reads, found with the lock held. */
+struct fill_run {
+	unsigned b, e;    /* blocks [b, e) of the chunk */
+	uint64_t from, to; /* the part of the backing file below its end */
+};
+
+/* Read the runs into the chunk (no lock held: the slot is `filling`, so
+ * nothing revokes, evicts or refills it, and no OVERWRITE validates its
+ * blocks meanwhile). 0 or -errno. */
+static int fill_io(struct engine *c, struct slot *s, int fd, const struct fill_run *runs,
+		   unsigned nruns)
+{
+	for (unsigned i = 0; i < nruns; i++) {
+		if (runs[i].to <= runs[i].from)
+			continue;
+		uint8_t *dst = s->map + (size_t)runs[i].b * CACHE_BLOCK_BYTES;
+		int rc = fill_range(fd, dst, runs[i].from, (size_t)(runs[i].to - runs[i].from));
+		if (rc < 0)
+			return rc;
+		/* The data must be durable before the bit that says so. */
+		c->pops->flush(c->pops->ctx, dst, (size_t)(runs[i].to - runs[i].from));
+	}
+	c->pops->drain(c->pops->ctx);
+	return 0;
+}
 
 int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 {
@@ -271,6 +302,18 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 		return -EINVAL;
 	if (n == 0)
 		return 0; /* just the mapping */
+	if (!s->map)
+		return -EAGAIN;
+	uint64_t inc = s->ctl->incarnation;
+	bool roomed = false;
+again:
+	/* One fill per chunk at a time (FILLING, with waiters): a second miss
+	 * on the chunk waits and then finds its blocks valid, or fills the
+	 * rest. Misses on other chunks are not held up. */
+	while (s->map && s->filling)
+		pthread_cond_wait(&c->idle, &c->lock);
+	if (!s->map || slot_broken(s) || s->ctl->incarnation != inc)
+		return -EAGAIN; /* revoked while we waited: the caller maps again */
 	unsigned end = n > CACHE_BLOCKS - first ? CACHE_BLOCKS : first + n;
 	int fd = cfile_fd(c, f);
 	struct stat st;
@@ -282,29 +325,39 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 	uint64_t fblock = s->file_chunk * CACHE_BLOCKS;
 	uint64_t eof_block = (size + CACHE_BLOCK_BYTES - 1) / CACHE_BLOCK_BYTES;
 	/* Blocks asked that are all valid already (a client that had no
-	 * mapping yet, or lost it): nothing to fill, and no read-ahead. */
+	 * mapping yet, or lost it, or waited for another fill): nothing to
+	 * fill, and no read-ahead. */
 	bool all_valid = true;
 	for (unsigned i = first; i < end && all_valid; i++)
 		all_valid = block_valid(s->ctl, i);
 	if (all_valid)
 		return 0;
+	/* Room first: the blocks this fill makes valid, read or zero. The
+	 * window is recomputed after a wait, so the read-ahead state moves
+	 * only once, below. */
 	unsigned ra = ra_window(c, f, fblock + first, end - first, eof_block);
-	end = end + ra > CACHE_BLOCKS ? CACHE_BLOCKS : end + ra;
-	f->ra_window = ra;
-	f->ra_next = fblock + end;
-	unsigned zend = end + ZERO_AHEAD > CACHE_BLOCKS ? CACHE_BLOCKS : end + ZERO_AHEAD;
-	/* Room first: the blocks this fill makes valid, read or zero. */
+	unsigned rend = end + ra > CACHE_BLOCKS ? CACHE_BLOCKS : end + ra;
+	unsigned zend = rend + ZERO_AHEAD > CACHE_BLOCKS ? CACHE_BLOCKS : rend + ZERO_AHEAD;
 	unsigned need = 0;
 	for (unsigned i = first; i < zend; i++)
-		if (!block_valid(s->ctl, i) && (i < end || fblock + i >= eof_block))
+		if (!block_valid(s->ctl, i) && (i < rend || fblock + i >= eof_block))
 			need++;
-	if (need) {
+	if (need && !roomed && c->used + need > c->cap) {
+		roomed = true;
+		c->pins[slot]++;
 		int rc = engine_make_room(c, need, slot);
+		c->pins[slot]--;
 		if (rc < 0)
 			return rc;
-		if (!s->map || slot_broken(s))
-			return -EAGAIN;
+		/* make_room may have waited (lock released): start over */
+		goto again;
 	}
+	f->ra_prev = fblock + first;
+	f->ra_window = ra;
+	f->ra_next = fblock + rend;
+	end = rend;
+	struct fill_run runs[CACHE_BLOCKS / 2 + 1];
+	unsigned nruns = 0;
 	uint64_t newbits[CACHE_BLOCKS / 64] = {0};
 	unsigned b = first;
 	while (b < end) {
@@ -320,19 +373,7 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 		uint64_t to = base + (uint64_t)e * CACHE_BLOCK_BYTES;
 		if (to > size)
 			to = size > from ? size : from;
-		if (to > from) {
-			int rc = fill_range(fd, s->map + (size_t)b * CACHE_BLOCK_BYTES, from,
-					    (size_t)(to - from));
-			if (rc < 0)
-				return rc;
-			/* The data must be durable before the bit that says so. */
-			c->pops->flush(c->pops->ctx, s->map + (size_t)b * CACHE_BLOCK_BYTES,
-				       (size_t)(to - from));
-			f->fills++;
-			f->fill_bytes += to - from;
-			c->st->fills++;
-			c->st->fill_bytes += to - from;
-		}
+		runs[nruns++] = (struct fill_run){b, e, from, to};
 		for (unsigned i = b; i < e; i++)
 			newbits[i / 64] |= 1ull << (i % 64);
 		b = e;
@@ -340,7 +381,36 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 	for (unsigned i = end; i < zend; i++)
 		if (fblock + i >= eof_block && !block_valid(s->ctl, i))
 			newbits[i / 64] |= 1ull << (i % 64);
-	c->pops->drain(c->pops->ctx);
+	/* The I/O without the lock, from a descriptor of our own (f->fd may
+	 * be closed meanwhile: files.c), with the pages reserved so that
+	 * concurrent fills do not overshoot the capacity together. */
+	int rc = 0;
+	bool io = false;
+	for (unsigned i = 0; i < nruns && !io; i++)
+		io = runs[i].to > runs[i].from;
+	if (io) {
+		int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (dfd < 0)
+			return -errno;
+		s->filling = true;
+		c->used += need;
+		pthread_mutex_unlock(&c->lock);
+		rc = fill_io(c, s, dfd, runs, nruns);
+		close(dfd);
+		pthread_mutex_lock(&c->lock);
+		c->used -= need;
+		s->filling = false;
+		pthread_cond_broadcast(&c->idle);
+		if (rc < 0)
+			return rc;
+		for (unsigned i = 0; i < nruns; i++)
+			if (runs[i].to > runs[i].from) {
+				f->fills++;
+				f->fill_bytes += runs[i].to - runs[i].from;
+				c->st->fills++;
+				c->st->fill_bytes += runs[i].to - runs[i].from;
+			}
+	}
 	unsigned added = 0;
 	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
 		if (newbits[w]) {
@@ -360,6 +430,10 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 	if (first >= CACHE_BLOCKS || n == 0 || n > CACHE_BLOCKS - first)
 		return -EINVAL;
 	for (int pass = 0; pass < 2; pass++) {
+		/* A fill in progress writes invalid blocks without the lock:
+		 * wait for it (it then makes them valid, and we answer EAGAIN). */
+		while (s->map && s->filling)
+			pthread_cond_wait(&c->idle, &c->lock);
 		/* (Again after making room: an eviction may wait for the cleaner,
 		 * with the lock released.) */
 		if (!s->map || slot_broken(s) ||
@@ -370,7 +444,9 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 			if (block_valid(s->ctl, b))
 				return -EAGAIN; /* a fill raced with the client's stores */
 		if (pass == 0) {
+			c->pins[slot]++;
 			int rc = engine_make_room(c, n, slot);
+			c->pins[slot]--;
 			if (rc < 0)
 				return rc;
 		}
@@ -393,8 +469,8 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 
 int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 {
-	int64_t was = c->pinned;
-	c->pinned = keep;
+	/* `keep` is pinned by the caller (c->pins): no eviction takes it,
+	 * this one's or another thread's while we wait. */
 	int rc = 0;
 	for (uint32_t tries = 0; c->used + need > c->cap;) {
 		int e = evict_one(c);
@@ -403,10 +479,7 @@ int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 		if (e == -EBUSY) {
 			/* Nothing evictable now. Chunks the cleaner is writing
 			 * back become evictable when it is done: wait for them. */
-			bool busy = false;
-			for (uint32_t i = 0; i < c->nslots && !busy; i++)
-				busy = c->slots[i].map && c->slots[i].busy;
-			if (busy) {
+			if (engine_any_unquiet(c)) {
 				pthread_cond_wait(&c->idle, &c->lock);
 				continue;
 			}
@@ -421,7 +494,6 @@ int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 			break;
 		}
 	}
-	c->pinned = was;
 	return rc;
 }
 
@@ -436,8 +508,12 @@ int chunk_open_fd(struct engine *c, uint32_t slot, int flags)
 int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 {
 	struct slot *s = &c->slots[slot];
-	engine_wait_idle(c, slot); /* the cleaner may be writing it back */
-	if (!s->map)
+	/* What the caller meant: the chunk file in the slot now. While we wait
+	 * (a write-back, a fill or an eviction without the lock) another
+	 * thread may free the slot and reuse it for another chunk. */
+	uint64_t inc = s->map ? s->ctl->incarnation : 0;
+	engine_wait_quiet(c, slot);
+	if (!s->map || s->ctl->incarnation != inc)
 		return -ENOENT;
 	struct cfile *f = cfile_get(c, s->cnode);
 	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
@@ -487,4 +563,36 @@ int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 		cfile_release_fd(c, f);
 	}
 	return 0;
+}
+
+int chunk_evict(struct engine *c, uint32_t slot)
+{
+	struct slot *s = &c->slots[slot];
+	engine_wait_quiet(c, slot);
+	if (!s->map)
+		return 0; /* another thread revoked it meanwhile */
+	struct cfile *f = cfile_get(c, s->cnode);
+	if (f && !slot_broken(s) && dirty_chunk_flagged(s->dt, 0)) {
+		/* REVOKED first (as chunk_revoke): clients stop storing, and a
+		 * crash from here on finishes the eviction at the next start. */
+		__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		chell_persist(c->pops, s->ctl, 64);
+		struct wb_job j;
+		s->revoking = true;
+		if (wb_begin(c, f, &slot, 1, UINT64_MAX, &j) == 0) {
+			s->busy = true;
+			pthread_mutex_unlock(&c->lock);
+			wb_io(c, &j);
+			pthread_mutex_lock(&c->lock);
+			s->busy = false;
+			wb_end(c, &j, NULL); /* on error chunk_revoke retries and keeps it stuck */
+		}
+		s->revoking = false;
+		pthread_cond_broadcast(&c->idle);
+	}
+	/* What is left (blocks a client re-dirtied before it saw REVOKED, or
+	 * all of them if the write-back above failed) is written under the
+	 * lock, and the chunk file goes. */
+	return chunk_revoke(c, slot, UINT64_MAX);
 }

@@ -185,14 +185,21 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	/* Data written to the cache must be writable back. */
 	if (m->want_write && f->readonly)
 		return EROFS;
-	int slot = chunk_get(c, f, m->chunk);
-	if (slot < 0)
-		return -slot;
-	/* OVERWRITE: the client stores these blocks whole, then asks for them
-	 * to be validated (do_overwrite): nothing to read. */
-	int rc = m->want_write & CHELLD_MAP_OVERWRITE
-			 ? 0
-			 : chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+	int slot, rc;
+	/* -EAGAIN: the slot was revoked while the fill waited (the lock
+	 * released: another fill of it, or room being made); map it again. */
+	for (int tries = 0;; tries++) {
+		slot = chunk_get(c, f, m->chunk);
+		if (slot < 0)
+			return -slot;
+		/* OVERWRITE: the client stores these blocks whole, then asks for
+		 * them to be validated (do_overwrite): nothing to read. */
+		rc = m->want_write & CHELLD_MAP_OVERWRITE
+			     ? 0
+			     : chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+		if (rc != -EAGAIN || tries == 16)
+			break;
+	}
 	if (rc < 0)
 		return -rc;
 	policy_touch(c->pol, (uint32_t)slot);

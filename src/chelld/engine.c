@@ -58,7 +58,6 @@ int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *
 	c->m = p->m;
 	c->nslots = p->nslots;
 	c->st = st;
-	c->pinned = -1;
 	/* The capacity, less what meta.pool takes of the same tmpfs. */
 	c->cap = p->capacity / CACHE_BLOCK_BYTES;
 	char mpath[PATH_MAX];
@@ -76,10 +75,12 @@ int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *
 		   c->pops == &volatile_ops ? "not flushed by cache-line (no effect there)"
 					    : "flushed by cache-line before they count");
 	c->slots = calloc(c->nslots, sizeof *c->slots);
+	c->pins = calloc(c->nslots, sizeof *c->pins);
 	c->files = calloc(p->max_cnodes, sizeof *c->files);
 	c->pol = policy_create(cfg->policy == 1 ? POLICY_FIFO : POLICY_LRU, c->nslots);
-	if (!c->slots || !c->files || !c->pol) {
+	if (!c->slots || !c->pins || !c->files || !c->pol) {
 		free(c->slots);
+		free(c->pins);
 		free(c->files);
 		if (c->pol)
 			policy_destroy(c->pol);
@@ -110,6 +111,7 @@ void engine_fini(struct engine *c)
 			free(c->files[i]);
 		}
 	free(c->slots);
+	free(c->pins);
 	free(c->files);
 	policy_destroy(c->pol);
 	pthread_cond_destroy(&c->idle);

@@ -2,9 +2,12 @@
 /*
  * The cache engine of chelld: the pool (meta region + chunk files), the
  * files it caches, fills, eviction with revocation, write-back, the
- * cleaner and recovery. Everything runs in the server's one thread, so
- * nothing here locks; clients touch only the chunk files' control pages
- * (atomics, cache/layout.h) and their access tables.
+ * cleaner and recovery. The server's worker threads and the cleaner
+ * hold engine.lock while they touch this state and drop it only for
+ * device I/O, with the slot marked (filling, busy, revoking) so that
+ * nothing else frees or refills it meanwhile: a fill of one chunk never
+ * holds up a miss on another. Clients touch only the chunk files' control
+ * pages (atomics, cache/layout.h) and their access tables.
  */
 #ifndef CHELLD_ENGINE_H
 #define CHELLD_ENGINE_H
@@ -76,7 +79,12 @@ struct slot {
 	uint32_t cnode;
 	uint64_t file_chunk;
 	bool stuck;             /* write-back failed: keep it, never evict */
-	bool busy;              /* the cleaner thread writes it back right now */
+	bool busy;              /* being written back without the lock (cleaner, eviction) */
+	bool filling;           /* a fill reads into it without the lock (chunk_fill):
+				 * other fills and OVERWRITEs of it wait, evictions
+				 * skip it, revocations wait (engine_wait_quiet) */
+	bool revoking;          /* REVOKED, its eviction's write-back in progress:
+				 * a MAP of the same chunk waits for the new file */
 	bool broken;            /* its file was truncated behind our back (guard.c) */
 	uint32_t charged;       /* 4 KB pages counted in engine.used: control page + valid blocks */
 };
@@ -115,7 +123,9 @@ struct engine {
 	 * start. Fills, overwrites and new chunk files evict first when
 	 * used + need would exceed cap (engine_make_room). */
 	uint64_t cap, used;
-	int64_t pinned;         /* slot evictions must not take now, or -1 */
+	uint16_t *pins;         /* per slot: evictions must not take it now (a miss
+				 * is filling it); kept apart from struct slot, which
+				 * a revocation clears */
 	struct cfile **files;   /* by Cnode id */
 	uint32_t open_fds;      /* cfile descriptors held (files.c), at most cfg->max_fds */
 	uint64_t fd_clock;      /* ticks of cfile_fd, for its LRU */
@@ -203,6 +213,10 @@ int chunk_open_fd(struct engine *c, uint32_t slot, int flags);
  * `keep_below` (UINT64_MAX: all; 0: none), truncate, unlink, unmap.
  * 0, or -errno with the slot kept (marked stuck) if write-back failed. */
 int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below);
+/* Evict a victim: chunk_revoke, but the write-back of its dirty blocks
+ * runs without the lock (the slot REVOKED and revoking meanwhile), so
+ * other misses go on. 0, or -errno as chunk_revoke. */
+int chunk_evict(struct engine *c, uint32_t slot);
 /* Attach to an existing, checked chunk file (recovery). 0 or -errno. */
 int chunk_attach(struct engine *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk);
 /* Blocks of the slot that are valid / dirty (any non-CLEAN state). */
@@ -210,7 +224,7 @@ unsigned chunk_nvalid(const struct slot *s);
 unsigned chunk_ndirty(const struct slot *s);
 
 /* evict.c */
-/* Free one slot by policy (never c->pinned); 0, or -EBUSY when nothing
+/* Free one slot by policy (never a pinned one); 0, or -EBUSY when nothing
  * can be evicted. */
 int evict_one(struct engine *c);
 
@@ -252,8 +266,14 @@ int engine_cleaner_start(struct engine *c);
 void engine_cleaner_stop(struct engine *c);
 /* Wake the cleaner now (lock held): evictions found no clean victim. */
 void engine_cleaner_kick(struct engine *c);
-/* Wait (lock held) until the cleaner is done with a slot. */
+/* Wait (lock held) until no write-back holds a slot (busy). */
 void engine_wait_idle(struct engine *c, uint32_t slot);
+/* Wait (lock held) until nothing works on a slot without the lock: no
+ * write-back, fill or eviction (busy, filling, revoking). */
+void engine_wait_quiet(struct engine *c, uint32_t slot);
+/* Any slot that some thread works on without the lock (make_room waits
+ * for one rather than fail). */
+bool engine_any_unquiet(const struct engine *c);
 /* Drop the chunks of deleted files (cfile_deleted); returns how many. */
 uint32_t engine_drop_deleted(struct engine *c);
 uint32_t engine_dirty_slots(const struct engine *c);

@@ -22,7 +22,7 @@ static bool skip(void *arg, uint32_t slot)
 {
 	struct skip_arg *a = arg;
 	const struct slot *s = &a->c->slots[slot];
-	if (!s->map || s->stuck || s->busy || (int64_t)slot == a->c->pinned)
+	if (!s->map || s->stuck || s->busy || s->filling || s->revoking || a->c->pins[slot])
 		return true;
 	if (!a->allow_dirty && dirty_chunk_flagged(s->dt, 0))
 		return true;
@@ -42,16 +42,16 @@ int evict_one(struct engine *c)
 		engine_cleaner_kick(c);
 		rc = policy_victim(c->pol, &victim, skip, &a);
 	}
-	/* Everything left is being written back by the cleaner: wait for
-	 * one such chunk rather than fail the miss. */
+	/* Everything left is being written back or filled by another
+	 * thread: wait for one such chunk rather than fail the miss. */
 	for (uint32_t s = 0; rc == -EBUSY && s < c->nslots; s++)
-		if (c->slots[s].busy) {
-			engine_wait_idle(c, s);
+		if (c->slots[s].map && (c->slots[s].busy || c->slots[s].filling)) {
+			engine_wait_quiet(c, s);
 			rc = policy_victim(c->pol, &victim, skip, &a);
 		}
 	if (rc < 0)
 		return -EBUSY;
-	rc = chunk_revoke(c, victim, UINT64_MAX);
+	rc = chunk_evict(c, victim);
 	if (rc < 0)
 		return rc; /* kept as stuck; the caller tries again */
 	c->st->evictions++;

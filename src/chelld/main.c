@@ -77,6 +77,9 @@ static void usage(FILE *f)
 	      "      --max-fds N     descriptors of files no client has open that are kept\n"
 	      "                      while they hold dirty data (default 256); past that the\n"
 	      "                      least recently used is written back and closed\n"
+	      "      --workers N     threads serving requests (1 to 64, default 4): a miss\n"
+	      "                      that waits for the backing store holds up only its\n"
+	      "                      own client\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
@@ -256,7 +259,7 @@ static int configure_tier(void)
 
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
-	const char *policy, *high, *low, *readahead, *max_fds;
+	const char *policy, *high, *low, *readahead, *max_fds, *workers;
 };
 
 static int parse_pct(const char *s, unsigned *out)
@@ -294,6 +297,15 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 			return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)",
 				    o->max_fds);
 		cfg->max_fds = (uint32_t)v;
+	}
+	cfg->workers = 4;
+	if (o->workers) {
+		char *end;
+		errno = 0;
+		unsigned long v = strtoul(o->workers, &end, 10);
+		if (errno || end == o->workers || *end || *o->workers == '-' || v < 1 || v > 64)
+			return fail(CHELLD_EXIT_USAGE, "invalid --workers '%s' (1 to 64)", o->workers);
+		cfg->workers = (unsigned)v;
 	}
 	cfg->dirty_high = 50;
 	cfg->dirty_low = 25;
@@ -416,7 +428,7 @@ static int daemonise(const struct chelld_config *cfg, int *ready_fd)
 int main(int argc, char **argv)
 {
 	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_HIGH, OPT_LOW,
-	       OPT_RA, OPT_MAXFDS };
+	       OPT_RA, OPT_MAXFDS, OPT_WORKERS };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
 		{"size", required_argument, NULL, O_SIZE},
@@ -428,6 +440,7 @@ int main(int argc, char **argv)
 		{"dirty-low", required_argument, NULL, OPT_LOW},
 		{"readahead", required_argument, NULL, OPT_RA},
 		{"max-fds", required_argument, NULL, OPT_MAXFDS},
+		{"workers", required_argument, NULL, OPT_WORKERS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -452,6 +465,7 @@ int main(int argc, char **argv)
 		case OPT_LOW: co.low = optarg; break;
 		case OPT_RA: co.readahead = optarg; break;
 		case OPT_MAXFDS: co.max_fds = optarg; break;
+		case OPT_WORKERS: co.workers = optarg; break;
 		case 'h': usage(stdout); free(backing); return 0;
 		default:
 			fputs("Try 'chelld --help'.\n", stderr);

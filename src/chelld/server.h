@@ -38,7 +38,8 @@ struct client {
 
 struct server {
 	const struct chelld_config *cfg;
-	int ep, lfd, sfd;
+	int ep, lfd, sfd, evfd;
+	bool quit;          /* a worker read SIGTERM/SIGINT (under the cache lock) */
 	struct client *clients;
 	uint32_t nclients;
 	struct timespec start;
