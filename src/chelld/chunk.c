@@ -394,11 +394,14 @@ again:
 			return -errno;
 		s->filling = true;
 		c->used += need;
+		if (++c->fills_inflight > c->fills_inflight_max)
+			c->fills_inflight_max = c->fills_inflight;
 		pthread_mutex_unlock(&c->lock);
 		rc = fill_io(c, s, dfd, runs, nruns);
 		close(dfd);
 		pthread_mutex_lock(&c->lock);
 		c->used -= need;
+		c->fills_inflight--;
 		s->filling = false;
 		pthread_cond_broadcast(&c->idle);
 		if (rc < 0)

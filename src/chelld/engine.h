@@ -132,6 +132,7 @@ struct engine {
 	policy *pol;
 	const struct chell_persist_ops *pops;
 	struct chelld_stats_reply *st; /* the server's counters */
+	uint32_t fills_inflight, fills_inflight_max; /* fills reading without the lock */
 	uint32_t clean_cursor;  /* where the cleaner resumes */
 	bool cleaning;          /* between the high and the low watermark */
 	uint32_t ticks;

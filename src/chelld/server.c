@@ -107,17 +107,23 @@ static void accept_one(struct server *s)
 		   (int)cr.pid, (int)cr.uid, (int)cr.gid);
 }
 
-bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
-		  int status, int fd)
+bool chelld_reply_fds(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
+		      int status, const int *fds, int nfds)
 {
 	struct chelld_rhdr *r = msg;
 	chelld_hdr_init(&r->h, type | CHELLD_REPLY, (uint32_t)len, seq);
 	r->status = status;
-	if (fdpass_send(c->sock, msg, len, fd, MSG_DONTWAIT) < 0) {
+	if (fdpass_sendv(c->sock, msg, len, fds, nfds, MSG_DONTWAIT) < 0) {
 		chelld_log("client %llu: cannot send a reply, dropping it", (unsigned long long)c->serial);
 		return false;
 	}
 	return true;
+}
+
+bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
+		  int status, int fd)
+{
+	return chelld_reply_fds(c, msg, len, type, seq, status, &fd, fd >= 0 ? 1 : 0);
 }
 
 static bool reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq, int status)
@@ -205,6 +211,8 @@ static bool do_stats(struct server *s, struct client *c, const struct chelld_sta
 	r.backings = (uint32_t)s->cfg->nbackings;
 	r.cache_size = k->pool.capacity;
 	r.used_pages = (uint32_t)(k->used > UINT32_MAX ? UINT32_MAX : k->used);
+	r.workers = s->cfg->workers;
+	r.fills_inflight_max = k->fills_inflight_max;
 	r.uptime_ms = now_ms_since(&s->start);
 	r.slots = k->nslots;
 	r.slots_used = ms.chunks_used;
