@@ -42,6 +42,14 @@ unsigned chunk_ndirty(const struct slot *s)
 	return n;
 }
 
+/* The 64 KB groups (access-table bits) of blocks [b, e), e > b. */
+static uint32_t groups_of(unsigned b, unsigned e)
+{
+	enum { G = CACHE_BLOCKS / CHELLD_ACCESS_GROUPS };
+	unsigned gb = b / G, ge = (e - 1) / G;
+	return (uint32_t)(((2ull << ge) - 1) & ~((1ull << gb) - 1));
+}
+
 static bool block_valid(const struct cache_ctl *ctl, unsigned b)
 {
 	return (__atomic_load_n(&ctl->valid[b / 64], __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
@@ -285,6 +293,13 @@ static int fill_io(struct engine *c, struct slot *s, int fd, const struct fill_r
 		int rc = fill_range(fd, dst, runs[i].from, (size_t)(runs[i].to - runs[i].from));
 		if (rc < 0)
 			return rc;
+		/* The bytes live in the pool now: the backing file system's page
+		 * cache copy would be a second, uncounted cache of the same data,
+		 * and where the pool shares a memory limit with it (a cgroup)
+		 * every fill would make the kernel reclaim. Dirty or mapped
+		 * pages are left alone by the kernel. */
+		posix_fadvise(fd, (off_t)runs[i].from, (off_t)(runs[i].to - runs[i].from),
+			      POSIX_FADV_DONTNEED);
 		/* The data must be durable before the bit that says so. */
 		c->pops->flush(c->pops->ctx, dst, (size_t)(runs[i].to - runs[i].from));
 	}
@@ -422,6 +437,7 @@ again:
 		}
 	s->charged += added;
 	c->used += added;
+	s->hot |= groups_of(first, end);
 	chell_persist(c->pops, s->ctl->valid, sizeof s->ctl->valid);
 	return 0;
 }
@@ -467,6 +483,7 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 	chell_persist(c->pops, s->ctl->dirty, dirty_table_bytes(1));
 	s->charged += n;
 	c->used += n;
+	s->hot |= groups_of(first, first + n);
 	return 0;
 }
 
@@ -476,7 +493,9 @@ int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 	 * this one's or another thread's while we wait. */
 	int rc = 0;
 	for (uint32_t tries = 0; c->used + need > c->cap;) {
-		int e = evict_one(c);
+		int e = c->cfg->policy == 2 ? evict_groups(c) : -EBUSY;
+		if (e != 0)
+			e = evict_one(c);
 		if (e == 0)
 			continue;
 		if (e == -EBUSY) {
@@ -598,4 +617,72 @@ int chunk_evict(struct engine *c, uint32_t slot)
 	 * all of them if the write-back above failed) is written under the
 	 * lock, and the chunk file goes. */
 	return chunk_revoke(c, slot, UINT64_MAX);
+}
+
+int chunk_shrink(struct engine *c, uint32_t slot, uint32_t keep)
+{
+	enum { G = CACHE_BLOCKS / CHELLD_ACCESS_GROUPS };
+	struct slot *s = &c->slots[slot];
+	struct cfile *f = cfile_get(c, s->cnode);
+	if (!s->map || !f || slot_broken(s) || dirty_chunk_flagged(s->dt, 0))
+		return -EAGAIN;
+	uint64_t fc = s->file_chunk;
+	/* Clients stop here: REVOKED, as an eviction. A store that raced in
+	 * before it is in the copy below or redone by its writer after it
+	 * sees REVOKED (into the new file); dirty marks that came meanwhile
+	 * are written back by chunk_revoke, as for any eviction. */
+	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	chell_persist(c->pops, s->ctl, 64);
+	uint64_t bits[CACHE_BLOCKS / 64];
+	unsigned n = 0;
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++) {
+		uint64_t g = 0;
+		for (unsigned b = 0; b < 64; b++)
+			if (keep >> ((w * 64 + b) / G) & 1)
+				g |= 1ull << b;
+		bits[w] = __atomic_load_n(&s->ctl->valid[w], __ATOMIC_ACQUIRE) & g;
+		n += (unsigned)__builtin_popcountll(bits[w]);
+	}
+	if (!c->shrink_buf)
+		c->shrink_buf = malloc(CACHE_CHUNK_BYTES);
+	if (n == 0 || !c->shrink_buf)
+		return chunk_revoke(c, slot, UINT64_MAX);
+	for (unsigned b = 0; b < CACHE_BLOCKS; b++)
+		if (bits[b / 64] >> (b % 64) & 1)
+			memcpy(c->shrink_buf + (size_t)b * CACHE_BLOCK_BYTES, s->map + (size_t)b * CACHE_BLOCK_BYTES,
+			       CACHE_BLOCK_BYTES);
+	/* Blocks a client dirtied before it saw REVOKED go to the backing
+	 * file with the old chunk; the new one then starts clean with what
+	 * the copy has, and the writer's redo stores its bytes again. */
+	int rc = chunk_revoke(c, slot, UINT64_MAX);
+	if (rc < 0)
+		return rc;
+	/* The same (file, chunk) in a new chunk file (a crash before it is
+	 * published leaves the data uncached, and clean: nothing lost). */
+	int ns = chunk_get(c, f, fc);
+	if (ns < 0)
+		return 0; /* the old one is gone, and that freed the room asked */
+	struct slot *t = &c->slots[ns];
+	unsigned added = 0;
+	for (unsigned b = 0; b < CACHE_BLOCKS; b++) {
+		if (!(bits[b / 64] >> (b % 64) & 1) || block_valid(t->ctl, b)) {
+			bits[b / 64] &= ~(1ull << (b % 64));
+			continue;
+		}
+		memcpy(t->map + (size_t)b * CACHE_BLOCK_BYTES, c->shrink_buf + (size_t)b * CACHE_BLOCK_BYTES,
+		       CACHE_BLOCK_BYTES);
+		c->pops->flush(c->pops->ctx, t->map + (size_t)b * CACHE_BLOCK_BYTES, CACHE_BLOCK_BYTES);
+		added++;
+	}
+	c->pops->drain(c->pops->ctx);
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
+		if (bits[w])
+			__atomic_fetch_or(&t->ctl->valid[w], bits[w], __ATOMIC_RELEASE);
+	chell_persist(c->pops, t->ctl->valid, sizeof t->ctl->valid);
+	t->charged += added;
+	c->used += added;
+	t->hot = keep;
+	c->st->shrinks++;
+	return 0;
 }

@@ -21,7 +21,7 @@
  * here and sent to the client. Returns the memfd or -errno. */
 static int make_access_table(struct server *s, struct client *c)
 {
-	uint32_t n = s->engine.nslots;
+	uint32_t n = s->engine.nslots * CHELLD_ACCESS_GROUPS;
 	int fd = memfd_create("chelld-access", MFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;

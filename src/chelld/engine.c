@@ -112,6 +112,7 @@ void engine_fini(struct engine *c)
 		}
 	free(c->slots);
 	free(c->pins);
+	free(c->shrink_buf);
 	free(c->files);
 	policy_destroy(c->pol);
 	pthread_cond_destroy(&c->idle);

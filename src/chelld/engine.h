@@ -87,6 +87,8 @@ struct slot {
 				 * a MAP of the same chunk waits for the new file */
 	bool broken;            /* its file was truncated behind our back (guard.c) */
 	uint32_t charged;       /* 4 KB pages counted in engine.used: control page + valid blocks */
+	uint32_t hot;           /* 64 KB groups hit or filled since the trim hand's last
+				 * visit (policy blocks: evict.c) */
 };
 
 /* Volatile state of a Cnode (a cached backing file). */
@@ -134,6 +136,8 @@ struct engine {
 	struct chelld_stats_reply *st; /* the server's counters */
 	uint32_t fills_inflight, fills_inflight_max; /* fills reading without the lock */
 	uint32_t clean_cursor;  /* where the cleaner resumes */
+	uint32_t trim_hand;     /* policy blocks: the next slot to look at (evict.c) */
+	uint8_t *shrink_buf;    /* one chunk's data, for chunk_shrink */
 	bool cleaning;          /* between the high and the low watermark */
 	uint32_t ticks;
 	pthread_mutex_t lock;   /* the cache state, between the two threads */
@@ -228,6 +232,13 @@ unsigned chunk_ndirty(const struct slot *s);
 /* Free one slot by policy (never a pinned one); 0, or -EBUSY when nothing
  * can be evicted. */
 int evict_one(struct engine *c);
+/* Policy blocks: free capacity by the 64 KB group. 0 when some went, or
+ * -EBUSY when a turn of the hand found nothing (then evict_one). */
+int evict_groups(struct engine *c);
+/* chunk.c: replace the clean chunk in `slot` by a new chunk file of the
+ * same (file, chunk) holding only the valid blocks of the groups in
+ * `keep` (the others leave the cache). 0 or -errno. */
+int chunk_shrink(struct engine *c, uint32_t slot, uint32_t keep);
 
 /* writeback.c */
 /* A write-back in three steps, so the cleaner thread can do the I/O

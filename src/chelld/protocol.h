@@ -175,6 +175,12 @@ struct chelld_map {
 	uint32_t last_nblocks;
 };
 #define CHELLD_MAP_BATCH 8u
+/* Access tables (the memfd of HELLO): one byte per 64 KB of each slot, so
+ * replacement sees which parts of a chunk are hot (v3; before: one per
+ * slot). A hit at byte `in` of the chunk in slot s marks
+ * s * CHELLD_ACCESS_GROUPS + (in >> CHELLD_ACCESS_GROUP_SHIFT). */
+#define CHELLD_ACCESS_GROUP_SHIFT 16u
+#define CHELLD_ACCESS_GROUPS (CHELLD_CHUNK_SIZE >> CHELLD_ACCESS_GROUP_SHIFT)
 struct chelld_map_reply {
 	struct chelld_rhdr r;
 	uint32_t chunk_size;
@@ -331,6 +337,7 @@ struct chelld_stats_reply {
 	uint32_t fills_inflight_max; /* most fills reading the backing store at once */
 	uint64_t map_batches;        /* MAPs that handed over more than one chunk */
 	uint64_t map_batched_chunks; /* chunks they handed over */
+	uint64_t shrinks;            /* chunks whose cold 64 KB groups left alone (policy blocks) */
 };
 
 struct chelld_path {

@@ -193,11 +193,24 @@ void client_unregister(struct server *s, struct client *c, struct reg *r, bool a
 static void fold_access(void *arg)
 {
 	struct server *s = arg;
-	for (struct client *c = s->clients; c; c = c->next)
-		if (c->access.flags)
-			for (uint32_t i = 0; i < c->access.nchunks; i++)
-				if (access_test_clear(&c->access, i))
-					policy_touch(s->engine.pol, i);
+	struct engine *k = &s->engine;
+	for (struct client *c = s->clients; c; c = c->next) {
+		if (!c->access.flags)
+			continue;
+		/* a byte per 64 KB group: eight at a time, most words are 0 */
+		for (uint32_t i = 0; i + 8 <= c->access.nchunks; i += 8) {
+			uint64_t w;
+			memcpy(&w, c->access.flags + i, sizeof w);
+			if (!w)
+				continue;
+			for (uint32_t j = i; j < i + 8; j++)
+				if (access_test_clear(&c->access, j)) {
+					uint32_t slot = j / CHELLD_ACCESS_GROUPS;
+					policy_touch(k->pol, slot);
+					k->slots[slot].hot |= 1u << (j % CHELLD_ACCESS_GROUPS);
+				}
+		}
+	}
 }
 
 static bool do_stats(struct server *s, struct client *c, const struct chelld_stats *m)

@@ -33,7 +33,7 @@ double counts_hit_ratio(const struct chelld_client_counts *c)
 
 const char *policy_display_name(uint32_t policy)
 {
-	return policy == 0 ? "lru" : policy == 1 ? "fifo" : "unknown";
+	return policy == 0 ? "lru" : policy == 1 ? "fifo" : policy == 2 ? "blocks" : "unknown";
 }
 
 double now_monotonic(void)

@@ -21,6 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import BACKING_ROOT, CHELL, fresh_manager, run
 
 CLIENTS = 8
@@ -123,7 +125,11 @@ def run_clients(argv_of, d, script):
         assert p.returncode == 0 and out == f"ok {i}\n".encode(), (i, err.decode(errors="replace")[-3000:])
 
 
-def test_eight_clients_with_misses_in_flight_match_the_kernel(tmp_path):
+@pytest.mark.parametrize("policy", ["lru", "blocks"])
+def test_eight_clients_with_misses_in_flight_match_the_kernel(tmp_path, monkeypatch, policy):
+    """Under both replacements: whole chunks (lru), and 64 KB groups
+    (blocks: chunks shrunk to their hot groups under the clients)."""
+    monkeypatch.setenv("CHELL_CACHE_POLICY", policy)  # read by `chell cache start`
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
     plain = Path(tempfile.mkdtemp(prefix="chell-conc-plain-", dir=BACKING_ROOT))
@@ -146,8 +152,10 @@ def test_eight_clients_with_misses_in_flight_match_the_kernel(tmp_path):
             assert stats["workers"] > 1
             assert stats["fills"] > 100 and stats["evictions"] > 0, stats
             assert stats["map_batches"] > 0, stats
+            assert stats["policy"] == policy and (policy != "blocks" or stats["shrinks"] > 0), stats
             print(f"fills {stats['fills']}, evictions {stats['evictions']}, "
                   f"at most {stats['fills_inflight_max']} fills at once, "
-                  f"{stats['map_batches']} batched misses")
+                  f"{stats['map_batches']} batched misses, policy {stats['policy']}, "
+                  f"{stats['shrinks']} chunks shrunk to their hot groups")
     finally:
         shutil.rmtree(plain, ignore_errors=True)

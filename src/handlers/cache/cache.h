@@ -61,6 +61,14 @@ int cache_call_fds(void *req, size_t reqlen, uint16_t type, int fd, void *rep, s
 extern struct cache_hello cache_hello;
 extern uint32_t cache_conn_gen;       /* changes on every (re)connection */
 extern access_table cache_access;     /* this connection's, nchunks 0 if none */
+/* A hit at byte `in` of the chunk in `slot`: its 64 KB group's byte in the
+ * access table (one load, and a store if it was clear). */
+static inline void cache_hit_mark(uint32_t slot, size_t in)
+{
+	uint64_t i = (uint64_t)slot * CHELLD_ACCESS_GROUPS + (in >> CHELLD_ACCESS_GROUP_SHIFT);
+	if (i < cache_access.nchunks)
+		access_mark(&cache_access, (uint32_t)i);
+}
 void cache_conn_after_fork(void);     /* in the child: never use the parent's socket */
 void cache_conn_bye(void);            /* at exit: report counters, say goodbye */
 /* Backing directories of the running manager (PATH), for routing checks;

@@ -253,12 +253,13 @@ static int hello(void)
 	cache_hello.append_threshold = r.append_threshold;
 	cache_hello.slots = r.slots;
 	if (tfd >= 0 && r.slots) {
-		size_t len = access_table_bytes(r.slots);
+		uint32_t entries = r.slots * CHELLD_ACCESS_GROUPS; /* one per 64 KB (protocol.h) */
+		size_t len = access_table_bytes(entries);
 		void *p = REAL(mmap64)(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
 		if (p != MAP_FAILED) {
 			access_mem = p;
 			access_len = len;
-			access_table_attach(&cache_access, p, r.slots, false);
+			access_table_attach(&cache_access, p, entries, false);
 		}
 	}
 	if (tfd >= 0)

@@ -19,12 +19,6 @@
 
 enum { PIECE_OK = 0, PIECE_KERNEL = 1 };
 
-static inline void hit_mark(uint32_t slot)
-{
-	if (slot < cache_access.nchunks)
-		access_mark(&cache_access, slot);
-}
-
 /* [in, in+len) of chunk k <-> u through the hit protocol, missing until it
  * hits: PIECE_OK, PIECE_KERNEL (the descriptor must use the kernel path),
  * or -errno. */
@@ -59,7 +53,7 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 			r = to_file ? cache_copy_in(base, in, u, len, &slot, ext)
 				    : cache_copy_out(u, base, in, len, &slot);
 		if (r == COPY_HIT) {
-			hit_mark(slot);
+			cache_hit_mark(slot, in);
 			if (misses == 0) {
 				if (to_file)
 					s->write_hits++;
@@ -120,7 +114,7 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 		if (r == COPY_HIT) {
 			if (cache_overwrite(cf, k, slot, inc, first, n) != 0)
 				return false;
-			hit_mark(slot);
+			cache_hit_mark(slot, in);
 			struct mapped_stats *s = cache_stats_tls();
 			s->overwrites++;
 			s->write_misses++; /* it took the manager, if not a fill */
