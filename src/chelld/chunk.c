@@ -163,7 +163,9 @@ static void discard_new(struct engine *c, uint32_t slot)
 
 int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 {
-	int slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	int slot;
+again:
+	slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
 	/* Being evicted by another thread (its write-back runs without the
 	 * lock): wait for it to finish, then look again. */
 	while (slot >= 0 && c->slots[slot].map && c->slots[slot].revoking) {
@@ -177,7 +179,7 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 			    __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) == CACHE_CHUNK_LIVE;
 		if (s->map && slot_broken(s)) {
 			chunk_revoke(c, (uint32_t)slot, 0);
-			slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+			goto again;
 		} else if (!live) {
 			return -EIO; /* a revocation whose write-back failed */
 		} else {
@@ -186,9 +188,15 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 	}
 	if (slot != -ENOENT)
 		return slot;
+	/* Making room may release the lock (a write-back, a fill to wait
+	 * for), and another worker may map this very chunk meanwhile: then
+	 * it is the one to use (meta_chunk_map would return it, and creating
+	 * its file again would throw its data away). */
 	int room = engine_make_room(c, 1, -1); /* the new file's control page */
 	if (room < 0)
 		return room;
+	if (meta_chunk_lookup(c->m, f->cnode, file_chunk) != -ENOENT)
+		goto again;
 	for (uint32_t tries = 0;; tries++) {
 		slot = meta_chunk_map(c->m, f->cnode, file_chunk);
 		if (slot != -ENOSPC)
@@ -198,7 +206,10 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 		/* A failed write-back keeps its victim (stuck) and we try the
 		 * next one; -EBUSY: nothing evictable (though the cleaner may
 		 * have freed a slot while we waited for it: one more try). */
-		if (evict_one(c) == -EBUSY) {
+		int e = evict_one(c);
+		if (meta_chunk_lookup(c->m, f->cnode, file_chunk) != -ENOENT)
+			goto again;
+		if (e == -EBUSY) {
 			slot = meta_chunk_map(c->m, f->cnode, file_chunk);
 			if (slot == -ENOSPC)
 				return -ENOSPC;

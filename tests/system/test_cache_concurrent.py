@@ -139,7 +139,11 @@ def test_eight_clients_with_misses_in_flight_match_the_kernel(tmp_path, monkeypa
         with fresh_manager() as m:
             d = Path(tempfile.mkdtemp(prefix="conc-", dir=m.backing))
             initial_files(d)
-            run_clients(lambda argv: m.cmd(argv), d, script)
+            try:
+                run_clients(lambda argv: m.cmd(argv), d, script)
+            except AssertionError as e:  # with what the manager logged
+                log = (Path(m.pool) / "chelld.log").read_text(errors="replace")
+                raise AssertionError(f"{e}\n--- chelld.log (end) ---\n{log[-4000:]}") from None
             st = run([CHELL, "cache", "stat", "--pool", m.pool, "--json"])
             stats = json.loads(st.stdout)
             m.flush()
