@@ -23,7 +23,8 @@ struct chelld_config {
 	char *pid_path;
 	bool foreground;
 	/* the cache (docs/CHELLD.md, "Options") */
-	unsigned policy;           /* 0 LRU (CLOCK), 1 FIFO, 2 blocks (CLOCK over 64 KB groups) */
+	unsigned policy;           /* 0 LRU (CLOCK), 1 FIFO, 2 blocks (CLOCK over 64 KB groups),
+				    * 3 arc (CAR) */
 	uint64_t append_threshold; /* sent in the HELLO reply */
 	unsigned dirty_high, dirty_low; /* percent of the slots */
 	uint64_t readahead;        /* bytes filled past what a MAP asks */

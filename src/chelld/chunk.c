@@ -228,7 +228,8 @@ again:
 		discard_new(c, (uint32_t)slot);
 		return rc;
 	}
-	policy_insert(c->pol, (uint32_t)slot);
+	/* CAR recognises a chunk that comes back by what it is, not where */
+	policy_insert_key(c->pol, (uint32_t)slot, ((uint64_t)f->cnode << 40) ^ file_chunk);
 	c->slots[slot].charged = 1;
 	c->used += 1;
 	return slot;

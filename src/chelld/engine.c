@@ -77,7 +77,10 @@ int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *
 	c->slots = calloc(c->nslots, sizeof *c->slots);
 	c->pins = calloc(c->nslots, sizeof *c->pins);
 	c->files = calloc(p->max_cnodes, sizeof *c->files);
-	c->pol = policy_create(cfg->policy == 1 ? POLICY_FIFO : POLICY_LRU, c->nslots);
+	c->pol = policy_create(cfg->policy == 1   ? POLICY_FIFO
+			       : cfg->policy == 3 ? POLICY_CAR
+						  : POLICY_LRU,
+			       c->nslots);
 	if (!c->slots || !c->pins || !c->files || !c->pol) {
 		free(c->slots);
 		free(c->pins);

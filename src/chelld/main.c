@@ -69,7 +69,8 @@ static void usage(FILE *f)
 	      "                      at least one)\n"
 	      "      --policy lru|fifo|blocks  replacement: lru (CLOCK over chunks, default),\n"
 	      "                      fifo, or blocks (CLOCK over the 64 KB groups of chunks:\n"
-	      "                      a chunk's cold groups leave, its hot ones stay)\n"
+	      "                      a chunk's cold groups leave, its hot ones stay), or arc\n"
+	      "                      (CAR: ARC with reference bits, scan resistant)\n"
 	      "      --dirty-high PCT  start background write-back when dirty blocks are\n"
 	      "                      this percentage of the capacity (default 50); it\n"
 	      "                      also keeps min(20, 100-PCT)% free or clean\n"
@@ -283,8 +284,11 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 		cfg->policy = 1;
 	else if (o->policy && strcmp(o->policy, "blocks") == 0)
 		cfg->policy = 2;
+	else if (o->policy && strcmp(o->policy, "arc") == 0)
+		cfg->policy = 3;
 	else if (o->policy && strcmp(o->policy, "lru") != 0)
-		return fail(CHELLD_EXIT_USAGE, "invalid --policy '%s' (lru, fifo or blocks)", o->policy);
+		return fail(CHELLD_EXIT_USAGE, "invalid --policy '%s' (lru, fifo, blocks or arc)",
+			    o->policy);
 	/* Every extending write reserves its space (docs/CACHE.md, "Appends"). */
 	cfg->append_threshold = 0;
 	cfg->readahead = 64 << 10;

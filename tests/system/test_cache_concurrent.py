@@ -125,9 +125,9 @@ def run_clients(argv_of, d, script):
         assert p.returncode == 0 and out == f"ok {i}\n".encode(), (i, err.decode(errors="replace")[-3000:])
 
 
-@pytest.mark.parametrize("policy", ["lru", "blocks"])
+@pytest.mark.parametrize("policy", ["lru", "blocks", "arc"])
 def test_eight_clients_with_misses_in_flight_match_the_kernel(tmp_path, monkeypatch, policy):
-    """Under both replacements: whole chunks (lru), and 64 KB groups
+    """Under each replacement: whole chunks (lru, arc), and 64 KB groups
     (blocks: chunks shrunk to their hot groups under the clients)."""
     monkeypatch.setenv("CHELL_CACHE_POLICY", policy)  # read by `chell cache start`
     script = tmp_path / "worker.py"
