@@ -29,7 +29,7 @@ struct chelld_config {
 	unsigned dirty_high, dirty_low; /* percent of the slots */
 	uint64_t readahead;        /* bytes filled past what a MAP asks */
 	uint32_t max_fds;          /* descriptors of unregistered dirty files (files.c) */
-	unsigned workers;          /* request threads (server.c) */
+	uint32_t workers;          /* request threads (server.c) */
 };
 
 /* One backing file a client registered with OPEN_FILE: the client's own

@@ -265,6 +265,18 @@ struct cache_opts {
 	const char *policy, *high, *low, *readahead, *max_fds, *workers;
 };
 
+/* A count from 1 to max: 0, or -1 with *out untouched. */
+static int parse_count(const char *s, unsigned long max, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < 1 || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
+
 static int parse_pct(const char *s, unsigned *out)
 {
 	char *end;
@@ -297,24 +309,11 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 		return fail(CHELLD_EXIT_USAGE, "invalid --readahead '%s' (a size up to 2M)",
 			    o->readahead);
 	cfg->max_fds = 256;
-	if (o->max_fds) {
-		char *end;
-		errno = 0;
-		unsigned long v = strtoul(o->max_fds, &end, 10);
-		if (errno || end == o->max_fds || *end || *o->max_fds == '-' || v < 1 || v > 65536)
-			return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)",
-				    o->max_fds);
-		cfg->max_fds = (uint32_t)v;
-	}
+	if (o->max_fds && parse_count(o->max_fds, 65536, &cfg->max_fds) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)", o->max_fds);
 	cfg->workers = 4;
-	if (o->workers) {
-		char *end;
-		errno = 0;
-		unsigned long v = strtoul(o->workers, &end, 10);
-		if (errno || end == o->workers || *end || *o->workers == '-' || v < 1 || v > 64)
-			return fail(CHELLD_EXIT_USAGE, "invalid --workers '%s' (1 to 64)", o->workers);
-		cfg->workers = (unsigned)v;
-	}
+	if (o->workers && parse_count(o->workers, 64, &cfg->workers) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --workers '%s' (1 to 64)", o->workers);
 	cfg->dirty_high = 50;
 	cfg->dirty_low = 25;
 	if (o->high && parse_pct(o->high, &cfg->dirty_high) < 0)

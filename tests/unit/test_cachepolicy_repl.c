@@ -276,6 +276,22 @@ static double ratio(uint64_t h, uint64_t r)
 
 enum { CAP = 1000 };
 
+/* One reference of a zipf trace over m items (cdf: the cumulative
+ * weights, sum their total), the ranks scattered so hot items are not
+ * adjacent ids. */
+static uint32_t zipf_item(const double *cdf, uint32_t m, double sum)
+{
+	double u = rnd01() * sum;
+	uint32_t lo = 0, hi = m - 1;
+
+	while (lo < hi) {
+		uint32_t mid = (lo + hi) / 2;
+
+		if (cdf[mid] < u) lo = mid + 1; else hi = mid;
+	}
+	return (uint32_t)(((uint64_t)lo * 7919) % m);
+}
+
 /* Zipf(0.9) over 20 000 chunks, a cache of 1 000 (5 %). */
 static void zipf_lru_beats_fifo(void **state)
 {
@@ -291,16 +307,7 @@ static void zipf_lru_beats_fifo(void **state)
 	xl_init(&xl, CAP, M);
 	rng_state = 0x9e3779b97f4a7c15ull;
 	for (uint32_t n = 0; n < N; n++) {
-		double u = rnd01() * sum;
-		uint32_t lo = 0, hi = M - 1;
-
-		while (lo < hi) {
-			uint32_t mid = (lo + hi) / 2;
-
-			if (cdf[mid] < u) lo = mid + 1; else hi = mid;
-		}
-		/* Scatter the ranks so hot items are not adjacent ids. */
-		uint32_t item = (uint32_t)(((uint64_t)lo * 7919) % M);
+		uint32_t item = zipf_item(cdf, M, sum);
 
 		sim_access(&lru, item);
 		sim_access(&fifo, item);
@@ -441,15 +448,7 @@ static void car_resists_scans(void **state)
 	sim_init(&s[1], POLICY_CAR, CAP, MZ, true);
 	rng_state = 0x9e3779b97f4a7c15ull;
 	for (uint32_t n = 0; n < NZ; n++) {
-		double u = rnd01() * sum;
-		uint32_t lo = 0, hi = MZ - 1;
-
-		while (lo < hi) {
-			uint32_t mid = (lo + hi) / 2;
-
-			if (cdf[mid] < u) lo = mid + 1; else hi = mid;
-		}
-		uint32_t item = (uint32_t)(((uint64_t)lo * 7919) % MZ);
+		uint32_t item = zipf_item(cdf, MZ, sum);
 
 		for (int k = 0; k < 2; k++)
 			sim_access(&s[k], item);

@@ -270,16 +270,6 @@ void car_remove(policy *p, uint32_t x)
 	ring_del(p, x);
 }
 
-static bool referenced(policy *p, uint32_t x)
-{
-	bool r = p->ref[x];
-
-	p->ref[x] = 0;
-	if (p->access && x < p->access->nchunks && access_test_clear(p->access, x))
-		r = true;
-	return r;
-}
-
 int policy_victim_car(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg)
 {
 	struct car *c = p->car;
@@ -298,7 +288,7 @@ int policy_victim_car(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg
 		c->hand[l] = p->next[x];
 		if (skip && skip(arg, x))
 			continue;
-		if (referenced(p, x)) {
+		if (policy_referenced(p, x)) {
 			if (fallback == POLICY_NONE)
 				fallback = x;
 			/* T1 -> tail of T2; T2 -> round again (the hand moved on) */

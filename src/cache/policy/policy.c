@@ -113,6 +113,17 @@ void policy_unlink(policy *p, uint32_t c)
 	p->count--;
 }
 
+bool policy_referenced(policy *p, uint32_t c)
+{
+	bool r = p->ref[c];
+
+	p->ref[c] = 0;
+	/* Consume the client flag even if the touch already counted. */
+	if (p->access && c < p->access->nchunks && access_test_clear(p->access, c))
+		r = true;
+	return r;
+}
+
 int policy_remove(policy *p, uint32_t c)
 {
 	if (c >= p->nchunks || !p->in[c])

@@ -23,6 +23,9 @@ struct policy {
 };
 
 void policy_unlink(policy *p, uint32_t c);
+/* Referenced since the hand last passed (a manager touch or a client's
+ * access-table mark); consumes both, so one pass of a hand clears them. */
+bool policy_referenced(policy *p, uint32_t c);
 int policy_victim_clock(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg);
 int policy_victim_fifo(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg);
 int policy_victim_car(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg);
