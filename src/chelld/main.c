@@ -80,7 +80,7 @@ static void usage(FILE *f)
 	      "      --max-fds N     descriptors of files no client has open that are kept\n"
 	      "                      while they hold dirty data (default 256); past that the\n"
 	      "                      least recently used is written back and closed\n"
-	      "      --workers N     threads serving requests (1 to 64, default 4): a miss\n"
+	      "      --workers N     threads serving requests (1 to 64, default 8): a miss\n"
 	      "                      that waits for the backing store holds up only its\n"
 	      "                      own client\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
@@ -311,7 +311,7 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 	cfg->max_fds = 256;
 	if (o->max_fds && parse_count(o->max_fds, 65536, &cfg->max_fds) < 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)", o->max_fds);
-	cfg->workers = 4;
+	cfg->workers = 8;
 	if (o->workers && parse_count(o->workers, 64, &cfg->workers) < 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --workers '%s' (1 to 64)", o->workers);
 	cfg->dirty_high = 50;
