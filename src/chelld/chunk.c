@@ -180,6 +180,11 @@ again:
 		if (s->map && slot_broken(s)) {
 			chunk_revoke(c, (uint32_t)slot, 0);
 			goto again;
+		} else if (!live && !s->stuck) {
+			/* REVOKED and being finished by another worker (it waits
+			 * for a fill to end first): wait until the slot is freed */
+			pthread_cond_wait(&c->idle, &c->lock);
+			goto again;
 		} else if (!live) {
 			return -EIO; /* a revocation whose write-back failed */
 		} else {
@@ -339,7 +344,8 @@ again:
 	 * rest. Misses on other chunks are not held up. */
 	while (s->map && s->filling)
 		pthread_cond_wait(&c->idle, &c->lock);
-	if (!s->map || slot_broken(s) || s->ctl->incarnation != inc)
+	if (!s->map || slot_broken(s) || s->ctl->incarnation != inc || s->revoking ||
+	    __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) != CACHE_CHUNK_LIVE)
 		return -EAGAIN; /* revoked while we waited: the caller maps again */
 	unsigned end = n > CACHE_BLOCKS - first ? CACHE_BLOCKS : first + n;
 	int fd = cfile_fd(c, f);
@@ -371,9 +377,7 @@ again:
 			need++;
 	if (need && !roomed && c->used + need > c->cap) {
 		roomed = true;
-		c->pins[slot]++;
 		int rc = engine_make_room(c, need, slot);
-		c->pins[slot]--;
 		if (rc < 0)
 			return rc;
 		/* make_room may have waited (lock released): start over */
@@ -475,9 +479,7 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 			if (block_valid(s->ctl, b))
 				return -EAGAIN; /* a fill raced with the client's stores */
 		if (pass == 0) {
-			c->pins[slot]++;
 			int rc = engine_make_room(c, n, slot);
-			c->pins[slot]--;
 			if (rc < 0)
 				return rc;
 		}
@@ -501,8 +503,12 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 
 int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 {
-	/* `keep` is pinned by the caller (c->pins): no eviction takes it,
-	 * this one's or another thread's while we wait. */
+	/* This thread's evictions never take `keep` (engine_keep). Another
+	 * worker's may, while we wait: the caller then finds its slot revoked
+	 * (incarnation, state) and maps again. Pinning it for everyone would
+	 * let eight workers filling eight big chunks pin a small pool whole. */
+	int64_t was = engine_keep;
+	engine_keep = keep;
 	int rc = 0;
 	for (uint32_t tries = 0; c->used + need > c->cap;) {
 		int e = c->cfg->policy == 2 ? evict_groups(c) : -EBUSY;
@@ -528,6 +534,7 @@ int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 			break;
 		}
 	}
+	engine_keep = was;
 	return rc;
 }
 
@@ -568,6 +575,7 @@ int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 			/* Nothing acknowledged may be lost: keep the chunk (clients
 			 * see REVOKED and get EIO from MAP) and report it. */
 			s->stuck = true;
+			pthread_cond_broadcast(&c->idle); /* waiting MAPs get EIO now */
 			chelld_log("slot %u (%s chunk %llu): write-back failed (%s); kept with its "
 				   "dirty data", slot, f->path, (unsigned long long)s->file_chunk,
 				   strerror(-rc));
@@ -592,6 +600,7 @@ int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 		chelld_log("slot %u: cannot free it in the metadata: %s", slot, strerror(-rc));
 	c->used -= s->charged;
 	memset(s, 0, sizeof *s);
+	pthread_cond_broadcast(&c->idle); /* a MAP may wait for the slot to go */
 	if (f) {
 		f->evictions++;
 		cfile_release_fd(c, f);

@@ -200,7 +200,7 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 		rc = m->want_write & CHELLD_MAP_OVERWRITE
 			     ? 0
 			     : chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
-		if (rc != -EAGAIN || tries == 16)
+		if (rc != -EAGAIN || tries == 1000) /* each retry: another worker's progress */
 			break;
 	}
 	if (rc < 0)

@@ -13,6 +13,8 @@
 
 #include "chelld/engine.h"
 
+__thread int64_t engine_keep = -1;
+
 /* On a pool that is not DAX (tmpfs, or a disk file system without DAX),
  * cache-line flushes make nothing more durable: tmpfs survives a process
  * kill as it is, and nothing survives a power cut there anyway. The chunk
@@ -75,15 +77,13 @@ int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *
 		   c->pops == &volatile_ops ? "not flushed by cache-line (no effect there)"
 					    : "flushed by cache-line before they count");
 	c->slots = calloc(c->nslots, sizeof *c->slots);
-	c->pins = calloc(c->nslots, sizeof *c->pins);
 	c->files = calloc(p->max_cnodes, sizeof *c->files);
 	c->pol = policy_create(cfg->policy == 1   ? POLICY_FIFO
 			       : cfg->policy == 3 ? POLICY_CAR
 						  : POLICY_LRU,
 			       c->nslots);
-	if (!c->slots || !c->pins || !c->files || !c->pol) {
+	if (!c->slots || !c->files || !c->pol) {
 		free(c->slots);
-		free(c->pins);
 		free(c->files);
 		if (c->pol)
 			policy_destroy(c->pol);
@@ -114,7 +114,6 @@ void engine_fini(struct engine *c)
 			free(c->files[i]);
 		}
 	free(c->slots);
-	free(c->pins);
 	free(c->shrink_buf);
 	free(c->files);
 	policy_destroy(c->pol);

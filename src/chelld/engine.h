@@ -125,9 +125,6 @@ struct engine {
 	 * start. Fills, overwrites and new chunk files evict first when
 	 * used + need would exceed cap (engine_make_room). */
 	uint64_t cap, used;
-	uint16_t *pins;         /* per slot: evictions must not take it now (a miss
-				 * is filling it); kept apart from struct slot, which
-				 * a revocation clears */
 	struct cfile **files;   /* by Cnode id */
 	uint32_t open_fds;      /* cfile descriptors held (files.c), at most cfg->max_fds */
 	uint64_t fd_clock;      /* ticks of cfile_fd, for its LRU */
@@ -151,6 +148,11 @@ struct engine {
 	void (*fold_access)(void *arg);
 	void *fold_arg;
 };
+
+/* The slot this thread is making room for (engine_make_room's `keep`):
+ * its own evictions skip it; -1 none. Per thread, as each worker makes
+ * room for its own fill. */
+extern __thread int64_t engine_keep;
 
 /* engine.c: attach to an open pool, build the volatile state; recover. */
 int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *p,

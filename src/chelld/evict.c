@@ -32,7 +32,7 @@ static bool skip(void *arg, uint32_t slot)
 {
 	struct skip_arg *a = arg;
 	const struct slot *s = &a->c->slots[slot];
-	if (!s->map || s->stuck || s->busy || s->filling || s->revoking || a->c->pins[slot])
+	if (!s->map || s->stuck || s->busy || s->filling || s->revoking || (int64_t)slot == engine_keep)
 		return true;
 	if (!a->allow_dirty && dirty_chunk_flagged(s->dt, 0))
 		return true;
@@ -98,7 +98,7 @@ int evict_groups(struct engine *c)
 		uint32_t slot = c->trim_hand;
 		c->trim_hand = (c->trim_hand + 1) % c->nslots;
 		struct slot *s = &c->slots[slot];
-		if (!s->map || s->stuck || s->busy || s->filling || s->revoking || c->pins[slot] ||
+		if (!s->map || s->stuck || s->busy || s->filling || s->revoking || (int64_t)slot == engine_keep ||
 		    slot_broken(s) || dirty_chunk_flagged(s->dt, 0))
 			continue;
 		uint32_t hot = s->hot;

@@ -276,18 +276,25 @@ int policy_victim_car(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg
 	/* Every step either clears a reference (which some access paid for),
 	 * moves a chunk from T1 to T2, or passes a skipped chunk: bounded. */
 	uint64_t steps = 4ull * p->count + 4;
-	uint32_t fallback = POLICY_NONE;
+	uint32_t fallback = POLICY_NONE, skipped[2] = { 0, 0 };
 
 	for (uint64_t i = 0; i < steps; i++) {
 		int l = c->count[0] >= (c->p ? c->p : 1) && c->count[0] ? 0 : 1;
 
-		if (c->count[l] == 0)
+		/* A list whose every chunk was skipped in a row (busy, being
+		 * filled): take from the other one. */
+		if (c->count[l] == 0 || skipped[l] >= c->count[l])
 			l = !l;
+		if (c->count[l] == 0 || skipped[l] >= c->count[l])
+			break;
 		uint32_t x = c->hand[l];
 
 		c->hand[l] = p->next[x];
-		if (skip && skip(arg, x))
+		if (skip && skip(arg, x)) {
+			skipped[l]++;
 			continue;
+		}
+		skipped[l] = 0;
 		if (policy_referenced(p, x)) {
 			if (fallback == POLICY_NONE)
 				fallback = x;
