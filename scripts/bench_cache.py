@@ -20,7 +20,11 @@ sets it up and tears it down (also on failure or Ctrl-C). Sections:
   bdb    Berkeley DB btree, every put a transaction committed with
          fdatasync, 1, 2 and 4 threads (bench/cache/chell_bench_bdbsync);
   cliff  sustained 4 KB random writes over a file 3x the pool: throughput per
-         second against the device's own O_DIRECT random-write rate.
+         second against the device's own O_DIRECT random-write rate;
+  conc   concurrent misses: 1 and 8 fio processes (separate clients), each
+         4 KB random reads of its own cold file, every read a miss; the
+         aggregate miss throughput of 8 against 1, cache mode and (for
+         reference) the page cache.
 
 Writes <out>/cache.json (raw numbers, machine, device set-up, ratios, target
 verdicts), <out>/cache.md (the tables) and <out>/cache.png. Targets are
@@ -65,13 +69,15 @@ PROFILES = {
                  zipf_file=1024 * MB, zipf_pool=256 * MB, thetas=[0.4, 0.7, 0.99, 1.3],
                  zipf_warm_s=8, zipf_run_s=10,
                  bdb_threads=[1, 2, 4], bdb_seconds=5, bdb_rounds=2, bdb_keys=20000,
-                 cliff_pool=128 * MB, cliff_mult=3, cliff_s=40, cliff_dev_s=10),
+                 cliff_pool=128 * MB, cliff_mult=3, cliff_s=40, cliff_dev_s=10,
+                 conc_file=64 * MB, conc_clients=[1, 8], conc_s=10, conc_rounds=2),
     "quick": dict(image=1024 * MB, lat_file=64 * MB, lat_rounds=1, lat_batch_ms=4, lat_batches=5,
                   append_cap=16 * MB,
                   zipf_file=256 * MB, zipf_pool=64 * MB, thetas=[0.7, 1.3],
                   zipf_warm_s=2, zipf_run_s=3,
                   bdb_threads=[1, 2, 4], bdb_seconds=1.5, bdb_rounds=1, bdb_keys=10000,
-                  cliff_pool=32 * MB, cliff_mult=3, cliff_s=8, cliff_dev_s=3),
+                  cliff_pool=32 * MB, cliff_mult=3, cliff_s=8, cliff_dev_s=3,
+                  conc_file=16 * MB, conc_clients=[1, 8], conc_s=3, conc_rounds=1),
 }
 
 
@@ -669,6 +675,55 @@ def section_bdb(ch, prof, problems):
             "cache_counters": counters(status_delta(st0, st)) if st0 and st else None}
 
 
+def section_conc(ch, prof, problems):
+    """Aggregate miss throughput of N concurrent clients: N fio processes
+    (numjobs forks: each is a client of its own with its own connection to
+    chelld), each reading 4 KB at random offsets of its own file, read once
+    (fio's random map), from a cold cache big enough for all of them: every
+    read is a miss that fills from the device. Page cache arm for
+    reference (caches dropped first)."""
+    d = ch.dev.mnt / "conc"
+    d.mkdir(exist_ok=True)
+    fsize, nmax = prof["conc_file"], max(prof["conc_clients"])
+    for i in range(nmax):
+        sh([ch.bin / "chell_bench_lat", "--prepare", str(fsize), "--file", d / f"conc.{i}"])
+    raw = []
+    for rnd in range(prof["conc_rounds"]):
+        for n in prof["conc_clients"]:
+            for arm in (("cache", "pagecache") if rnd % 2 == 0 else ("pagecache", "cache")):
+                log(f"  conc: {n} client(s), round {rnd + 1}/{prof['conc_rounds']}, {arm}")
+                ch.stop_cache()
+                drop_caches()
+                if arm == "cache":
+                    ch.start_cache(nmax * fsize + 64 * MB)
+                s0 = ch.cache_status()
+                cmd = ["fio", "--name=conc", f"--directory={d}", "--filename_format=conc.$jobnum",
+                       f"--size={fsize}", "--bs=4k", "--rw=randread", "--ioengine=psync", "--invalidate=0",
+                       f"--numjobs={n}", "--group_reporting", "--output-format=json",
+                       f"--runtime={prof['conc_s']}", "--time_based=0", f"--io_size={fsize // 2}"]
+                data = ch.run_json(arm if arm == "cache" else "plain", cmd)
+                s1 = ch.cache_status()
+                ch.stop_cache()
+                job = data["jobs"][0]
+                rec = {"arm": arm, "clients": n, "round": rnd, "iops": job["read"]["iops"],
+                       "ios": job["read"].get("total_ios"), "clat_mean_ns": job["read"].get("clat_ns", {}).get("mean")}
+                if s0 and s1:
+                    rec["cache_counters"] = counters(status_delta(s0, s1))
+                    rec["fills_inflight_max"] = pick(flat_numbers(s1.get("stat") or {}), "fills_inflight_max")
+                raw.append(rec)
+    summary = []
+    for n in prof["conc_clients"]:
+        row = {"clients": n}
+        for arm in ("pagecache", "cache"):
+            row[f"{arm}_iops"] = median([r["iops"] for r in raw if r["arm"] == arm and r["clients"] == n])
+        summary.append(row)
+    one = next((r for r in summary if r["clients"] == 1), None)
+    for row in summary:
+        for arm in ("pagecache", "cache"):
+            row[f"{arm}_over_one"] = ratio(row[f"{arm}_iops"], one and one[f"{arm}_iops"])
+    return {"file_bytes": fsize, "raw": raw, "summary": summary}
+
+
 def read_fio_log(path):
     """fio's per-interval log: msec, value, ... -> [(seconds, value)]."""
     pts = []
@@ -775,6 +830,15 @@ def targets(res):
     vals = [b["cache_over_pagecache"] for b in bdb]
     add("Berkeley DB + fdatasync: cache/pagecache, worst thread count",
         min(vals) if vals and None not in vals else None, ">=", 3.0)
+    conc = (res.get("conc") or {}).get("summary") or []
+    many = max(conc, key=lambda r: r["clients"]) if conc else {}
+    add(f"concurrent misses: {many.get('clients', 8)} clients / 1 client, aggregate (cache mode)",
+        many.get("cache_over_one"), ">=", 4.0)
+    z = (res.get("zipf") or {}).get("summary") or []
+    zr = [r["cache_over_pagecache"] for r in z if r["rw"] == "randread"]
+    zw = [r["cache_over_pagecache"] for r in z if r["rw"] == "randwrite"]
+    add("fio zipf randread: cache/pagecache, worst theta", min(zr) if zr and None not in zr else None, ">=", 1.2)
+    add("fio zipf randwrite: cache/pagecache, worst theta", min(zw) if zw and None not in zw else None, ">=", 0.8)
     cl = ((res.get("cliff") or {}).get("arms") or {}).get("cache")
     add("sustained random writes: device rate / worst second of cache mode",
         cl and cl.get("device_over_min"), "<=", 2.0)
@@ -824,7 +888,7 @@ def markdown(res):
         verdict = "n/a" if t["pass"] is None else ("PASS" if t["pass"] else "FAIL")
         L.append(f"| {t['target']} | {fmt(t['value'], '.2f')} | {t['op']} {t['threshold']} | {verdict} |")
     L.append("")
-    for name in ("lat", "append", "zipf", "bdb", "cliff"):
+    for name in ("lat", "append", "zipf", "bdb", "cliff", "conc"):
         if isinstance(res.get(name), dict) and "error" in res[name]:
             L.append(f"**{name}: FAILED** - {res[name]['error'][:500]}")
             L.append("")
@@ -926,6 +990,23 @@ def markdown(res):
         L.append("")
         L.append(counters_line("chelld at the end of the sustained writes",
                                (c["arms"].get("cache") or {}).get("cache_counters")))
+    cc = res.get("conc")
+    if cc and "summary" in cc:
+        L.append(f"**Concurrent misses** (fio psync 4 KB randread, N processes = N clients, each its own "
+                 f"{mib(cc['file_bytes'])} file read once at random offsets from a cold cache, so every read is "
+                 f"a miss that fills from the device; aggregate IOPS, median of {cfg.get('conc_rounds', 1)} "
+                 "round(s); the page cache (caches dropped) for reference):")
+        L.append("")
+        L.append("| clients | page cache IOPS | cache IOPS | page cache / 1 client | cache / 1 client | "
+                 "most fills at once |")
+        L.append("|---:|---:|---:|---:|---:|---:|")
+        for r in cc["summary"]:
+            fl = [x.get("fills_inflight_max") for x in cc["raw"]
+                  if x["arm"] == "cache" and x["clients"] == r["clients"] and x.get("fills_inflight_max")]
+            L.append(f"| {r['clients']} | {fmt(r['pagecache_iops'])} | {fmt(r['cache_iops'])} | "
+                     f"{fmt(r['pagecache_over_one'], '.2f')} | {fmt(r['cache_over_one'], '.2f')} | "
+                     f"{max(fl) if fl else '-'} |")
+        L.append("")
     return "\n".join(L)
 
 
@@ -1084,7 +1165,7 @@ def main():
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     ap.add_argument("--quick", action="store_true", help="smaller files, shorter runs (< 2 minutes)")
     ap.add_argument("--mode", default="cache", help="mode of the cache arm (default cache; falls back to posix)")
-    ap.add_argument("--only", default="lat,append,zipf,bdb,cliff", help="comma-separated sections (default all)")
+    ap.add_argument("--only", default="lat,append,zipf,bdb,cliff,conc", help="comma-separated sections (default all)")
     ap.add_argument("--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="CPU for single-threaded runs")
     ap.add_argument("--image-dir", type=Path, default=Path("/var/tmp"),
                     help="where the loop image file goes (must be on the real disk, not tmpfs)")
@@ -1171,7 +1252,8 @@ def main():
                     ("zipf", lambda: section_zipf(ch, prof, args.cpu, slack, problems)),
                     ("bdb", lambda: section_bdb(ch, prof, problems)),
                     ("cliff", lambda: section_cliff(ch, prof, args.cpu, slack, tmp, problems,
-                                                    not args.no_cliff_pagecache))]
+                                                    not args.no_cliff_pagecache)),
+                    ("conc", lambda: section_conc(ch, prof, problems))]
         for name, fn in sections:
             if name not in only:
                 continue

@@ -23,7 +23,8 @@ struct chelld_config {
 	char *pid_path;
 	bool foreground;
 	/* the cache (docs/CHELLD.md, "Options") */
-	unsigned policy;           /* 0 LRU (CLOCK), 1 FIFO */
+	unsigned policy;           /* 0 LRU (CLOCK), 1 FIFO, 2 blocks (CLOCK over 64 KB groups),
+				    * 3 arc (CAR) */
 	uint64_t append_threshold; /* sent in the HELLO reply */
 	unsigned dirty_high, dirty_low; /* percent of the slots */
 	uint64_t readahead;        /* bytes filled past what a MAP asks */
@@ -34,6 +35,7 @@ struct chelld_config {
 	uint64_t seq_cutoff;       /* sequential read streams past this bypass (0: never) */
 	uint64_t pin_max;          /* bytes that may be pinned (0: half the capacity) */
 	uint64_t file_max;         /* files larger than this are not cached (0: no cap) */
+	uint32_t workers;          /* request threads (server.c) */
 };
 
 /* One backing file a client registered with OPEN_FILE: the client's own

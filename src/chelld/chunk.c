@@ -42,6 +42,14 @@ unsigned chunk_ndirty(const struct slot *s)
 	return n;
 }
 
+/* The 64 KB groups (access-table bits) of blocks [b, e), e > b. */
+static uint32_t groups_of(unsigned b, unsigned e)
+{
+	enum { G = CACHE_BLOCKS / CHELLD_ACCESS_GROUPS };
+	unsigned gb = b / G, ge = (e - 1) / G;
+	return (uint32_t)(((2ull << ge) - 1) & ~((1ull << gb) - 1));
+}
+
 static bool block_valid(const struct cache_ctl *ctl, unsigned b)
 {
 	return (__atomic_load_n(&ctl->valid[b / 64], __ATOMIC_ACQUIRE) >> (b % 64)) & 1;
@@ -155,7 +163,15 @@ static void discard_new(struct engine *c, uint32_t slot)
 
 int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 {
-	int slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	int slot;
+again:
+	slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	/* Being evicted by another thread (its write-back runs without the
+	 * lock): wait for it to finish, then look again. */
+	while (slot >= 0 && c->slots[slot].map && c->slots[slot].revoking) {
+		engine_wait_quiet(c, (uint32_t)slot);
+		slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+	}
 	if (slot >= 0) {
 		struct slot *s = &c->slots[slot];
 		/* (this load is where a truncated chunk file shows: guard.c) */
@@ -163,7 +179,12 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 			    __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) == CACHE_CHUNK_LIVE;
 		if (s->map && slot_broken(s)) {
 			chunk_revoke(c, (uint32_t)slot, 0);
-			slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
+			goto again;
+		} else if (!live && !s->stuck) {
+			/* REVOKED and being finished by another worker (it waits
+			 * for a fill to end first): wait until the slot is freed */
+			pthread_cond_wait(&c->idle, &c->lock);
+			goto again;
 		} else if (!live) {
 			return -EIO; /* a revocation whose write-back failed */
 		} else {
@@ -172,9 +193,15 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 	}
 	if (slot != -ENOENT)
 		return slot;
+	/* Making room may release the lock (a write-back, a fill to wait
+	 * for), and another worker may map this very chunk meanwhile: then
+	 * it is the one to use (meta_chunk_map would return it, and creating
+	 * its file again would throw its data away). */
 	int room = engine_make_room(c, 1, -1); /* the new file's control page */
 	if (room < 0)
 		return room;
+	if (meta_chunk_lookup(c->m, f->cnode, file_chunk) != -ENOENT)
+		goto again;
 	for (uint32_t tries = 0;; tries++) {
 		slot = meta_chunk_map(c->m, f->cnode, file_chunk);
 		if (slot != -ENOSPC)
@@ -184,7 +211,10 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 		/* A failed write-back keeps its victim (stuck) and we try the
 		 * next one; -EBUSY: nothing evictable (though the cleaner may
 		 * have freed a slot while we waited for it: one more try). */
-		if (evict_one(c) == -EBUSY) {
+		int e = evict_one(c);
+		if (meta_chunk_lookup(c->m, f->cnode, file_chunk) != -ENOENT)
+			goto again;
+		if (e == -EBUSY) {
 			slot = meta_chunk_map(c->m, f->cnode, file_chunk);
 			if (slot == -ENOSPC)
 				return -ENOSPC;
@@ -203,7 +233,8 @@ int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
 		discard_new(c, (uint32_t)slot);
 		return rc;
 	}
-	policy_insert(c->pol, (uint32_t)slot);
+	/* CAR recognises a chunk that comes back by what it is, not where */
+	policy_insert_key(c->pol, (uint32_t)slot, ((uint64_t)f->cnode << 40) ^ file_chunk);
 	c->slots[slot].charged = 1;
 	c->used += 1;
 	return slot;
@@ -250,8 +281,7 @@ static unsigned ra_window(struct engine *c, struct cfile *f, uint64_t pos, unsig
 		max = n;
 	if (w > max)
 		w = max;
-	f->ra_prev = pos;
-	return (unsigned)w;
+	return (unsigned)w; /* the caller records pos in f->ra_prev once it fills */
 }
 
 /* Blocks at or past the end of the file hold zeros and become valid
@@ -260,6 +290,39 @@ static unsigned ra_window(struct engine *c, struct cfile *f, uint64_t pos, unsig
  * block. They count against the capacity like filled ones (a client may
  * store into them), so the window is bounded. */
 #define ZERO_AHEAD 64u /* blocks: 256 KB */
+
+/* The runs of blocks one fill reads, found with the lock held. */
+struct fill_run {
+	unsigned b, e;    /* blocks [b, e) of the chunk */
+	uint64_t from, to; /* the part of the backing file below its end */
+};
+
+/* Read the runs into the chunk (no lock held: the slot is `filling`, so
+ * nothing revokes, evicts or refills it, and no OVERWRITE validates its
+ * blocks meanwhile). 0 or -errno. */
+static int fill_io(struct engine *c, struct slot *s, int fd, const struct fill_run *runs,
+		   unsigned nruns)
+{
+	for (unsigned i = 0; i < nruns; i++) {
+		if (runs[i].to <= runs[i].from)
+			continue;
+		uint8_t *dst = s->map + (size_t)runs[i].b * CACHE_BLOCK_BYTES;
+		int rc = fill_range(fd, dst, runs[i].from, (size_t)(runs[i].to - runs[i].from));
+		if (rc < 0)
+			return rc;
+		/* The bytes live in the pool now: the backing file system's page
+		 * cache copy would be a second, uncounted cache of the same data,
+		 * and where the pool shares a memory limit with it (a cgroup)
+		 * every fill would make the kernel reclaim. Dirty or mapped
+		 * pages are left alone by the kernel. */
+		posix_fadvise(fd, (off_t)runs[i].from, (off_t)(runs[i].to - runs[i].from),
+			      POSIX_FADV_DONTNEED);
+		/* The data must be durable before the bit that says so. */
+		c->pops->flush(c->pops->ctx, dst, (size_t)(runs[i].to - runs[i].from));
+	}
+	c->pops->drain(c->pops->ctx);
+	return 0;
+}
 
 int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 {
@@ -271,6 +334,19 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 		return -EINVAL;
 	if (n == 0)
 		return 0; /* just the mapping */
+	if (!s->map)
+		return -EAGAIN;
+	uint64_t inc = s->ctl->incarnation;
+	bool roomed = false;
+again:
+	/* One fill per chunk at a time (FILLING, with waiters): a second miss
+	 * on the chunk waits and then finds its blocks valid, or fills the
+	 * rest. Misses on other chunks are not held up. */
+	while (s->map && s->filling)
+		pthread_cond_wait(&c->idle, &c->lock);
+	if (!s->map || slot_broken(s) || s->ctl->incarnation != inc || s->revoking ||
+	    __atomic_load_n(&s->ctl->state, __ATOMIC_ACQUIRE) != CACHE_CHUNK_LIVE)
+		return -EAGAIN; /* revoked while we waited: the caller maps again */
 	unsigned end = n > CACHE_BLOCKS - first ? CACHE_BLOCKS : first + n;
 	int fd = cfile_fd(c, f);
 	struct stat st;
@@ -282,29 +358,37 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 	uint64_t fblock = s->file_chunk * CACHE_BLOCKS;
 	uint64_t eof_block = (size + CACHE_BLOCK_BYTES - 1) / CACHE_BLOCK_BYTES;
 	/* Blocks asked that are all valid already (a client that had no
-	 * mapping yet, or lost it): nothing to fill, and no read-ahead. */
+	 * mapping yet, or lost it, or waited for another fill): nothing to
+	 * fill, and no read-ahead. */
 	bool all_valid = true;
 	for (unsigned i = first; i < end && all_valid; i++)
 		all_valid = block_valid(s->ctl, i);
 	if (all_valid)
 		return 0;
+	/* Room first: the blocks this fill makes valid, read or zero. The
+	 * window is recomputed after a wait, so the read-ahead state moves
+	 * only once, below. */
 	unsigned ra = ra_window(c, f, fblock + first, end - first, eof_block);
-	end = end + ra > CACHE_BLOCKS ? CACHE_BLOCKS : end + ra;
-	f->ra_window = ra;
-	f->ra_next = fblock + end;
-	unsigned zend = end + ZERO_AHEAD > CACHE_BLOCKS ? CACHE_BLOCKS : end + ZERO_AHEAD;
-	/* Room first: the blocks this fill makes valid, read or zero. */
+	unsigned rend = end + ra > CACHE_BLOCKS ? CACHE_BLOCKS : end + ra;
+	unsigned zend = rend + ZERO_AHEAD > CACHE_BLOCKS ? CACHE_BLOCKS : rend + ZERO_AHEAD;
 	unsigned need = 0;
 	for (unsigned i = first; i < zend; i++)
-		if (!block_valid(s->ctl, i) && (i < end || fblock + i >= eof_block))
+		if (!block_valid(s->ctl, i) && (i < rend || fblock + i >= eof_block))
 			need++;
-	if (need) {
+	if (need && !roomed && c->used + need > c->cap) {
+		roomed = true;
 		int rc = engine_make_room(c, need, slot);
 		if (rc < 0)
 			return rc;
-		if (!s->map || slot_broken(s))
-			return -EAGAIN;
+		/* make_room may have waited (lock released): start over */
+		goto again;
 	}
+	f->ra_prev = fblock + first;
+	f->ra_window = ra;
+	f->ra_next = fblock + rend;
+	end = rend;
+	struct fill_run runs[CACHE_BLOCKS / 2 + 1];
+	unsigned nruns = 0;
 	uint64_t newbits[CACHE_BLOCKS / 64] = {0};
 	unsigned b = first;
 	while (b < end) {
@@ -320,19 +404,7 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 		uint64_t to = base + (uint64_t)e * CACHE_BLOCK_BYTES;
 		if (to > size)
 			to = size > from ? size : from;
-		if (to > from) {
-			int rc = fill_range(fd, s->map + (size_t)b * CACHE_BLOCK_BYTES, from,
-					    (size_t)(to - from));
-			if (rc < 0)
-				return rc;
-			/* The data must be durable before the bit that says so. */
-			c->pops->flush(c->pops->ctx, s->map + (size_t)b * CACHE_BLOCK_BYTES,
-				       (size_t)(to - from));
-			f->fills++;
-			f->fill_bytes += to - from;
-			c->st->fills++;
-			c->st->fill_bytes += to - from;
-		}
+		runs[nruns++] = (struct fill_run){b, e, from, to};
 		for (unsigned i = b; i < e; i++)
 			newbits[i / 64] |= 1ull << (i % 64);
 		b = e;
@@ -340,7 +412,39 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 	for (unsigned i = end; i < zend; i++)
 		if (fblock + i >= eof_block && !block_valid(s->ctl, i))
 			newbits[i / 64] |= 1ull << (i % 64);
-	c->pops->drain(c->pops->ctx);
+	/* The I/O without the lock, from a descriptor of our own (f->fd may
+	 * be closed meanwhile: files.c), with the pages reserved so that
+	 * concurrent fills do not overshoot the capacity together. */
+	int rc = 0;
+	bool io = false;
+	for (unsigned i = 0; i < nruns && !io; i++)
+		io = runs[i].to > runs[i].from;
+	if (io) {
+		int dfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+		if (dfd < 0)
+			return -errno;
+		s->filling = true;
+		c->used += need;
+		if (++c->fills_inflight > c->fills_inflight_max)
+			c->fills_inflight_max = c->fills_inflight;
+		pthread_mutex_unlock(&c->lock);
+		rc = fill_io(c, s, dfd, runs, nruns);
+		close(dfd);
+		pthread_mutex_lock(&c->lock);
+		c->used -= need;
+		c->fills_inflight--;
+		s->filling = false;
+		pthread_cond_broadcast(&c->idle);
+		if (rc < 0)
+			return rc;
+		for (unsigned i = 0; i < nruns; i++)
+			if (runs[i].to > runs[i].from) {
+				f->fills++;
+				f->fill_bytes += runs[i].to - runs[i].from;
+				c->st->fills++;
+				c->st->fill_bytes += runs[i].to - runs[i].from;
+			}
+	}
 	unsigned added = 0;
 	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
 		if (newbits[w]) {
@@ -349,6 +453,7 @@ int chunk_fill(struct engine *c, uint32_t slot, unsigned first, unsigned n)
 		}
 	s->charged += added;
 	c->used += added;
+	s->hot |= groups_of(first, end);
 	chell_persist(c->pops, s->ctl->valid, sizeof s->ctl->valid);
 	return 0;
 }
@@ -360,6 +465,10 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 	if (first >= CACHE_BLOCKS || n == 0 || n > CACHE_BLOCKS - first)
 		return -EINVAL;
 	for (int pass = 0; pass < 2; pass++) {
+		/* A fill in progress writes invalid blocks without the lock:
+		 * wait for it (it then makes them valid, and we answer EAGAIN). */
+		while (s->map && s->filling)
+			pthread_cond_wait(&c->idle, &c->lock);
 		/* (Again after making room: an eviction may wait for the cleaner,
 		 * with the lock released.) */
 		if (!s->map || slot_broken(s) ||
@@ -388,25 +497,29 @@ int chunk_overwrite(struct engine *c, uint32_t slot, uint64_t incarnation, unsig
 	chell_persist(c->pops, s->ctl->dirty, dirty_table_bytes(1));
 	s->charged += n;
 	c->used += n;
+	s->hot |= groups_of(first, first + n);
 	return 0;
 }
 
 int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 {
-	int64_t was = c->pinned;
-	c->pinned = keep;
+	/* This thread's evictions never take `keep` (engine_keep). Another
+	 * worker's may, while we wait: the caller then finds its slot revoked
+	 * (incarnation, state) and maps again. Pinning it for everyone would
+	 * let eight workers filling eight big chunks pin a small pool whole. */
+	int64_t was = engine_keep;
+	engine_keep = keep;
 	int rc = 0;
 	for (uint32_t tries = 0; c->used + need > c->cap;) {
-		int e = evict_one(c);
+		int e = c->cfg->policy == 2 ? evict_groups(c) : -EBUSY;
+		if (e != 0)
+			e = evict_one(c);
 		if (e == 0)
 			continue;
 		if (e == -EBUSY) {
 			/* Nothing evictable now. Chunks the cleaner is writing
 			 * back become evictable when it is done: wait for them. */
-			bool busy = false;
-			for (uint32_t i = 0; i < c->nslots && !busy; i++)
-				busy = c->slots[i].map && c->slots[i].busy;
-			if (busy) {
+			if (engine_any_unquiet(c)) {
 				pthread_cond_wait(&c->idle, &c->lock);
 				continue;
 			}
@@ -421,7 +534,7 @@ int engine_make_room(struct engine *c, uint64_t need, int64_t keep)
 			break;
 		}
 	}
-	c->pinned = was;
+	engine_keep = was;
 	return rc;
 }
 
@@ -436,8 +549,12 @@ int chunk_open_fd(struct engine *c, uint32_t slot, int flags)
 int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 {
 	struct slot *s = &c->slots[slot];
-	engine_wait_idle(c, slot); /* the cleaner may be writing it back */
-	if (!s->map)
+	/* What the caller meant: the chunk file in the slot now. While we wait
+	 * (a write-back, a fill or an eviction without the lock) another
+	 * thread may free the slot and reuse it for another chunk. */
+	uint64_t inc = s->map ? s->ctl->incarnation : 0;
+	engine_wait_quiet(c, slot);
+	if (!s->map || s->ctl->incarnation != inc)
 		return -ENOENT;
 	struct cfile *f = cfile_get(c, s->cnode);
 	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
@@ -458,6 +575,7 @@ int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 			/* Nothing acknowledged may be lost: keep the chunk (clients
 			 * see REVOKED and get EIO from MAP) and report it. */
 			s->stuck = true;
+			pthread_cond_broadcast(&c->idle); /* waiting MAPs get EIO now */
 			chelld_log("slot %u (%s chunk %llu): write-back failed (%s); kept with its "
 				   "dirty data", slot, f->path, (unsigned long long)s->file_chunk,
 				   strerror(-rc));
@@ -482,9 +600,110 @@ int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below)
 		chelld_log("slot %u: cannot free it in the metadata: %s", slot, strerror(-rc));
 	c->used -= s->charged;
 	memset(s, 0, sizeof *s);
+	pthread_cond_broadcast(&c->idle); /* a MAP may wait for the slot to go */
 	if (f) {
 		f->evictions++;
 		cfile_release_fd(c, f);
 	}
+	return 0;
+}
+
+int chunk_evict(struct engine *c, uint32_t slot)
+{
+	struct slot *s = &c->slots[slot];
+	engine_wait_quiet(c, slot);
+	if (!s->map)
+		return 0; /* another thread revoked it meanwhile */
+	struct cfile *f = cfile_get(c, s->cnode);
+	if (f && !slot_broken(s) && dirty_chunk_flagged(s->dt, 0)) {
+		/* REVOKED first (as chunk_revoke): clients stop storing, and a
+		 * crash from here on finishes the eviction at the next start. */
+		__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		chell_persist(c->pops, s->ctl, 64);
+		struct wb_job j;
+		s->revoking = true;
+		if (wb_begin(c, f, &slot, 1, UINT64_MAX, &j) == 0) {
+			s->busy = true;
+			pthread_mutex_unlock(&c->lock);
+			wb_io(c, &j);
+			pthread_mutex_lock(&c->lock);
+			s->busy = false;
+			wb_end(c, &j, NULL); /* on error chunk_revoke retries and keeps it stuck */
+		}
+		s->revoking = false;
+		pthread_cond_broadcast(&c->idle);
+	}
+	/* What is left (blocks a client re-dirtied before it saw REVOKED, or
+	 * all of them if the write-back above failed) is written under the
+	 * lock, and the chunk file goes. */
+	return chunk_revoke(c, slot, UINT64_MAX);
+}
+
+int chunk_shrink(struct engine *c, uint32_t slot, uint32_t keep)
+{
+	enum { G = CACHE_BLOCKS / CHELLD_ACCESS_GROUPS };
+	struct slot *s = &c->slots[slot];
+	struct cfile *f = cfile_get(c, s->cnode);
+	if (!s->map || !f || slot_broken(s) || dirty_chunk_flagged(s->dt, 0))
+		return -EAGAIN;
+	uint64_t fc = s->file_chunk;
+	/* Clients stop here: REVOKED, as an eviction. A store that raced in
+	 * before it is in the copy below or redone by its writer after it
+	 * sees REVOKED (into the new file); dirty marks that came meanwhile
+	 * are written back by chunk_revoke, as for any eviction. */
+	__atomic_store_n(&s->ctl->state, CACHE_CHUNK_REVOKED, __ATOMIC_SEQ_CST);
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	chell_persist(c->pops, s->ctl, 64);
+	uint64_t bits[CACHE_BLOCKS / 64];
+	unsigned n = 0;
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++) {
+		uint64_t g = 0;
+		for (unsigned b = 0; b < 64; b++)
+			if (keep >> ((w * 64 + b) / G) & 1)
+				g |= 1ull << b;
+		bits[w] = __atomic_load_n(&s->ctl->valid[w], __ATOMIC_ACQUIRE) & g;
+		n += (unsigned)__builtin_popcountll(bits[w]);
+	}
+	if (!c->shrink_buf)
+		c->shrink_buf = malloc(CACHE_CHUNK_BYTES);
+	if (n == 0 || !c->shrink_buf)
+		return chunk_revoke(c, slot, UINT64_MAX);
+	for (unsigned b = 0; b < CACHE_BLOCKS; b++)
+		if (bits[b / 64] >> (b % 64) & 1)
+			memcpy(c->shrink_buf + (size_t)b * CACHE_BLOCK_BYTES, s->map + (size_t)b * CACHE_BLOCK_BYTES,
+			       CACHE_BLOCK_BYTES);
+	/* Blocks a client dirtied before it saw REVOKED go to the backing
+	 * file with the old chunk; the new one then starts clean with what
+	 * the copy has, and the writer's redo stores its bytes again. */
+	int rc = chunk_revoke(c, slot, UINT64_MAX);
+	if (rc < 0)
+		return rc;
+	/* The same (file, chunk) in a new chunk file (a crash before it is
+	 * published leaves the data uncached, and clean: nothing lost). */
+	int ns = chunk_get(c, f, fc);
+	if (ns < 0)
+		return 0; /* the old one is gone, and that freed the room asked */
+	struct slot *t = &c->slots[ns];
+	unsigned added = 0;
+	for (unsigned b = 0; b < CACHE_BLOCKS; b++) {
+		if (!(bits[b / 64] >> (b % 64) & 1) || block_valid(t->ctl, b)) {
+			bits[b / 64] &= ~(1ull << (b % 64));
+			continue;
+		}
+		memcpy(t->map + (size_t)b * CACHE_BLOCK_BYTES, c->shrink_buf + (size_t)b * CACHE_BLOCK_BYTES,
+		       CACHE_BLOCK_BYTES);
+		c->pops->flush(c->pops->ctx, t->map + (size_t)b * CACHE_BLOCK_BYTES, CACHE_BLOCK_BYTES);
+		added++;
+	}
+	c->pops->drain(c->pops->ctx);
+	for (unsigned w = 0; w < CACHE_BLOCKS / 64; w++)
+		if (bits[w])
+			__atomic_fetch_or(&t->ctl->valid[w], bits[w], __ATOMIC_RELEASE);
+	chell_persist(c->pops, t->ctl->valid, sizeof t->ctl->valid);
+	t->charged += added;
+	c->used += added;
+	t->hot = keep;
+	c->st->shrinks++;
 	return 0;
 }

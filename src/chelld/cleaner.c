@@ -50,6 +50,25 @@ void engine_wait_idle(struct engine *c, uint32_t slot)
 		pthread_cond_wait(&c->idle, &c->lock);
 }
 
+static bool unquiet(const struct slot *s)
+{
+	return s->busy || s->filling || s->revoking;
+}
+
+void engine_wait_quiet(struct engine *c, uint32_t slot)
+{
+	while (unquiet(&c->slots[slot]))
+		pthread_cond_wait(&c->idle, &c->lock);
+}
+
+bool engine_any_unquiet(const struct engine *c)
+{
+	for (uint32_t i = 0; i < c->nslots; i++)
+		if (c->slots[i].map && unquiet(&c->slots[i]))
+			return true;
+	return false;
+}
+
 uint32_t engine_drop_deleted(struct engine *c)
 {
 	uint32_t n = 0;
@@ -96,7 +115,7 @@ static size_t next_batch(struct engine *c, uint32_t *out)
 	for (uint32_t i = 0, s = c->clean_cursor; i < c->nslots && n < BATCH_CHUNKS;
 	     i++, s = (s + 1) % c->nslots) {
 		const struct slot *sl = &c->slots[s];
-		if (!sl->map || sl->stuck || sl->busy || slot_broken(sl) ||
+		if (!sl->map || sl->stuck || sl->busy || sl->revoking || slot_broken(sl) ||
 		    !dirty_chunk_flagged(sl->dt, 0) || (n && sl->cnode != cnode))
 			continue;
 		if (n == 0) {

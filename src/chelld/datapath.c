@@ -21,7 +21,7 @@
  * here and sent to the client. Returns the memfd or -errno. */
 static int make_access_table(struct server *s, struct client *c)
 {
-	uint32_t n = s->engine.nslots;
+	uint32_t n = s->engine.nslots * CHELLD_ACCESS_GROUPS;
 	int fd = memfd_create("chelld-access", MFD_CLOEXEC);
 	if (fd < 0)
 		return -errno;
@@ -51,6 +51,9 @@ bool do_hello(struct server *s, struct client *c, const struct chelld_hello *m)
 	int st = 0, fd = -1;
 	if (m->version != CHELLD_VERSION || m->h.version != CHELLD_VERSION) {
 		st = EPROTONOSUPPORT;
+		chelld_log("client %llu (pid %d): speaks protocol version %u, this manager %u: "
+			   "refused (use the libchell and chell of the same build)",
+			   (unsigned long long)c->serial, (int)c->pid, m->version, CHELLD_VERSION);
 	} else {
 		fd = make_access_table(s, c);
 		if (fd < 0)
@@ -190,14 +193,21 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	/* Data written to the cache must be writable back. */
 	if ((m->want_write & (CHELLD_MAP_WRITE | CHELLD_MAP_OVERWRITE)) && !read_only && f->readonly)
 		return EROFS;
-	int slot = chunk_get(c, f, m->chunk);
-	if (slot < 0)
-		return -slot;
-	/* OVERWRITE: the client stores these blocks whole, then asks for them
-	 * to be validated (do_overwrite): nothing to read. */
-	int rc = m->want_write & CHELLD_MAP_OVERWRITE
-			 ? 0
-			 : chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+	int slot, rc;
+	/* -EAGAIN: the slot was revoked while the fill waited (the lock
+	 * released: another fill of it, or room being made); map it again. */
+	for (int tries = 0;; tries++) {
+		slot = chunk_get(c, f, m->chunk);
+		if (slot < 0)
+			return -slot;
+		/* OVERWRITE: the client stores these blocks whole, then asks for
+		 * them to be validated (do_overwrite): nothing to read. */
+		rc = m->want_write & CHELLD_MAP_OVERWRITE
+			     ? 0
+			     : chunk_fill(c, (uint32_t)slot, m->first_block, m->nblocks);
+		if (rc != -EAGAIN || tries == 1000) /* each retry: another worker's progress */
+			break;
+	}
 	if (rc < 0)
 		return -rc;
 	policy_touch(c->pol, (uint32_t)slot);
@@ -212,28 +222,66 @@ static int map_chunk(struct server *s, const struct reg *g, const struct chelld_
 	return 0;
 }
 
+/* MAP of one chunk (m->chunk, its blocks) on the connection's registration. */
+static int map_one(struct server *s, const struct reg *g, const struct chelld_map *m,
+		   struct chelld_map_reply *r, int *fd)
+{
+	/* A mapping of cache pages is readable even when it is writable
+	 * (there is no write-only mmap), so a write mapping needs both. */
+	uint32_t need = m->want_write & (CHELLD_MAP_WRITE | CHELLD_MAP_OVERWRITE)
+				? CHELLD_ACC_READ | CHELLD_ACC_WRITE
+				: CHELLD_ACC_READ;
+	if ((g->access & need) != need)
+		return EACCES;
+	if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)
+		return ERANGE;
+	return map_chunk(s, g, m, r, fd);
+}
+
 bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 {
 	struct chelld_map_reply r = {0};
-	int st = 0, fd = -1;
+	int st = 0, fds[CHELLD_MAP_BATCH];
+	int nfds = 0;
 	struct stat sb;
 	const struct reg *g = client_reg(c, m->file_id);
 	r.chunk_size = CHELLD_CHUNK_SIZE;
+	uint32_t nchunks = m->nchunks ? m->nchunks : 1;
 	if (!g) {
 		st = EBADF;
+	} else if (nchunks > CHELLD_MAP_BATCH ||
+		   (nchunks > 1 && ((m->want_write & CHELLD_MAP_OVERWRITE) ||
+				    m->last_nblocks > CACHE_BLOCKS ||
+				    m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - nchunks))) {
+		st = EINVAL;
 	} else {
-		/* A mapping of cache pages is readable even when it is writable
-		 * (there is no write-only mmap), so a write mapping needs both. */
-		uint32_t need = m->want_write & (CHELLD_MAP_WRITE | CHELLD_MAP_OVERWRITE)
-					? CHELLD_ACC_READ | CHELLD_ACC_WRITE
-					: CHELLD_ACC_READ;
-		if ((g->access & need) != need)
-			st = EACCES;
-		else if (m->chunk > UINT64_MAX / CHELLD_CHUNK_SIZE - 1)
-			st = ERANGE;
-		else
-			st = map_chunk(s, g, m, &r, &fd);
+		int fd = -1;
+		st = map_one(s, g, m, &r, &fd);
+		if (st == 0 && fd >= 0)
+			fds[nfds++] = fd;
 		if (st == 0 && !(r.flags & CHELLD_FILE_BYPASS)) {
+			r.slots[0] = r.slot;
+			/* The neighbours, while they map: a prefix of them. */
+			for (uint32_t i = 1; i < nchunks; i++) {
+				struct chelld_map one = *m;
+				struct chelld_map_reply ro = {0};
+				one.chunk = m->chunk + i;
+				one.first_block = 0;
+				one.nblocks = i + 1 == nchunks ? m->last_nblocks : CACHE_BLOCKS;
+				fd = -1;
+				if (map_one(s, g, &one, &ro, &fd) != 0 || fd < 0 ||
+				    ro.access != r.access) {
+					if (fd >= 0)
+						close(fd);
+					break;
+				}
+				r.slots[nfds] = ro.slot;
+				fds[nfds++] = fd;
+			}
+			if (nfds > 1) {
+				s->st.map_batches++;
+				s->st.map_batched_chunks += (uint64_t)nfds;
+			}
 			/* The size after the fill. */
 			struct cfile *f = cfile_get(&s->engine, g->cnode);
 			int bfd = f ? cfile_fd(&s->engine, f) : -1;
@@ -243,6 +291,7 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 			uint64_t left = r.file_size > r.backing_offset ? r.file_size - r.backing_offset : 0;
 			r.length = left < CHELLD_CHUNK_SIZE ? left : CHELLD_CHUNK_SIZE;
 		}
+		r.nmapped = (uint32_t)nfds;
 	}
 	if (st == 0)
 		s->st.maps++;
@@ -252,12 +301,11 @@ bool do_map(struct server *s, struct client *c, const struct chelld_map *m)
 		chelld_log("client %llu (pid %d uid %d): map id %u chunk %llu %s refused: %s",
 			   (unsigned long long)c->serial, (int)c->pid, (int)c->uid, m->file_id,
 			   (unsigned long long)m->chunk, m->want_write ? "rw" : "r", chelld_errname(st));
-	bool ok = chelld_reply(c, &r, sizeof r, CHELLD_MSG_MAP, m->h.seq, st, fd);
-	if (fd >= 0)
-		close(fd);
+	bool ok = chelld_reply_fds(c, &r, sizeof r, CHELLD_MSG_MAP, m->h.seq, st, fds, nfds);
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
 	return ok;
 }
-
 
 bool do_overwrite(struct server *s, struct client *c, const struct chelld_overwrite *m)
 {

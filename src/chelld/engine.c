@@ -13,6 +13,8 @@
 
 #include "chelld/engine.h"
 
+__thread int64_t engine_keep = -1;
+
 /* On a pool that is not DAX (tmpfs, or a disk file system without DAX),
  * cache-line flushes make nothing more durable: tmpfs survives a process
  * kill as it is, and nothing survives a power cut there anyway. The chunk
@@ -58,7 +60,6 @@ int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *
 	c->m = p->m;
 	c->nslots = p->nslots;
 	c->st = st;
-	c->pinned = -1;
 	/* The capacity, less what meta.pool takes of the same tmpfs. */
 	c->cap = p->capacity / CACHE_BLOCK_BYTES;
 	char mpath[PATH_MAX];
@@ -77,7 +78,10 @@ int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *
 					    : "flushed by cache-line before they count");
 	c->slots = calloc(c->nslots, sizeof *c->slots);
 	c->files = calloc(p->max_cnodes, sizeof *c->files);
-	c->pol = policy_create(cfg->policy == 1 ? POLICY_FIFO : POLICY_LRU, c->nslots);
+	c->pol = policy_create(cfg->policy == 1   ? POLICY_FIFO
+			       : cfg->policy == 3 ? POLICY_CAR
+						  : POLICY_LRU,
+			       c->nslots);
 	if (!c->slots || !c->files || !c->pol) {
 		free(c->slots);
 		free(c->files);
@@ -110,6 +114,7 @@ void engine_fini(struct engine *c)
 			free(c->files[i]);
 		}
 	free(c->slots);
+	free(c->shrink_buf);
 	free(c->files);
 	policy_destroy(c->pol);
 	pthread_cond_destroy(&c->idle);

@@ -2,9 +2,12 @@
 /*
  * The cache engine of chelld: the pool (meta region + chunk files), the
  * files it caches, fills, eviction with revocation, write-back, the
- * cleaner and recovery. Everything runs in the server's one thread, so
- * nothing here locks; clients touch only the chunk files' control pages
- * (atomics, cache/layout.h) and their access tables.
+ * cleaner and recovery. The server's worker threads and the cleaner
+ * hold engine.lock while they touch this state and drop it only for
+ * device I/O, with the slot marked (filling, busy, revoking) so that
+ * nothing else frees or refills it meanwhile: a fill of one chunk never
+ * holds up a miss on another. Clients touch only the chunk files' control
+ * pages (atomics, cache/layout.h) and their access tables.
  */
 #ifndef CHELLD_ENGINE_H
 #define CHELLD_ENGINE_H
@@ -76,9 +79,16 @@ struct slot {
 	uint32_t cnode;
 	uint64_t file_chunk;
 	bool stuck;             /* write-back failed: keep it, never evict */
-	bool busy;              /* the cleaner thread writes it back right now */
+	bool busy;              /* being written back without the lock (cleaner, eviction) */
+	bool filling;           /* a fill reads into it without the lock (chunk_fill):
+				 * other fills and OVERWRITEs of it wait, evictions
+				 * skip it, revocations wait (engine_wait_quiet) */
+	bool revoking;          /* REVOKED, its eviction's write-back in progress:
+				 * a MAP of the same chunk waits for the new file */
 	bool broken;            /* its file was truncated behind our back (guard.c) */
 	uint32_t charged;       /* 4 KB pages counted in engine.used: control page + valid blocks */
+	uint32_t hot;           /* 64 KB groups hit or filled since the trim hand's last
+				 * visit (policy blocks: evict.c) */
 };
 
 /* Volatile state of a Cnode (a cached backing file). */
@@ -120,14 +130,16 @@ struct engine {
 	 * start. Fills, overwrites and new chunk files evict first when
 	 * used + need would exceed cap (engine_make_room). */
 	uint64_t cap, used;
-	int64_t pinned;         /* slot evictions must not take now, or -1 */
 	struct cfile **files;   /* by Cnode id */
 	uint32_t open_fds;      /* cfile descriptors held (files.c), at most cfg->max_fds */
 	uint64_t fd_clock;      /* ticks of cfile_fd, for its LRU */
 	policy *pol;
 	const struct chell_persist_ops *pops;
 	struct chelld_stats_reply *st; /* the server's counters */
+	uint32_t fills_inflight, fills_inflight_max; /* fills reading without the lock */
 	uint32_t clean_cursor;  /* where the cleaner resumes */
+	uint32_t trim_hand;     /* policy blocks: the next slot to look at (evict.c) */
+	uint8_t *shrink_buf;    /* one chunk's data, for chunk_shrink */
 	bool cleaning;          /* between the high and the low watermark */
 	uint32_t ticks;
 	pthread_mutex_t lock;   /* the cache state, between the two threads */
@@ -142,6 +154,11 @@ struct engine {
 	void *fold_arg;
 	struct modes *modes;    /* modes.c: mode rules and pins */
 };
+
+/* The slot this thread is making room for (engine_make_room's `keep`):
+ * its own evictions skip it; -1 none. Per thread, as each worker makes
+ * room for its own fill. */
+extern __thread int64_t engine_keep;
 
 /* engine.c: attach to an open pool, build the volatile state; recover. */
 int engine_init(struct engine *c, const struct chelld_config *cfg, struct pool *p,
@@ -212,6 +229,10 @@ int chunk_open_fd(struct engine *c, uint32_t slot, int flags);
  * `keep_below` (UINT64_MAX: all; 0: none), truncate, unlink, unmap.
  * 0, or -errno with the slot kept (marked stuck) if write-back failed. */
 int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below);
+/* Evict a victim: chunk_revoke, but the write-back of its dirty blocks
+ * runs without the lock (the slot REVOKED and revoking meanwhile), so
+ * other misses go on. 0, or -errno as chunk_revoke. */
+int chunk_evict(struct engine *c, uint32_t slot);
 /* Attach to an existing, checked chunk file (recovery). 0 or -errno. */
 int chunk_attach(struct engine *c, uint32_t slot, uint32_t cnode, uint64_t file_chunk);
 /* Blocks of the slot that are valid / dirty (any non-CLEAN state). */
@@ -219,9 +240,16 @@ unsigned chunk_nvalid(const struct slot *s);
 unsigned chunk_ndirty(const struct slot *s);
 
 /* evict.c */
-/* Free one slot by policy (never c->pinned); 0, or -EBUSY when nothing
+/* Free one slot by policy (never a pinned one); 0, or -EBUSY when nothing
  * can be evicted. */
 int evict_one(struct engine *c);
+/* Policy blocks: free capacity by the 64 KB group. 0 when some went, or
+ * -EBUSY when a turn of the hand found nothing (then evict_one). */
+int evict_groups(struct engine *c);
+/* chunk.c: replace the clean chunk in `slot` by a new chunk file of the
+ * same (file, chunk) holding only the valid blocks of the groups in
+ * `keep` (the others leave the cache). 0 or -errno. */
+int chunk_shrink(struct engine *c, uint32_t slot, uint32_t keep);
 
 /* writeback.c */
 /* A write-back in three steps, so the cleaner thread can do the I/O
@@ -261,8 +289,14 @@ int engine_cleaner_start(struct engine *c);
 void engine_cleaner_stop(struct engine *c);
 /* Wake the cleaner now (lock held): evictions found no clean victim. */
 void engine_cleaner_kick(struct engine *c);
-/* Wait (lock held) until the cleaner is done with a slot. */
+/* Wait (lock held) until no write-back holds a slot (busy). */
 void engine_wait_idle(struct engine *c, uint32_t slot);
+/* Wait (lock held) until nothing works on a slot without the lock: no
+ * write-back, fill or eviction (busy, filling, revoking). */
+void engine_wait_quiet(struct engine *c, uint32_t slot);
+/* Any slot that some thread works on without the lock (make_room waits
+ * for one rather than fail). */
+bool engine_any_unquiet(const struct engine *c);
 /* Drop the chunks of deleted files (cfile_deleted); returns how many. */
 uint32_t engine_drop_deleted(struct engine *c);
 uint32_t engine_dirty_slots(const struct engine *c);

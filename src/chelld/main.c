@@ -68,7 +68,10 @@ static void usage(FILE *f)
 	      "                      at least one 2M chunk\n"
 	      "      --backing DIR   a directory whose files may be cached (repeatable;\n"
 	      "                      at least one)\n"
-	      "      --policy lru|fifo  chunk replacement: lru (CLOCK, default) or fifo\n"
+	      "      --policy lru|fifo|blocks  replacement: lru (CLOCK over chunks, default),\n"
+	      "                      fifo, or blocks (CLOCK over the 64 KB groups of chunks:\n"
+	      "                      a chunk's cold groups leave, its hot ones stay), or arc\n"
+	      "                      (CAR: ARC with reference bits, scan resistant)\n"
 	      "      --dirty-high PCT  start background write-back when dirty blocks are\n"
 	      "                      this percentage of the capacity (default 50); it\n"
 	      "                      also keeps min(20, 100-PCT)% free or clean\n"
@@ -88,6 +91,9 @@ static void usage(FILE *f)
 	      "                      (default 0: the cache's capacity)\n"
 	      "      --pin-max SIZE  bytes 'chell cache pin' may pin (default: half of SIZE)\n"
 	      "      --file-max SIZE files larger than this are not cached (default 0: no cap)\n"
+	      "      --workers N     threads serving requests (1 to 64, default 8): a miss\n"
+	      "                      that waits for the backing store holds up only its\n"
+	      "                      own client\n"
 	      "      --socket PATH   listen here instead of DIR/" CHELLD_SOCK_NAME "\n"
 	      "      --foreground    do not daemonise; log to stderr instead of\n"
 	      "                      DIR/" CHELLD_LOG_NAME "\n"
@@ -267,9 +273,21 @@ static int configure_tier(void)
 
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
-	const char *policy, *high, *low, *readahead, *max_fds;
+	const char *policy, *high, *low, *readahead, *max_fds, *workers;
 	const char *mode, *mode_rules, *seq_cutoff, *pin_max, *file_max; /* modes.c */
 };
+
+/* A count from 1 to max: 0, or -1 with *out untouched. */
+static int parse_count(const char *s, unsigned long max, uint32_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || *s == '-' || v < 1 || v > max)
+		return -1;
+	*out = (uint32_t)v;
+	return 0;
+}
 
 static int parse_pct(const char *s, unsigned *out)
 {
@@ -316,8 +334,13 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 	cfg->policy = 0;
 	if (o->policy && strcmp(o->policy, "fifo") == 0)
 		cfg->policy = 1;
+	else if (o->policy && strcmp(o->policy, "blocks") == 0)
+		cfg->policy = 2;
+	else if (o->policy && strcmp(o->policy, "arc") == 0)
+		cfg->policy = 3;
 	else if (o->policy && strcmp(o->policy, "lru") != 0)
-		return fail(CHELLD_EXIT_USAGE, "invalid --policy '%s' (lru or fifo)", o->policy);
+		return fail(CHELLD_EXIT_USAGE, "invalid --policy '%s' (lru, fifo, blocks or arc)",
+			    o->policy);
 	/* Every extending write reserves its space (docs/CACHE.md, "Appends"). */
 	cfg->append_threshold = 0;
 	cfg->readahead = 64 << 10;
@@ -326,15 +349,11 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 		return fail(CHELLD_EXIT_USAGE, "invalid --readahead '%s' (a size up to 2M)",
 			    o->readahead);
 	cfg->max_fds = 256;
-	if (o->max_fds) {
-		char *end;
-		errno = 0;
-		unsigned long v = strtoul(o->max_fds, &end, 10);
-		if (errno || end == o->max_fds || *end || *o->max_fds == '-' || v < 1 || v > 65536)
-			return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)",
-				    o->max_fds);
-		cfg->max_fds = (uint32_t)v;
-	}
+	if (o->max_fds && parse_count(o->max_fds, 65536, &cfg->max_fds) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)", o->max_fds);
+	cfg->workers = 8;
+	if (o->workers && parse_count(o->workers, 64, &cfg->workers) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid --workers '%s' (1 to 64)", o->workers);
 	cfg->dirty_high = 50;
 	cfg->dirty_low = 25;
 	if (o->high && parse_pct(o->high, &cfg->dirty_high) < 0)
@@ -457,7 +476,7 @@ int main(int argc, char **argv)
 {
 	enum { O_POOL = 256, O_SIZE, O_BACKING, O_SOCKET, O_FG, OPT_POLICY, OPT_HIGH, OPT_LOW,
 	       OPT_RA, OPT_MAXFDS, OPT_MODE, OPT_MODE_RULES, OPT_SEQ_CUTOFF, OPT_PIN_MAX,
-	       OPT_FILE_MAX };
+	       OPT_FILE_MAX, OPT_WORKERS };
 	static const struct option longopts[] = {
 		{"pool", required_argument, NULL, O_POOL},
 		{"size", required_argument, NULL, O_SIZE},
@@ -474,6 +493,7 @@ int main(int argc, char **argv)
 		{"seq-cutoff", required_argument, NULL, OPT_SEQ_CUTOFF},
 		{"pin-max", required_argument, NULL, OPT_PIN_MAX},
 		{"file-max", required_argument, NULL, OPT_FILE_MAX},
+		{"workers", required_argument, NULL, OPT_WORKERS},
 		{"help", no_argument, NULL, 'h'},
 		{NULL, 0, NULL, 0},
 	};
@@ -503,6 +523,7 @@ int main(int argc, char **argv)
 		case OPT_SEQ_CUTOFF: co.seq_cutoff = optarg; break;
 		case OPT_PIN_MAX: co.pin_max = optarg; break;
 		case OPT_FILE_MAX: co.file_max = optarg; break;
+		case OPT_WORKERS: co.workers = optarg; break;
 		case 'h': usage(stdout); free(backing); return 0;
 		default:
 			fputs("Try 'chelld --help'.\n", stderr);

@@ -71,18 +71,27 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 	uint32_t *slots = malloc(((size_t)k->nslots + 1) * sizeof *slots);
 	if (!slots)
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, ENOMEM);
-	uint32_t n = engine_file_slots(k, f->cnode, slots);
 	uint64_t from = m->size / CACHE_CHUNK_BYTES;
 	int st = 0;
-	for (uint32_t i = 0; i < n && st == 0; i++) {
-		uint64_t fc = k->slots[slots[i]].file_chunk;
-		if (fc < from)
-			continue;
-		/* Dirty blocks below the new size are kept (written back); those
-		 * past it are dropped with the chunk. */
-		int rc = chunk_revoke(k, slots[i], fc == from ? m->size : 0);
-		if (rc < 0)
-			st = -rc;
+	/* A revocation may wait (lock released) for a fill or a write-back,
+	 * and another worker may map a chunk past the new size meanwhile:
+	 * scan again until a pass revokes nothing, so the ftruncate below
+	 * runs with no chunk past the size left (the lock held from the
+	 * last scan on). */
+	for (bool again = true; again && st == 0;) {
+		again = false;
+		uint32_t n = engine_file_slots(k, f->cnode, slots);
+		for (uint32_t i = 0; i < n && st == 0; i++) {
+			const struct slot *sl = &k->slots[slots[i]];
+			if (!sl->map || sl->cnode != f->cnode || sl->file_chunk < from)
+				continue;
+			/* Dirty blocks below the new size are kept (written back);
+			 * those past it are dropped with the chunk. */
+			int rc = chunk_revoke(k, slots[i], sl->file_chunk == from ? m->size : 0);
+			again = true;
+			if (rc < 0 && rc != -ENOENT)
+				st = -rc;
+		}
 	}
 	free(slots);
 	if (st == 0 && ftruncate(fd, (off_t)m->size) < 0)

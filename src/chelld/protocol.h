@@ -30,7 +30,11 @@
 #endif
 
 #define CHELLD_MAGIC 0x4c4c4843u /* "CHLL" in memory order */
-#define CHELLD_VERSION 2u
+/* 3: MAP hands over up to CHELLD_MAP_BATCH neighbouring chunks at once
+ * (nchunks), STATS counts concurrent fills and batches. A client of
+ * another version gets EPROTONOSUPPORT at HELLO, and the manager logs
+ * both versions. */
+#define CHELLD_VERSION 3u
 #define CHELLD_PATH_MAX 4096u
 #define CHELLD_DETAIL_MAX 96u
 /* The paper's mapping granularity: chunks of 2 MiB of a backing file. */
@@ -189,7 +193,21 @@ struct chelld_map {
 	uint64_t chunk;
 	uint32_t first_block;
 	uint32_t nblocks;
+	/* Batch (v3): 0 or 1, the one chunk above; N > 1 (at most
+	 * CHELLD_MAP_BATCH, not with OVERWRITE): chunks chunk..chunk+N-1, the
+	 * first with the blocks above, the middle ones whole, the last with
+	 * blocks [0, last_nblocks): a read across neighbouring chunks none of
+	 * which the client has mapped takes one round trip. */
+	uint32_t nchunks;
+	uint32_t last_nblocks;
 };
+#define CHELLD_MAP_BATCH 8u
+/* Access tables (the memfd of HELLO): one byte per 64 KB of each slot, so
+ * replacement sees which parts of a chunk are hot (v3; before: one per
+ * slot). A hit at byte `in` of the chunk in slot s marks
+ * s * CHELLD_ACCESS_GROUPS + (in >> CHELLD_ACCESS_GROUP_SHIFT). */
+#define CHELLD_ACCESS_GROUP_SHIFT 16u
+#define CHELLD_ACCESS_GROUPS (CHELLD_CHUNK_SIZE >> CHELLD_ACCESS_GROUP_SHIFT)
 struct chelld_map_reply {
 	struct chelld_rhdr r;
 	uint32_t chunk_size;
@@ -199,6 +217,12 @@ struct chelld_map_reply {
 	uint64_t length;         /* bytes of the chunk inside the file */
 	uint32_t access;         /* CHELLD_ACC_* the descriptor sent grants */
 	uint32_t flags;          /* CHELLD_FILE_* */
+	/* v3: chunks handed over, a prefix of those asked (1 without a batch;
+	 * a later chunk that could not be mapped ends it), one descriptor each,
+	 * in order, all with `access`; and their slots. */
+	uint32_t nmapped;
+	uint32_t pad;
+	uint32_t slots[CHELLD_MAP_BATCH];
 };
 
 /* OVERWRITE: the client stored whole blocks [first_block, first_block +
@@ -335,6 +359,12 @@ struct chelld_stats_reply {
 	uint32_t policy;       /* 0 LRU (CLOCK), 1 FIFO */
 	uint32_t used_pages;   /* of the capacity, in 4 KB pages: valid blocks and
 				* control pages of the chunk files (was pad2: 0) */
+	/* v3 */
+	uint32_t workers;            /* request threads */
+	uint32_t fills_inflight_max; /* most fills reading the backing store at once */
+	uint64_t map_batches;        /* MAPs that handed over more than one chunk */
+	uint64_t map_batched_chunks; /* chunks they handed over */
+	uint64_t shrinks;            /* chunks whose cold 64 KB groups left alone (policy blocks) */
 };
 
 struct chelld_path {

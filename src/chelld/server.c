@@ -1,17 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The request loop: one thread, one epoll set (listening socket, a signalfd
- * for SIGTERM/SIGINT, every client), connections, message parsing, and the
- * small requests (STATS, PATH, BYE); the data path's requests are in
- * datapath.c, the others in ops.c. The loop holds the cache lock while it
- * serves, shared with the cleaner thread (cleaner.c). Level-triggered epoll
- * and one message per wakeup keep a busy client from starving the others.
- * Replies are sent non-blocking: a client that does not read its replies is
- * disconnected rather than allowed to stall the daemon.
+ * The request loop: a pool of worker threads (--workers) on one epoll set
+ * (listening socket, a signalfd for SIGTERM/SIGINT, every client),
+ * connections, message parsing, and the small requests (STATS, PATH,
+ * BYE); the data path's requests are in datapath.c, the others in ops.c.
  *
- * Graceful stop: on the signal we close and unlink the listening socket
- * (no new clients), serve every request already queued on each client
- * socket, close the clients, write back what is dirty and return.
+ * Clients are registered EPOLLONESHOT: one worker at a time serves a
+ * client, one message, and re-arms it, so a client's requests stay in
+ * order and a busy client cannot starve the others. A worker holds the
+ * cache lock while it serves (shared with the cleaner thread, cleaner.c);
+ * the engine drops it for device I/O (fills, evictions' write-backs) with
+ * the slot marked, so a miss that waits for the backing store holds up
+ * only its own client, while the other workers serve the rest.
+ * Replies are sent non-blocking: a client that does not read its replies
+ * is disconnected rather than allowed to stall a worker.
+ *
+ * Graceful stop: the worker that reads the signal sets `quit` and makes an
+ * eventfd readable (never read: level-triggered, it wakes every worker, and
+ * each returns); then the main thread closes and unlinks the listening
+ * socket (no new clients), serves every request already queued on each
+ * client socket, closes the clients, writes back what is dirty and
+ * returns.
  */
 #include <errno.h>
 #include <limits.h>
@@ -20,6 +29,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <stdio.h>
+#include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
@@ -85,7 +95,7 @@ static void accept_one(struct server *s)
 	c->pid = cr.pid;
 	c->uid = cr.uid;
 	c->gid = cr.gid;
-	struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+	struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = c};
 	if (epoll_ctl(s->ep, EPOLL_CTL_ADD, fd, &ev) < 0) {
 		close(fd);
 		free(c);
@@ -98,17 +108,23 @@ static void accept_one(struct server *s)
 		   (int)cr.pid, (int)cr.uid, (int)cr.gid);
 }
 
-bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
-		  int status, int fd)
+bool chelld_reply_fds(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
+		      int status, const int *fds, int nfds)
 {
 	struct chelld_rhdr *r = msg;
 	chelld_hdr_init(&r->h, type | CHELLD_REPLY, (uint32_t)len, seq);
 	r->status = status;
-	if (fdpass_send(c->sock, msg, len, fd, MSG_DONTWAIT) < 0) {
+	if (fdpass_sendv(c->sock, msg, len, fds, nfds, MSG_DONTWAIT) < 0) {
 		chelld_log("client %llu: cannot send a reply, dropping it", (unsigned long long)c->serial);
 		return false;
 	}
 	return true;
+}
+
+bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
+		  int status, int fd)
+{
+	return chelld_reply_fds(c, msg, len, type, seq, status, &fd, fd >= 0 ? 1 : 0);
 }
 
 static bool reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq, int status)
@@ -182,11 +198,24 @@ void client_unregister(struct server *s, struct client *c, struct reg *r, bool a
 static void fold_access(void *arg)
 {
 	struct server *s = arg;
-	for (struct client *c = s->clients; c; c = c->next)
-		if (c->access.flags)
-			for (uint32_t i = 0; i < c->access.nchunks; i++)
-				if (access_test_clear(&c->access, i))
-					policy_touch(s->engine.pol, i);
+	struct engine *k = &s->engine;
+	for (struct client *c = s->clients; c; c = c->next) {
+		if (!c->access.flags)
+			continue;
+		/* a byte per 64 KB group: eight at a time, most words are 0 */
+		for (uint32_t i = 0; i + 8 <= c->access.nchunks; i += 8) {
+			uint64_t w;
+			memcpy(&w, c->access.flags + i, sizeof w);
+			if (!w)
+				continue;
+			for (uint32_t j = i; j < i + 8; j++)
+				if (access_test_clear(&c->access, j)) {
+					uint32_t slot = j / CHELLD_ACCESS_GROUPS;
+					policy_touch(k->pol, slot);
+					k->slots[slot].hot |= 1u << (j % CHELLD_ACCESS_GROUPS);
+				}
+		}
+	}
 }
 
 static bool do_stats(struct server *s, struct client *c, const struct chelld_stats *m)
@@ -200,6 +229,8 @@ static bool do_stats(struct server *s, struct client *c, const struct chelld_sta
 	r.backings = (uint32_t)s->cfg->nbackings;
 	r.cache_size = k->pool.capacity;
 	r.used_pages = (uint32_t)(k->used > UINT32_MAX ? UINT32_MAX : k->used);
+	r.workers = s->cfg->workers;
+	r.fills_inflight_max = k->fills_inflight_max;
 	r.uptime_ms = now_ms_since(&s->start);
 	r.slots = k->nslots;
 	r.slots_used = ms.chunks_used;
@@ -235,7 +266,7 @@ static bool do_path(struct server *s, struct client *c, const struct chelld_path
  * (EAGAIN), -1 the client is gone or was dropped (already closed). */
 static int serve_one(struct server *s, struct client *c)
 {
-	static char buf[CHELLD_MSG_MAX + 1] __attribute__((aligned(8)));
+	char buf[CHELLD_MSG_MAX + 1] __attribute__((aligned(8))); /* per worker */
 	/* every descriptor that came along is in `in`, so none can leak */
 	struct fdpass_in in;
 	ssize_t n = fdpass_recv(c->sock, buf, sizeof buf, MSG_DONTWAIT, &in);
@@ -345,11 +376,57 @@ static void stop(struct server *s)
 	chelld_log("stopped after %llu requests", (unsigned long long)s->st.requests);
 }
 
+/* A worker: wait for an event, serve it under the cache lock, re-arm. */
+static void *worker(void *arg)
+{
+	struct server *s = arg;
+	for (;;) {
+		struct epoll_event ev;
+		int n = epoll_wait(s->ep, &ev, 1, -1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			chelld_log("epoll_wait: %s", strerror(errno));
+			break;
+		}
+		void *p = ev.data.ptr;
+		if (n == 0 || p == &s->evfd)
+			break; /* stopping */
+		pthread_mutex_lock(&s->engine.lock);
+		if (s->quit) {
+			/* (a client event taken now stays disarmed: stop() drains
+			 * every client anyway) */
+			pthread_mutex_unlock(&s->engine.lock);
+			break;
+		}
+		if (p == &s->lfd) {
+			accept_one(s);
+		} else if (p == &s->sfd) {
+			struct signalfd_siginfo si;
+			if (read(s->sfd, &si, sizeof si) == sizeof si) {
+				chelld_log("signal %u from pid %u", si.ssi_signo, si.ssi_pid);
+				s->quit = true;
+				uint64_t one = 1;
+				if (write(s->evfd, &one, sizeof one) != sizeof one)
+					chelld_log("cannot wake the workers: %s", strerror(errno));
+			}
+		} else {
+			struct client *c = p;
+			if (serve_one(s, c) >= 0) {
+				struct epoll_event re = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = c};
+				epoll_ctl(s->ep, EPOLL_CTL_MOD, c->sock, &re);
+			}
+		}
+		pthread_mutex_unlock(&s->engine.lock);
+	}
+	return NULL;
+}
+
 int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 {
 	/* Large: the counters and the cache state live for the whole run. */
 	static struct server s;
-	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1};
+	s = (struct server){.cfg = cfg, .lfd = lfd, .sfd = -1, .evfd = -1};
 	clock_gettime(CLOCK_MONOTONIC, &s.start);
 	if (engine_init(&s.engine, cfg, pool, &s.st) < 0) {
 		chelld_log("cannot set up the cache: out of memory");
@@ -370,11 +447,13 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	/* blocked before any thread starts: every thread inherits the mask */
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	s.sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	s.evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	s.ep = epoll_create1(EPOLL_CLOEXEC);
-	if (s.sfd < 0 || s.ep < 0) {
+	if (s.sfd < 0 || s.ep < 0 || s.evfd < 0) {
 		chelld_log("cannot set up the event loop: %s", strerror(errno));
 		return -1;
 	}
@@ -382,50 +461,31 @@ int chelld_serve(const struct chelld_config *cfg, int lfd, struct pool *pool)
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, lfd, &ev);
 	ev.data.ptr = &s.sfd;
 	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.sfd, &ev);
+	ev.data.ptr = &s.evfd;
+	epoll_ctl(s.ep, EPOLL_CTL_ADD, s.evfd, &ev);
 	int crc = engine_cleaner_start(&s.engine);
 	if (crc < 0) {
 		chelld_log("cannot start the cleaner thread: %s", strerror(-crc));
 		return -1;
 	}
-	chelld_log("serving on %s", cfg->sock_path);
-
-	for (;;) {
-		struct epoll_event evs[32];
-		int n = epoll_wait(s.ep, evs, 32, -1);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			chelld_log("epoll_wait: %s", strerror(errno));
+	unsigned nw = cfg->workers ? cfg->workers : 1, started = 1;
+	pthread_t *tids = calloc(nw, sizeof *tids);
+	for (; tids && started < nw; started++)
+		if (pthread_create(&tids[started], NULL, worker, &s) != 0) {
+			chelld_log("started only %u of %u workers", started, nw);
 			break;
 		}
-		bool quit = false;
-		/* The cleaner thread shares the cache: hold its lock while serving. */
-		pthread_mutex_lock(&s.engine.lock);
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-			if (p == &s.lfd) {
-				accept_one(&s);
-			} else if (p == &s.sfd) {
-				struct signalfd_siginfo si;
-				if (read(s.sfd, &si, sizeof si) == sizeof si) {
-					chelld_log("signal %u from pid %u", si.ssi_signo, si.ssi_pid);
-					quit = true;
-				}
-			} else {
-				/* A client closed earlier in this batch is not in evs
-				 * twice (one event per fd), and stop() runs after it. */
-				serve_one(&s, p);
-			}
-		}
-		pthread_mutex_unlock(&s.engine.lock);
-		if (quit)
-			break;
-	}
+	chelld_log("serving on %s with %u worker(s)", cfg->sock_path, tids ? started : 1);
+	worker(&s); /* this thread is worker 0 */
+	for (unsigned i = 1; tids && i < started; i++)
+		pthread_join(tids[i], NULL);
+	free(tids);
 	engine_cleaner_stop(&s.engine);
 	pthread_mutex_lock(&s.engine.lock);
 	stop(&s);
 	pthread_mutex_unlock(&s.engine.lock);
 	close(s.sfd);
+	close(s.evfd);
 	close(s.ep);
 	modes_fini(&s.engine);
 	engine_fini(&s.engine);

@@ -38,7 +38,8 @@ struct client {
 
 struct server {
 	const struct chelld_config *cfg;
-	int ep, lfd, sfd;
+	int ep, lfd, sfd, evfd;
+	bool quit;          /* a worker read SIGTERM/SIGINT (under the cache lock) */
 	struct client *clients;
 	uint32_t nclients;
 	struct timespec start;
@@ -50,6 +51,9 @@ struct server {
  * dropped. */
 bool chelld_reply(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
 		  int status, int fd);
+/* The same with nfds descriptors (at most FDPASS_MAX). */
+bool chelld_reply_fds(struct client *c, void *msg, size_t len, uint16_t type, uint32_t seq,
+		      int status, const int *fds, int nfds);
 /* The registration of file_id (a Cnode id) on this connection, or NULL. */
 struct reg *client_reg(struct client *c, uint32_t file_id);
 /* Drop one count of a registration (all of them with `all`). */

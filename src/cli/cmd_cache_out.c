@@ -33,7 +33,8 @@ double counts_hit_ratio(const struct chelld_client_counts *c)
 
 const char *policy_display_name(uint32_t policy)
 {
-	return policy == 0 ? "lru" : policy == 1 ? "fifo" : "unknown";
+	static const char *const names[] = {"lru", "fifo", "blocks", "arc"};
+	return policy < sizeof names / sizeof names[0] ? names[policy] : "unknown";
 }
 
 double now_monotonic(void)

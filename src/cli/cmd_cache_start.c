@@ -32,7 +32,7 @@ enum {
 void cache_start_usage(FILE *f)
 {
 	fputs("Usage: chell cache start [--pool DIR] [--size SIZE] [--backing DIR...]\n"
-	      "                         [--policy lru|fifo]\n"
+	      "                         [--policy lru|fifo|blocks|arc]\n"
 	      "                         [--dirty-high PCT] [--dirty-low PCT] [--readahead SIZE]\n"
 	      "                         [--max-fds N] [--cache-mode MODE] [--mode-rules RULES]\n"
 	      "                         [--seq-cutoff SIZE] [--pin-max SIZE] [--file-max SIZE]\n"
@@ -48,7 +48,7 @@ void cache_start_usage(FILE *f)
 	      "                              (powers of 1024), at least 2M\n"
 	      "      --backing DIR           cache.backing, else paths: a directory whose\n"
 	      "                              files may be cached (repeatable)\n"
-	      "      --policy lru|fifo       cache.policy: chunk replacement\n"
+	      "      --policy lru|fifo|blocks|arc cache.policy: replacement\n"
 	      "      --dirty-high PCT        cache.dirty_high: background write-back starts\n"
 	      "                              when this percent of chunks are dirty\n"
 	      "      --dirty-low PCT         cache.dirty_low: ... and stops at this percent\n"

@@ -92,6 +92,10 @@ static void json_stats(const struct chelld_stats_reply *st, const char *pool)
 	       st->fills, st->fill_bytes, st->evictions, st->revocations, st->writeback_ops,
 	       st->writeback_bytes, st->cleaner_passes, st->throttle_waits, st->syncs, st->truncates,
 	       st->bypassed, st->outside_changes);
+	printf(", \"workers\": %u, \"fills_inflight_max\": %u, \"map_batches\": %" PRIu64
+	       ", \"map_batched_chunks\": %" PRIu64 ", \"shrinks\": %" PRIu64,
+	       st->workers, st->fills_inflight_max, st->map_batches, st->map_batched_chunks,
+	       st->shrinks);
 }
 
 static void json_file(const struct chelld_file_stat_reply *r)
@@ -146,6 +150,10 @@ static void text_stats(const struct chelld_stats_reply *st, const char *pool)
 	printf("  other:        %" PRIu64 " syncs, %" PRIu64 " truncates, %" PRIu64
 	       " bypassed, %" PRIu64 " changed outside the cache\n",
 	       st->syncs, st->truncates, st->bypassed, st->outside_changes);
+	printf("  concurrency:  %u workers, at most %u fills at once; %" PRIu64
+	       " batched misses (%" PRIu64 " chunks); %" PRIu64 " chunks shrunk to their hot groups\n",
+	       st->workers, st->fills_inflight_max, st->map_batches, st->map_batched_chunks,
+	       st->shrinks);
 }
 
 static void text_file(const struct chelld_file_stat_reply *r, bool header)

@@ -13,20 +13,22 @@ union fdpass_ctl {
 	struct cmsghdr align;
 };
 
-int fdpass_send(int sock, const void *buf, size_t len, int fd, int flags)
+int fdpass_sendv(int sock, const void *buf, size_t len, const int *fds, int nfds, int flags)
 {
 	struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
 	union fdpass_ctl ctl;
 	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1};
-	if (fd >= 0) {
+	if (nfds > FDPASS_MAX)
+		return -EINVAL;
+	if (nfds > 0) {
 		memset(&ctl, 0, sizeof(ctl));
 		mh.msg_control = ctl.buf;
-		mh.msg_controllen = CMSG_SPACE(sizeof(int));
+		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
 		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
 		c->cmsg_level = SOL_SOCKET;
 		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(fd));
+		c->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, (size_t)nfds * sizeof(int));
 	}
 	long n;
 	do
@@ -35,6 +37,11 @@ int fdpass_send(int sock, const void *buf, size_t len, int fd, int flags)
 	if (n < 0)
 		return (int)n;
 	return (size_t)n == len ? 0 : -EIO;
+}
+
+int fdpass_send(int sock, const void *buf, size_t len, int fd, int flags)
+{
+	return fdpass_sendv(sock, buf, len, &fd, fd >= 0 ? 1 : 0, flags);
 }
 
 void fdpass_close(const int *fds, int from, int n)

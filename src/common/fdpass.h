@@ -20,6 +20,8 @@
  * MSG_DONTWAIT, ...; MSG_NOSIGNAL is always added). Returns 0 when all of
  * it went, -EIO on a short send, or -errno. */
 int fdpass_send(int sock, const void *buf, size_t len, int fd, int flags);
+/* The same with n (at most FDPASS_MAX) descriptors attached. */
+int fdpass_sendv(int sock, const void *buf, size_t len, const int *fds, int n, int flags);
 
 /* What came with a received message. */
 struct fdpass_in {

@@ -26,6 +26,7 @@ SUBCOMMANDS = ["start", "status", "stat", "flush", "stop", "check", "ls"]
 
 MAGIC = 0x4C4C4843
 HELLO, OPEN, MAP, BYE, CLOSE = 1, 2, 3, 6, 10
+PROTO = 3  # chelld protocol version (3: batched MAP)
 CHUNK = 2 << 20
 BLOCK = 4096
 # The control page's dirty table (cache/policy dirty.c, one chunk): at line 2;
@@ -44,14 +45,14 @@ class Client:
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.s.connect(str(sock))
         self.seq = 0
-        st, _, fd = self.call(HELLO, struct.pack("<II", 2, 0))
+        st, _, fd = self.call(HELLO, struct.pack("<II", PROTO, 0))
         assert st == 0, st
         if fd is not None:
             os.close(fd)  # the access table: not needed here
 
     def call(self, typ, payload, fd=None):
         self.seq += 1
-        msg = struct.pack("<IHHII", MAGIC, 2, typ, 16 + len(payload), self.seq) + payload
+        msg = struct.pack("<IHHII", MAGIC, PROTO, typ, 16 + len(payload), self.seq) + payload
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [fd]))] if fd is not None else []
         self.s.sendmsg([msg], anc)
         data, anc, _, _ = self.s.recvmsg(8192, socket.CMSG_SPACE(4))
@@ -74,7 +75,7 @@ class Client:
         chunk, coff = divmod(off, CHUNK)
         assert coff + len(data) <= CHUNK
         first, last = coff // BLOCK, (coff + len(data) + BLOCK - 1) // BLOCK
-        st, _, fd = self.call(MAP, struct.pack("<IIQII", fid, 1, chunk, first, last - first))
+        st, _, fd = self.call(MAP, struct.pack("<IIQIIII", fid, 1, chunk, first, last - first, 0, 0))
         assert st == 0 and fd is not None, st
         m = mmap.mmap(fd, CHUNK + BLOCK)
         os.close(fd)

@@ -6,6 +6,7 @@ The daemon runs as root (as the tests do); the hostile client runs as
 passing a descriptor it opened itself; these tests try to get around that.
 """
 import json
+import errno
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ AS_NOBODY = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
 
 MAGIC = 0x4C4C4843
 HELLO, STATS = 1, 4
+PROTO = 3  # protocol version (3: batched MAP)
 CHUNK = 2 << 20
 
 
@@ -247,7 +249,7 @@ def test_malformed_messages_get_error_replies_and_the_daemon_keeps_serving(cache
     assert out[0][1]["status"] == "EPROTO" and out[0][1]["error_reply"] == "1"  # HELLO first
     for (op, f), want in zip(out[2:2 + len(RAW)], RAW.values()):
         assert op == "raw" and f["error_reply"] == "1" and f["status"] == want, (f, want)
-    assert out[-2][1]["status"] == "EPROTONOSUPPORT" and out[-2][1]["version"] == "2"
+    assert out[-2][1]["status"] == "EPROTONOSUPPORT" and out[-2][1]["version"] == "3"  # protocol 3: batched MAP
     assert out[-1][1]["status"] == "OK"  # the same connection still works
     assert int(out[-1][1]["malformed"]) == len(RAW) + 1
     # and so does everyone else
@@ -311,7 +313,7 @@ def test_status_json_and_text(cache):
     s = json.loads(p.stdout)
     assert s["running"] is True and s["pid"] == cache["pid"]
     assert s["pool"] == str(cache["pool"]) and s["backings"] == [str(cache["back"])]
-    assert s["size"] == 64 << 20 and s["protocol"] == 2 and s["clients"] == 0
+    assert s["size"] == 64 << 20 and s["protocol"] == PROTO and s["clients"] == 0
     assert s["opens"] == 1 and s["maps"] == 1 and s["uptime_ms"] >= 0
     t = run([CHELL, "cache", "status", "--pool", cache["pool"]])
     assert t.returncode == 0 and b"chelld is running" in t.stdout and b"64.0 MiB" in t.stdout
@@ -343,16 +345,31 @@ def test_stop_removes_socket_and_pid_file_and_status_reports_not_running(cache):
     assert start(pool, [cache["back"]]).returncode == 0
 
 
+def test_an_old_client_gets_a_clear_refusal(cache):
+    """Protocol 2 (before batched MAP) is refused at HELLO with
+    EPROTONOSUPPORT, the manager's version in the reply and a log line
+    naming both versions; the connection stays usable."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(str(cache["sock"]))
+    s.send(struct.pack("<IHHIIII", MAGIC, 2, HELLO, 24, 1, 2, 0))
+    rep = s.recv(8192)
+    assert struct.unpack_from("<IHHIIi", rep)[5] == errno.EPROTONOSUPPORT
+    assert struct.unpack_from("<I", rep, 24)[0] == PROTO  # hello reply: version first
+    s.close()
+    log = (cache["pool"] / "chelld.log").read_text()
+    assert f"speaks protocol version 2, this manager {PROTO}" in log
+
+
 def test_stop_answers_requests_queued_before_the_signal(cache):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     s.connect(str(cache["sock"]))
     # one round trip first, so the daemon has accepted the connection
-    s.send(struct.pack("<IHHIIII", MAGIC, 2, HELLO, 24, 1, 2, 0))
+    s.send(struct.pack("<IHHIIII", MAGIC, PROTO, HELLO, 24, 1, PROTO, 0))
     assert struct.unpack_from("<IHHIIi", s.recv(8192))[5] == 0
     os.kill(cache["pid"], signal.SIGSTOP)
     try:
-        s.send(struct.pack("<IHHII", MAGIC, 2, STATS, 16, 2))
-        s.send(struct.pack("<IHHII", MAGIC, 2, STATS, 16, 3))
+        s.send(struct.pack("<IHHII", MAGIC, PROTO, STATS, 16, 2))
+        s.send(struct.pack("<IHHII", MAGIC, PROTO, STATS, 16, 3))
         os.kill(cache["pid"], signal.SIGTERM)
     finally:
         os.kill(cache["pid"], signal.SIGCONT)

@@ -5,18 +5,6 @@
 
 #include "policy_impl.h"
 
-static bool referenced(policy *p, uint32_t c)
-{
-	bool r = p->ref[c];
-
-	p->ref[c] = 0;
-	/* Consume the client flag even if the touch already counted, so one
-	 * pass of the hand clears both. */
-	if (p->access && c < p->access->nchunks && access_test_clear(p->access, c))
-		r = true;
-	return r;
-}
-
 int policy_victim_clock(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg)
 {
 	/* Two full turns: the first clears every reference, so the second
@@ -32,7 +20,7 @@ int policy_victim_clock(policy *p, uint32_t *chunk, policy_skip_fn skip, void *a
 		p->hand = p->next[c];
 		if (skip && skip(arg, c))
 			continue;
-		if (referenced(p, c)) {
+		if (policy_referenced(p, c)) {
 			if (fallback == POLICY_NONE)
 				fallback = c;
 			continue;

@@ -8,7 +8,8 @@ policy *policy_create(policy_kind kind, uint32_t nchunks)
 {
 	policy *p;
 
-	if ((kind != POLICY_LRU && kind != POLICY_FIFO) || nchunks == 0 || nchunks == POLICY_NONE)
+	if ((kind != POLICY_LRU && kind != POLICY_FIFO && kind != POLICY_CAR) || nchunks == 0 ||
+	    nchunks >= (1u << 31))
 		return NULL;
 	p = calloc(1, sizeof(*p));
 	if (!p)
@@ -20,7 +21,7 @@ policy *policy_create(policy_kind kind, uint32_t nchunks)
 	p->prev = malloc(nchunks * sizeof(uint32_t));
 	p->in = calloc(nchunks, 1);
 	p->ref = calloc(nchunks, 1);
-	if (!p->next || !p->prev || !p->in || !p->ref) {
+	if (!p->next || !p->prev || !p->in || !p->ref || (kind == POLICY_CAR && car_init(p) < 0)) {
 		policy_destroy(p);
 		return NULL;
 	}
@@ -35,6 +36,7 @@ void policy_destroy(policy *p)
 	free(p->prev);
 	free(p->in);
 	free(p->ref);
+	car_fini(p);
 	free(p);
 }
 
@@ -60,7 +62,12 @@ bool policy_contains(const policy *p, uint32_t chunk)
 
 int policy_insert(policy *p, uint32_t c)
 {
-	if (c >= p->nchunks)
+	return policy_insert_key(p, c, c);
+}
+
+int policy_insert_key(policy *p, uint32_t c, uint64_t key)
+{
+	if (c >= p->nchunks || key == UINT64_MAX)
 		return -EINVAL;
 	if (p->in[c])
 		return -EEXIST;
@@ -70,6 +77,10 @@ int policy_insert(policy *p, uint32_t c)
 	 * give the new contents a second chance. */
 	if (p->access && c < p->access->nchunks)
 		access_test_clear(p->access, c);
+	if (p->kind == POLICY_CAR) {
+		p->count++;
+		return car_insert(p, c, key);
+	}
 	if (p->hand == POLICY_NONE) {
 		p->next[c] = p->prev[c] = c;
 		p->hand = c;
@@ -87,7 +98,9 @@ int policy_insert(policy *p, uint32_t c)
 
 void policy_unlink(policy *p, uint32_t c)
 {
-	if (p->next[c] == c) {
+	if (p->kind == POLICY_CAR) {
+		car_remove(p, c); /* no ghost: it left outside replacement */
+	} else if (p->next[c] == c) {
 		p->hand = POLICY_NONE;
 	} else {
 		p->next[p->prev[c]] = p->next[c];
@@ -100,6 +113,17 @@ void policy_unlink(policy *p, uint32_t c)
 	p->count--;
 }
 
+bool policy_referenced(policy *p, uint32_t c)
+{
+	bool r = p->ref[c];
+
+	p->ref[c] = 0;
+	/* Consume the client flag even if the touch already counted. */
+	if (p->access && c < p->access->nchunks && access_test_clear(p->access, c))
+		r = true;
+	return r;
+}
+
 int policy_remove(policy *p, uint32_t c)
 {
 	if (c >= p->nchunks || !p->in[c])
@@ -110,7 +134,9 @@ int policy_remove(policy *p, uint32_t c)
 
 void policy_touch(policy *p, uint32_t c)
 {
-	if (p->kind == POLICY_LRU && c < p->nchunks && p->in[c])
+	if (p->kind == POLICY_CAR && c < p->nchunks && p->in[c])
+		car_touch(p, c);
+	else if (p->kind == POLICY_LRU && c < p->nchunks && p->in[c])
 		p->ref[c] = 1;
 }
 
@@ -118,6 +144,7 @@ int policy_victim(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg)
 {
 	if (p->count == 0)
 		return -ENOENT;
-	return p->kind == POLICY_LRU ? policy_victim_clock(p, chunk, skip, arg)
-				     : policy_victim_fifo(p, chunk, skip, arg);
+	return p->kind == POLICY_LRU  ? policy_victim_clock(p, chunk, skip, arg)
+	       : p->kind == POLICY_CAR ? policy_victim_car(p, chunk, skip, arg)
+				       : policy_victim_fifo(p, chunk, skip, arg);
 }

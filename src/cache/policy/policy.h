@@ -79,7 +79,11 @@ bool access_test_clear(const access_table *t, uint32_t chunk);
  * insertion order and ignores references. All operations are O(1) except
  * policy_victim, which is O(1) amortised: every extra step of the hand
  * clears a reference some access paid for, or passes a skipped chunk. */
-typedef enum { POLICY_LRU, POLICY_FIFO } policy_kind;
+typedef enum { POLICY_LRU, POLICY_FIFO, POLICY_CAR } policy_kind;
+/* POLICY_CAR is CAR (Clock with Adaptive Replacement, car.c): ARC's
+ * adaptive split between chunks seen once and chunks seen again, with
+ * reference bits fed like CLOCK's; scan resistant. It remembers evicted
+ * chunks by key (policy_insert_key; policy_insert uses the slot number). */
 
 typedef struct policy policy;
 
@@ -96,6 +100,9 @@ bool policy_contains(const policy *p, uint32_t chunk);
 /* A chunk becomes resident: -EINVAL out of range, -EEXIST if already in.
  * It starts unreferenced (the caller touches it if the fill was an access). */
 int policy_insert(policy *p, uint32_t chunk);
+/* The same, naming what the slot now holds (CAR's ghost lists recognise a
+ * chunk that comes back); key UINT64_MAX is reserved (-EINVAL). */
+int policy_insert_key(policy *p, uint32_t chunk, uint64_t key);
 /* A chunk leaves the cache outside eviction: -ENOENT if not resident. */
 int policy_remove(policy *p, uint32_t chunk);
 /* Manager-side access. No effect on FIFO or on a non-resident chunk. */

@@ -19,10 +19,20 @@ struct policy {
 	uint8_t *in;  /* resident */
 	uint8_t *ref; /* manager-side reference (CLOCK) */
 	const access_table *access;
+	struct car *car; /* POLICY_CAR's lists (car.c) */
 };
 
 void policy_unlink(policy *p, uint32_t c);
+/* Referenced since the hand last passed (a manager touch or a client's
+ * access-table mark); consumes both, so one pass of a hand clears them. */
+bool policy_referenced(policy *p, uint32_t c);
 int policy_victim_clock(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg);
 int policy_victim_fifo(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg);
+int policy_victim_car(policy *p, uint32_t *chunk, policy_skip_fn skip, void *arg);
+int car_init(policy *p);
+void car_fini(policy *p);
+int car_insert(policy *p, uint32_t chunk, uint64_t key);
+void car_remove(policy *p, uint32_t chunk);
+void car_touch(policy *p, uint32_t chunk);
 
 #endif

@@ -56,9 +56,20 @@ int cache_conn_wait(void);
  * is then closed; the next cache_conn_ensure reconnects). */
 int cache_call(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
 	       int *fd_out);
+/* The same, up to nfds descriptors (fds_out gets -1 where none came). */
+int cache_call_fds(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
+		   int *fds_out, int nfds);
 extern struct cache_hello cache_hello;
 extern uint32_t cache_conn_gen;       /* changes on every (re)connection */
 extern access_table cache_access;     /* this connection's, nchunks 0 if none */
+/* A hit at byte `in` of the chunk in `slot`: its 64 KB group's byte in the
+ * access table (one load, and a store if it was clear). */
+static inline void cache_hit_mark(uint32_t slot, size_t in)
+{
+	uint64_t i = (uint64_t)slot * CHELLD_ACCESS_GROUPS + (in >> CHELLD_ACCESS_GROUP_SHIFT);
+	if (i < cache_access.nchunks)
+		access_mark(&cache_access, (uint32_t)i);
+}
 void cache_conn_after_fork(void);     /* in the child: never use the parent's socket */
 void cache_conn_bye(void);            /* at exit: report counters, say goodbye */
 /* Backing directories of the running manager (PATH), for routing checks;
@@ -123,6 +134,12 @@ enum { CACHE_MISS_OK = 0, CACHE_MISS_KERNEL = 1, CACHE_MISS_AROUND = 2, CACHE_MI
  * descriptor must use the kernel path), or -errno. */
 int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
 	       int want_write);
+/* The same for a read across neighbouring chunks: chunks k..k+nchunks-1
+ * (at most CHELLD_MAP_BATCH), the first with blocks [first, first+n), the
+ * middle whole, the last with [0, last_n), in one round trip. The result
+ * is chunk k's; the others are installed when the manager could map them. */
+int cache_miss_batch(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
+		     int want_write, unsigned nchunks, unsigned last_n);
 /* want_write bit: the blocks will be stored whole (no fill needed). */
 #define CACHE_WANT_OVERWRITE 2
 int cache_overwrite(struct cache_file *cf, uint64_t k, uint32_t slot, uint64_t incarnation,

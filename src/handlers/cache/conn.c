@@ -120,11 +120,13 @@ static ssize_t send_msg(const void *msg, size_t len, int fd)
 	return fdpass_send(sock, msg, len, fd, 0);
 }
 
-/* One datagram into buf; a descriptor that came with it into *fd. */
-static ssize_t recv_msg(void *buf, size_t cap, int *fd)
+/* One datagram into buf; the descriptors that came with it into fds
+ * (nfds slots, -1 where none came; any beyond are closed). */
+static ssize_t recv_msg(void *buf, size_t cap, int *fds, int nfds)
 {
 	ssize_t n;
-	*fd = -1;
+	for (int i = 0; i < nfds; i++)
+		fds[i] = -1;
 	/* Wait for the reply outside the descriptor window (fork and the
 	 * application's getrlimit wait for it), then take it inside, so a
 	 * descriptor that comes with it is installed even when the application
@@ -143,15 +145,17 @@ static ssize_t recv_msg(void *buf, size_t cap, int *fd)
 	chell_internal_window_leave();
 	if (n < 0)
 		return n;
-	fdpass_close(in.fds, 1, in.nfds); /* one descriptor per reply at most */
+	int keep = in.nfds < nfds ? in.nfds : nfds;
+	fdpass_close(in.fds, keep, in.nfds); /* more than the reply may carry */
 	if (n == 0)
 		n = -ECONNRESET;
 	else if (in.trunc)
 		n = -EMSGSIZE;
 	if (n < 0)
-		fdpass_close(in.fds, 0, in.nfds > 0);
-	else if (in.nfds > 0)
-		*fd = in.fds[0];
+		fdpass_close(in.fds, 0, keep);
+	else
+		for (int i = 0; i < keep; i++)
+			fds[i] = in.fds[i];
 	return n;
 }
 
@@ -167,15 +171,16 @@ static void hdr_init(void *msg, uint16_t type, uint32_t length, uint32_t sq)
 
 /* The exchange itself, on a connected socket. */
 static int call_raw(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
-		    int *fd_out)
+		    int *fds_out, int nfds)
 {
 	char buf[CHELLD_MSG_MAX + 1] __attribute__((aligned(8)));
+	int got[CHELLD_MAP_BATCH];
+	int ngot = nfds > 1 ? (nfds < (int)CHELLD_MAP_BATCH ? nfds : (int)CHELLD_MAP_BATCH) : 1;
 	hdr_init(req, type, (uint32_t)reqlen, ++seq);
 	int r = (int)send_msg(req, reqlen, fd);
 	if (r < 0)
 		return r;
-	int got;
-	ssize_t n = recv_msg(buf, sizeof(buf), &got);
+	ssize_t n = recv_msg(buf, sizeof(buf), got, ngot);
 	if (n < 0)
 		return (int)n;
 	const struct chelld_rhdr *rh = (const struct chelld_rhdr *)buf;
@@ -184,34 +189,41 @@ static int call_raw(void *req, size_t reqlen, uint16_t type, int fd, void *rep, 
 	if ((size_t)n < sizeof(*rh) || rh->h.magic != CHELLD_MAGIC || rh->h.length != (uint32_t)n ||
 	    rh->h.seq != seq || (!error_reply && (rh->h.type != (type | CHELLD_REPLY) ||
 						  (size_t)n != replen))) {
-		if (got >= 0)
-			sys_close(got);
+		fdpass_close(got, 0, ngot);
 		return -EPROTO; /* out of step with the manager: start over */
 	}
 	memset(rep, 0, replen);
 	memcpy(rep, buf, (size_t)n < replen ? (size_t)n : replen);
 	if (error_reply && ((struct chelld_rhdr *)rep)->status == 0)
 		((struct chelld_rhdr *)rep)->status = EPROTO;
-	if (fd_out)
-		*fd_out = got;
-	else if (got >= 0)
-		sys_close(got);
+	for (int i = 0; i < ngot; i++) {
+		if (fds_out && i < nfds)
+			fds_out[i] = got[i];
+		else if (got[i] >= 0)
+			sys_close(got[i]);
+	}
 	return 0;
 }
 
-int cache_call(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
-	       int *fd_out)
+int cache_call_fds(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
+		   int *fds_out, int nfds)
 {
-	if (fd_out)
-		*fd_out = -1;
+	for (int i = 0; fds_out && i < nfds; i++)
+		fds_out[i] = -1;
 	if (sock < 0)
 		return -ENOTCONN;
-	int r = call_raw(req, reqlen, type, fd, rep, replen, fd_out);
+	int r = call_raw(req, reqlen, type, fd, rep, replen, fds_out, nfds);
 	if (r < 0) {
 		chell_info("cache: lost the cache manager at %s (%s)", cache_sock_path, strerror(-r));
 		disconnect();
 	}
 	return r;
+}
+
+int cache_call(void *req, size_t reqlen, uint16_t type, int fd, void *rep, size_t replen,
+	       int *fd_out)
+{
+	return cache_call_fds(req, reqlen, type, fd, rep, replen, fd_out, fd_out ? 1 : 0);
 }
 
 static int hello(void)
@@ -220,9 +232,13 @@ static int hello(void)
 	struct chelld_hello_reply r;
 	int tfd;
 	m.version = CHELLD_VERSION;
-	int e = call_raw(&m, sizeof(m), CHELLD_MSG_HELLO, -1, &r, sizeof(r), &tfd);
+	int e = call_raw(&m, sizeof(m), CHELLD_MSG_HELLO, -1, &r, sizeof(r), &tfd, 1);
 	if (e < 0)
 		return e;
+	if (r.r.status == EPROTONOSUPPORT)
+		chell_log("cache: the cache manager at %s speaks protocol version %u, this libchell "
+			  "%u: run the chell and chelld of this build (chell cache stop; chell cache start)",
+			  cache_sock_path, r.version, CHELLD_VERSION);
 	if (r.r.status) {
 		if (tfd >= 0)
 			sys_close(tfd);
@@ -238,12 +254,13 @@ static int hello(void)
 	cache_hello.slots = r.slots;
 	cache_hello.flags = r.flags;
 	if (tfd >= 0 && r.slots) {
-		size_t len = access_table_bytes(r.slots);
+		uint32_t entries = r.slots * CHELLD_ACCESS_GROUPS; /* one per 64 KB (protocol.h) */
+		size_t len = access_table_bytes(entries);
 		void *p = REAL(mmap64)(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, tfd, 0);
 		if (p != MAP_FAILED) {
 			access_mem = p;
 			access_len = len;
-			access_table_attach(&cache_access, p, r.slots, false);
+			access_table_attach(&cache_access, p, entries, false);
 		}
 	}
 	if (tfd >= 0)
@@ -355,7 +372,7 @@ void cache_conn_bye(void)
 		struct chelld_bye m = {0};
 		struct chelld_rhdr r;
 		cache_map_unreported(&m.counts);
-		if (call_raw(&m, sizeof(m), CHELLD_MSG_BYE, -1, &r, sizeof(r), NULL) == 0)
+		if (call_raw(&m, sizeof(m), CHELLD_MSG_BYE, -1, &r, sizeof(r), NULL, 0) == 0)
 			chell_debug("cache: said goodbye to the manager");
 		disconnect();
 	}

@@ -12,10 +12,9 @@ static inline bool one_chunk(uint64_t off, size_t n)
 	return (off & (CACHE_CHUNK_BYTES - 1)) + n <= CACHE_CHUNK_BYTES;
 }
 
-static inline void hit(struct cache_file *cf, uint32_t slot, int w, size_t n)
+static inline void hit(struct cache_file *cf, uint32_t slot, uint64_t off, int w, size_t n)
 {
-	if (slot < cache_access.nchunks)
-		access_mark(&cache_access, slot);
+	cache_hit_mark(slot, (size_t)(off & (CACHE_CHUNK_BYTES - 1)));
 	struct mapped_stats *s = cache_stats_tls();
 	if (w) {
 		s->writes++;
@@ -38,7 +37,7 @@ static inline bool try_read(struct mapped_local *l, void *buf, size_t n, uint64_
 	if (!e || cache_copy_out(buf, (const unsigned char *)(e & ~CACHE_E_WRITABLE),
 				 (size_t)(off & (CACHE_CHUNK_BYTES - 1)), n, &slot) != COPY_HIT)
 		return false;
-	hit(l->cf, slot, 0, n);
+	hit(l->cf, slot, off, 0, n);
 	return true;
 }
 
@@ -95,7 +94,7 @@ static ssize_t fast_pwrite(struct chell_file *f, int fd, const void *buf, size_t
 	    cache_copy_in(base, (size_t)((uint64_t)off & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) !=
 		    COPY_HIT)
 		return CHELL_FAST_MISS; /* the general path stores the same bytes again */
-	hit(l->cf, slot, 1, n);
+	hit(l->cf, slot, (uint64_t)off, 1, n);
 	mapped_write_done(&l->inode->times, fd);
 	return (ssize_t)n;
 }
@@ -112,7 +111,7 @@ static ssize_t fast_write(struct chell_file *f, int fd, const void *buf, size_t 
 		return CHELL_FAST_MISS;
 	uint32_t slot;
 	if (cache_copy_in(base, (size_t)(pos & (CACHE_CHUNK_BYTES - 1)), buf, n, &slot, 0) == COPY_HIT) {
-		hit(l->cf, slot, 1, n);
+		hit(l->cf, slot, pos, 1, n);
 		mapped_write_done(&l->inode->times, fd);
 		return (ssize_t)n;
 	}

@@ -27,6 +27,7 @@
 #include <sys/mman.h>
 
 #include "cache.h"
+#include "common/fdpass.h"
 
 
 int cache_dax;
@@ -307,6 +308,15 @@ static int lock_connected(void)
 int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
 	       int want_write)
 {
+	return cache_miss_batch(cf, fd, k, first, n, want_write, 1, 0);
+}
+
+int cache_miss_batch(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsigned n,
+		     int want_write, unsigned nchunks, unsigned last_n)
+{
+	if (nchunks > CHELLD_MAP_BATCH || k + nchunks > CACHE_MAX_CHUNK ||
+	    (want_write & CACHE_WANT_OVERWRITE))
+		nchunks = 1;
 	if (k >= CACHE_MAX_CHUNK)
 		return CACHE_MISS_KERNEL;
 	uint32_t need = want_write ? CHELLD_ACC_READ | CHELLD_ACC_WRITE : CHELLD_ACC_READ;
@@ -340,7 +350,7 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 		}
 		struct chelld_map m = {0};
 		struct chelld_map_reply rep;
-		int mfd;
+		int mfds[CHELLD_MAP_BATCH];
 		int w = (cf->access & CHELLD_ACC_WRITE) != 0; /* one writable mapping serves all */
 		m.file_id = cf->file_id;
 		/* OVERWRITE: the blocks are about to be stored whole; a manager
@@ -351,7 +361,11 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 		m.chunk = k;
 		m.first_block = first;
 		m.nblocks = n;
-		int e = cache_call(&m, sizeof(m), CHELLD_MSG_MAP, -1, &rep, sizeof(rep), &mfd);
+		m.nchunks = nchunks;
+		m.last_nblocks = nchunks > 1 ? last_n : 0;
+		int e = cache_call_fds(&m, sizeof(m), CHELLD_MSG_MAP, -1, &rep, sizeof(rep), mfds,
+				       (int)nchunks);
+		int mfd = mfds[0];
 		if (e < 0) {
 			cache_unlock();
 			r = CACHE_MISS_KERNEL;
@@ -361,8 +375,7 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 			cf->nregs = 0;
 			cf->access = 0;
 			cache_unlock();
-			if (mfd >= 0)
-				sys_close(mfd);
+			fdpass_close(mfds, 0, (int)nchunks);
 			continue;
 		}
 		if (rep.r.status && rep.r.status != EACCES) {
@@ -374,8 +387,7 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 				  (unsigned long long)k, (unsigned long long)cf->dev,
 				  (unsigned long long)cf->ino, strerror(rep.r.status));
 			cache_unlock();
-			if (mfd >= 0)
-				sys_close(mfd);
+			fdpass_close(mfds, 0, (int)nchunks);
 			r = -rep.r.status;
 			break;
 		}
@@ -395,8 +407,7 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 			if (rep.flags & CHELLD_FILE_BYPASS)
 				CSTAT(bypassed, 1);
 			cache_unlock();
-			if (mfd >= 0)
-				sys_close(mfd);
+			fdpass_close(mfds, 0, (int)nchunks);
 			r = CACHE_MISS_KERNEL;
 			break;
 		}
@@ -406,12 +417,21 @@ int cache_miss(struct cache_file *cf, int fd, uint64_t k, unsigned first, unsign
 			chell_log("cache: chunk %llu handed out read-only for a write",
 				  (unsigned long long)k);
 			cache_unlock();
-			sys_close(mfd);
+			fdpass_close(mfds, 0, (int)nchunks);
 			r = -EIO;
 			break;
 		}
 		e = install(cf, k, mfd, w && (rep.access & CHELLD_ACC_WRITE));
 		sys_close(mfd);
+		/* The neighbours of a batch: each is a chunk of its own, and one
+		 * that cannot be installed is simply asked again on its miss. */
+		for (unsigned i = 1; i < nchunks; i++)
+			if (mfds[i] >= 0) {
+				if (i < rep.nmapped)
+					install(cf, k + i, mfds[i], w && (rep.access & CHELLD_ACC_WRITE));
+				sys_close(mfds[i]);
+				mfds[i] = -1;
+			}
 		cache_unlock();
 		r = e == -EPROTO || e == -ENOMEM ? CACHE_MISS_KERNEL : CACHE_MISS_OK;
 		break;

@@ -19,17 +19,27 @@
 
 enum { PIECE_OK = 0, PIECE_KERNEL = 1, PIECE_AROUND = 2 };
 
-static inline void hit_mark(uint32_t slot)
-{
-	if (slot < cache_access.nchunks)
-		access_mark(&cache_access, slot);
-}
-
 /* [in, in+len) of chunk k <-> u through the hit protocol, missing until it
  * hits: PIECE_OK, PIECE_KERNEL (the descriptor must use the kernel path),
  * or -errno. */
+/* A read that misses at the end of chunk k and goes on for `ahead` more
+ * bytes: how many chunks one MAP should hand over (k and the following
+ * ones not mapped in this process yet, at most CHELLD_MAP_BATCH), and
+ * the blocks wanted of the last. 1: no batch. */
+static unsigned batch_of(struct cache_file *cf, uint64_t k, size_t ahead, unsigned *last_n)
+{
+	unsigned n = 1;
+	while (ahead && n < CHELLD_MAP_BATCH && k + n < CACHE_MAX_CHUNK && !cache_entry_of(cf, k + n)) {
+		size_t take = ahead < CACHE_CHUNK_BYTES ? ahead : CACHE_CHUNK_BYTES;
+		*last_n = (unsigned)((take + CACHE_BLOCK_BYTES - 1) / CACHE_BLOCK_BYTES);
+		ahead -= take;
+		n++;
+	}
+	return n;
+}
+
 static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, unsigned char *u,
-		 size_t len, int to_file)
+		 size_t len, int to_file, size_t ahead)
 {
 	/* an extending write: the bytes of this piece end here */
 	uint64_t ext = to_file == CACHE_XFER_EXTEND ? (k << CACHE_CHUNK_SHIFT) + in + len : 0;
@@ -43,7 +53,7 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 			r = to_file ? cache_copy_in(base, in, u, len, &slot, ext)
 				    : cache_copy_out(u, base, in, len, &slot);
 		if (r == COPY_HIT) {
-			hit_mark(slot);
+			cache_hit_mark(slot, in);
 			if (misses == 0) {
 				if (to_file)
 					s->write_hits++;
@@ -69,7 +79,12 @@ static int piece(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in, uns
 		}
 		unsigned first = (unsigned)(in / CACHE_BLOCK_BYTES);
 		unsigned nb = (unsigned)((in + len - 1) / CACHE_BLOCK_BYTES) - first + 1;
-		int m = cache_miss(cf, c->fd, k, first, nb, to_file ? 1 : 0);
+		/* Reads across chunks: the neighbours not mapped yet come in the
+		 * same round trip. */
+		unsigned last_n = 0, nch = !to_file && misses == 0 && in + len == CACHE_CHUNK_BYTES
+						  ? batch_of(cf, k, ahead, &last_n) : 1;
+		int m = nch > 1 ? cache_miss_batch(cf, c->fd, k, first, nb, 0, nch, last_n)
+				: cache_miss(cf, c->fd, k, first, nb, to_file ? 1 : 0);
 		if (m == CACHE_MISS_KERNEL)
 			return PIECE_KERNEL;
 		if (m == CACHE_MISS_AROUND)
@@ -103,7 +118,7 @@ static bool overwrite(chell_ctx *c, struct cache_file *cf, uint64_t k, size_t in
 		if (r == COPY_HIT) {
 			if (cache_overwrite(cf, k, slot, inc, first, n) != 0)
 				return false;
-			hit_mark(slot);
+			cache_hit_mark(slot, in);
 			struct mapped_stats *s = cache_stats_tls();
 			s->overwrites++;
 			s->write_misses++; /* it took the manager, if not a fill */
@@ -136,7 +151,7 @@ static ssize_t read_to_fault(chell_ctx *c, struct cache_file *cf, uint64_t k, si
 		size_t seg = 4096 - ((uintptr_t)(u + at) & 4095);
 		if (seg > len - at)
 			seg = len - at;
-		if (piece(c, cf, k, in + at, u + at, seg, 0) != PIECE_OK)
+		if (piece(c, cf, k, in + at, u + at, seg, 0, 0) != PIECE_OK)
 			break; /* the bad page, or anything else: stop before it */
 		at += seg;
 	}
@@ -179,20 +194,20 @@ ssize_t cache_transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t 
 			    overwrite(c, cf, k, in + head, u + head, mid, &efault,
 				      to_file == CACHE_XFER_EXTEND)) {
 				if (head)
-					r = piece(c, cf, k, in, u, head, to_file);
+					r = piece(c, cf, k, in, u, head, to_file, 0);
 				if (r == PIECE_OK && len - head - mid)
 					r = piece(c, cf, k, in + head + mid, u + head + mid,
-						  len - head - mid, to_file);
+						  len - head - mid, to_file, 0);
 			} else if (efault) {
 				r = -EFAULT;
 			} else {
-				r = piece(c, cf, k, in, u, len, to_file);
+				r = piece(c, cf, k, in, u, len, to_file, n - done - len);
 			}
 			if (r == -EFAULT && to_file) {
 				/* The kernel stores what it can copy before the page
 				 * that faults, and returns that count: so do we. */
 				size_t ok = cache_user_readable(u, len);
-				r = ok ? piece(c, cf, k, in, u, ok, to_file) : -EFAULT;
+				r = ok ? piece(c, cf, k, in, u, ok, to_file, 0) : -EFAULT;
 				if (r == PIECE_OK)
 					return (ssize_t)(done + ok);
 			}

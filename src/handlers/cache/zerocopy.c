@@ -172,8 +172,7 @@ ssize_t cache_get_read_buf(chell_ctx *c, const void **buf, size_t count)
 		mapped_read_unclaim(c, pos, n);
 		return CHELL_FAST_MISS; /* a miss: the library reads, which fills the chunk */
 	}
-	if (slot < cache_access.nchunks)
-		access_mark(&cache_access, slot);
+	cache_hit_mark(slot, in);
 	struct mapped_stats *s = cache_stats_tls();
 	s->reads++;
 	s->read_hits++;
