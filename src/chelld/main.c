@@ -254,6 +254,22 @@ static int configure_tier(void)
 	return r < 0 ? fail(CHELLD_EXIT_USAGE, "%s", err) : 0;
 }
 
+/* The directory where clients keep their lock stand-ins (docs/CACHE.md,
+ * "Locks"): every user of the node locks there, so it is world-writable
+ * and sticky, as /tmp. Never emptied: a stand-in removed while a process
+ * holds a lock on it would let the next locker take a new, free one. A
+ * pool without it keeps every client on the backing file's locks. */
+static void make_locks_dir(const char *pool)
+{
+	char *d = join(pool, CHELLD_LOCKS_DIR);
+	if (!d)
+		return;
+	if ((mkdir(d, 01777) < 0 && errno != EEXIST) || chmod(d, 01777) < 0)
+		fprintf(stderr, "chelld: warning: %s: %s (byte-range locks stay on the backing files)\n",
+			d, strerror(errno));
+	free(d);
+}
+
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
 	const char *policy, *high, *low, *readahead, *max_fds;
@@ -520,6 +536,7 @@ int main(int argc, char **argv)
 			cfg.pool, cpool.nslots, (unsigned long long)cfg.size,
 			(unsigned long long)cpool.capacity, cfg.pool, CACHE_META_NAME, cfg.pool,
 			CACHE_CHUNKS_DIR);
+	make_locks_dir(cfg.pool);
 	int sfd = bind_socket(cfg.sock_path);
 	if (sfd < 0) {
 		rc = -sfd;

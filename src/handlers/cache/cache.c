@@ -59,10 +59,12 @@ static int cache_proc_init(void)
 			}
 		nshared_dirs = ns;
 	}
+	cache_locks_init(pool);
 	return cache_copy_init();
 }
 
 static bool under_backing(const char *abs);
+static bool under_shared(const char *abs);
 
 /*
  * exec of a file the cache holds dirty blocks of: the kernel reads the
@@ -109,6 +111,8 @@ static void cache_proc_event(enum chell_op ev, long arg)
 {
 	if (ev == CHELL_OP_EXEC) {
 		flush_before_exec((const char *)arg);
+	} else if (ev == CHELL_OP_FORK_PREPARE) {
+		cache_locks_fork_prepare();
 	} else if (ev == CHELL_OP_FORK) {
 		cache_conn_after_fork();
 		cache_map_after_fork();
@@ -171,6 +175,7 @@ static void cache_opened(chell_ctx *c)
 		mapped_size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the kernel's I/O path */
 	}
+	cache_locks_opened(c, under_shared(c->f->path));
 	if (status(c) & O_DIRECT) {
 		/* The application wants the kernel's I/O path, which must then see
 		 * every byte: the file is written back and not cached while this
@@ -200,7 +205,15 @@ static void cache_opened(chell_ctx *c)
 
 static int cache_adopt(chell_ctx *c)
 {
+	cache_locks_adopt(c);
 	return mapped_adopt(c, &cache_mapped);
+}
+
+/* Every close drops the process's byte-range locks on the file (locks.c). */
+static int cache_close(chell_ctx *c)
+{
+	cache_locks_close(c);
+	return mapped_close(c);
 }
 
 /* Is the file under a cache.shared directory (close-to-open with other nodes)? */
@@ -251,6 +264,7 @@ static void cache_detach(chell_ctx *c)
 	struct mapped_local *l = L(c);
 	if (l)
 		flush_at_last_close(c, l);
+	cache_locks_detach(c);
 	mapped_detach(c, &cache_mapped);
 }
 
@@ -689,6 +703,12 @@ static void leave_for_lease(chell_ctx *c)
 
 static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (cache_locks_cmd(cmd)) {
+		bool done;
+		int r = cache_locks_fcntl(c, cmd, arg, &done);
+		if (done)
+			return r;
+	}
 	if (mapped_takes_lease(cmd, arg))
 		leave_for_lease(c);
 	int r = chell_down_fcntl(c, cmd, arg);
@@ -737,8 +757,14 @@ static void cache_escape(chell_ctx *c)
 	go_kernel(c);
 }
 
+/* .close replaces the base's (cache_close calls it): the lock stand-ins'
+ * release is the cache's own. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
 const struct chell_handler chell_cache_handler = {
 	MAPPED_HANDLER(cache),
 	.sync_file_range = cache_sync_file_range,
 	.mmap = cache_mmap,
+	.close = cache_close,
 };
+#pragma GCC diagnostic pop

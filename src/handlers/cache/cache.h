@@ -65,6 +65,19 @@ void cache_conn_bye(void);            /* at exit: report counters, say goodbye *
 char **cache_conn_backings(void);
 extern char cache_sock_path[108]; /* sizeof(sockaddr_un.sun_path) */
 
+/* ---- locks.c: byte-range locks on node-local stand-ins (docs/CACHE.md, Locks) ---- */
+int cache_locks_init(const char *pool);
+/* The OFD was opened on a file under a backing directory; shared: under
+ * cache.shared (the backing file's locks then apply). */
+void cache_locks_opened(chell_ctx *c, bool shared);
+void cache_locks_adopt(chell_ctx *c);
+bool cache_locks_cmd(int cmd);
+/* *done false: not served here (the kernel's locks); else the result. */
+int cache_locks_fcntl(chell_ctx *c, int cmd, unsigned long arg, bool *done);
+void cache_locks_close(chell_ctx *c);
+void cache_locks_detach(chell_ctx *c);
+void cache_locks_fork_prepare(void);
+
 /* ---- map.c: per-process files and their chunk mappings ---- */
 #define CACHE_MAX_CHUNK MAPPED_MAX_CHUNKS
 /* A chunk's record (mapped_chunk): its mapping (chunk data, then its
