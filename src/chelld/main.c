@@ -33,6 +33,7 @@
 #include "chelld/engine.h"
 #include "chelld/mgr_registry.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
+#include "common/fstype.h"
 #include "tier/internal.h" /* chell_tier_init */
 
 void chelld_log(const char *fmt, ...)
@@ -347,6 +348,18 @@ static int configure(struct chelld_config *cfg, const char *pool, const char *si
 	cfg->pool = realpath(pool, NULL);
 	if (!cfg->pool)
 		return fail(CHELLD_EXIT_USAGE, "pool directory '%s': %s", pool, strerror(errno));
+	/* The pool is the node-local fast tier: clients map its chunk files
+	 * and its metadata is persisted with cache-line flushes. On a
+	 * distributed store that would be the distributed file system's page
+	 * cache, neither fast nor the node's own (issue 13). */
+	char type[128] = "";
+	if (chell_fs_remote(cfg->pool, type, sizeof type) == 1)
+		return fail(CHELLD_EXIT_USAGE,
+			    "pool directory '%s' is on %s, a distributed file system: the pool is the "
+			    "node-local fast tier (tmpfs or DAX) in front of it; put the pool on tmpfs "
+			    "(e.g. --pool /dev/shm/chell-cache) and give the distributed directory as "
+			    "--backing",
+			    cfg->pool, type);
 	cfg->backings = calloc((size_t)nbacking, sizeof *cfg->backings);
 	if (!cfg->backings)
 		return fail(CHELLD_EXIT_FAIL, "out of memory");
