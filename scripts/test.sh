@@ -102,15 +102,13 @@ fi
 #    to a later write but not to the offset (sem_appendpos), RLIMIT_FSIZE's
 #    short write (sem_shortwrite), RWF_NOWAIT reads refused with EOPNOTSUPP
 #    and RWF_APPEND's size (sem_rwf);
-#  - open gaps of cache mode on GlusterFS (issue 13): pwrite past ext4's
-#    16 TiB is refused with EFBIG where GlusterFS accepts it (sem_limits);
-#    a write leaves ctime as it was (sem_times); the random differential
-#    diverges on an appending write's size (test_randops_shadow_cache).
+#  - open gaps of cache mode on GlusterFS (issue 13): a write leaves ctime
+#    as it was (sem_times); the random differential diverges on an
+#    appending write's size (test_randops_shadow_cache).
 GLUSTER_DESELECT=(
 	"tests/system/test_cache.py::test_semantics[sem_appendpos]"
 	"tests/system/test_cache.py::test_semantics[sem_shortwrite]"
 	"tests/system/test_cache.py::test_semantics[sem_rwf]"
-	"tests/system/test_cache.py::test_semantics[sem_limits]"
 	"tests/system/test_cache.py::test_semantics[sem_times]"
 	"tests/system/test_cache.py::test_randops_shadow_cache"
 )

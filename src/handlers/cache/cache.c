@@ -442,6 +442,14 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	uint64_t size = isize(in), new_end = end_after(pos, r);
 	if (new_end <= size)
 		return r;
+	if (r > 0 && !mapped_active(c)) {
+		/* move() left the cache and the kernel wrote the rest: its write
+		 * moved the backing file's end, which is the size. A fallocate
+		 * there is not the same question: GlusterFS takes a write up to
+		 * LLONG_MAX but refuses fallocate past its own limit (EFBIG). */
+		mapped_inode_refresh(in, c->fd);
+		return r;
+	}
 	uint64_t from = pos > size ? pos : size;
 	int err = 0;
 	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX
