@@ -452,7 +452,12 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	}
 	uint64_t from = pos > size ? pos : size;
 	int err = 0;
-	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX
+	/* An O_APPEND descriptor writes through at `from` with RWF_NOAPPEND,
+	 * which GlusterFS ignores (its brick appends at the end of file): past
+	 * the end (a hole before the write) that would land at the old end, so
+	 * there fallocate publishes. At the end itself both are the same. */
+	bool at_end = from == size || !mapped_at_pos_flags(c);
+	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX && at_end
 				? write_through(c, from, new_end, &err)
 				: from;
 	if (done < new_end || done == from) {
