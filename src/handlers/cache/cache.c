@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/falloc.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 
 #include "cache.h"
@@ -60,6 +62,9 @@ static int cache_proc_init(void)
 		nshared_dirs = ns;
 	}
 	cache_locks_init(pool);
+	struct statfs sf;
+	cache_pool_in_memory = statfs(pool, &sf) == 0 &&
+			       (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
 	return cache_copy_init();
 }
 
@@ -664,8 +669,10 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 /*
  * fsync/fdatasync: the data is in the pool already (stores into the mapped
  * chunk, flushed line by line on DAX; the dirty bits with it). What is left
- * is the file size when this process grew it: SYNC asks the manager to
- * record it in the file's Cnode. Otherwise no system call at all.
+ * on a persistent pool is the file size when this process grew it: SYNC
+ * asks the manager to record it in the file's Cnode (and make new chunk
+ * files' entries durable). Otherwise, and always on a pool in memory, no
+ * system call at all (cache_sync_file).
  */
 static int cache_fsync(chell_ctx *c, int datasync)
 {

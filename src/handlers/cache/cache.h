@@ -157,6 +157,9 @@ void cache_map_unreported(struct chelld_client_counts *out);
 /* Mapped on DAX with MAP_SYNC: stores are flushed as written, through
  * the persistence core's operations (taken once, copy.c). */
 extern int cache_dax;
+/* cache.pool is on tmpfs or ramfs (set at start-up): fsync has nothing to
+ * make durable there (cache_sync_file). */
+extern bool cache_pool_in_memory;
 extern const struct chell_persist_ops *cache_persist;
 
 /* ---- copy.c: the hit protocol on one chunk (layout.h) ---- */
