@@ -132,6 +132,7 @@ gluster_stage() {
 		env CHELL_BUILD_DIR="$REPO/build" CHELL_TEST_BACKING_ROOT="$mnt" \
 		python3 -m pytest -q -p no:cacheprovider -rfE tests/system/test_cache.py \
 		tests/system/test_cache_crash.py tests/system/test_cache_descriptors.py \
+		tests/system/test_cache_locks.py \
 		"${deselect[@]}" --junitxml="$OUT/pytest-gluster.xml"
 	scripts/gluster.sh down >>"$LOGDIR/gluster-up.log" 2>&1
 }
