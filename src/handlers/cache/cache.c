@@ -505,12 +505,13 @@ static uint64_t kernel_end(struct mapped_inode *in, int fd)
 }
 
 /* O_APPEND, atomic across processes and process trees: the base's append
- * lock (mapped_append_lock) and the tree-wide inode lock. */
+ * lock (mapped_append_lock; on the OFD's lock stand-in where the node
+ * serves its locks, locks.c) and the tree-wide inode lock. */
 static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t total, uint64_t *endp)
 {
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
-	int e = mapped_append_lock(c->fd, F_WRLCK);
+	int e = cache_locks_append(c, F_WRLCK);
 	if (e < 0) {
 		chell_lock_release(&in->lock);
 		return e;
@@ -518,7 +519,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	uint64_t pos = kernel_end(in, c->fd);
 	ssize_t room = mapped_write_room(pos, total); /* at the end, where it lands */
 	if (room < 0) {
-		mapped_append_lock(c->fd, F_UNLCK);
+		cache_locks_append(c, F_UNLCK);
 		chell_lock_release(&in->lock);
 		return mapped_write_refused(room); /* no lock held while a handler runs */
 	}
@@ -536,7 +537,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	} else {
 		r = p;
 	}
-	mapped_append_lock(c->fd, F_UNLCK);
+	cache_locks_append(c, F_UNLCK);
 	chell_lock_release(&in->lock);
 	*endp = pos + (uint64_t)(r > 0 ? r : 0);
 	return r;

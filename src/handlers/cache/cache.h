@@ -75,6 +75,7 @@ bool cache_locks_cmd(int cmd);
 /* *done false: not served here (the kernel's locks); else the result. */
 int cache_locks_fcntl(chell_ctx *c, int cmd, unsigned long arg, bool *done);
 void cache_locks_close(chell_ctx *c);
+int cache_locks_append(chell_ctx *c, short type);
 void cache_locks_detach(chell_ctx *c);
 void cache_locks_fork_prepare(void);
 

@@ -308,6 +308,19 @@ int cache_locks_fcntl(chell_ctx *c, int cmd, unsigned long arg, bool *done)
 	return 0;
 }
 
+/* The append lock (mapped_append_lock: an OFD lock on one byte at 2^62
+ * orders O_APPEND writers of different descriptions) on the OFD's
+ * stand-in when its locks are served here: on a distributed backing store
+ * it was two round trips per append. F_WRLCK / F_UNLCK; 0 or -errno. */
+int cache_locks_append(chell_ctx *c, short type)
+{
+	struct lock_slot *s;
+	if (!served(c->f, &s))
+		return mapped_append_lock(c->fd, type);
+	int fd = standin_fd(c->f, s);
+	return fd < 0 ? fd : mapped_append_lock(fd, type);
+}
+
 /* One descriptor of a served OFD closes: the process's classic locks on
  * the file go, as the kernel drops them at any close of the file. */
 void cache_locks_close(chell_ctx *c)
