@@ -157,7 +157,11 @@ static bool under_backing(const char *abs)
 
 static void *cf_get(chell_ctx *c, const struct stat *st)
 {
-	return cache_file_get(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	struct cache_file *cf = cache_file_get(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	struct statfs sf;
+	if (cf && !atomic_load(&cf->fuse))
+		atomic_store(&cf->fuse, fstatfs(c->fd, &sf) == 0 && sf.f_type == FUSE_SUPER_MAGIC ? 1 : 2);
+	return cf;
 }
 
 static void cf_put(void *cf)
@@ -457,12 +461,12 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	}
 	uint64_t from = pos > size ? pos : size;
 	int err = 0;
-	/* An O_APPEND descriptor writes through at `from` with RWF_NOAPPEND,
-	 * which GlusterFS ignores (its brick appends at the end of file): past
-	 * the end (a hole before the write) that would land at the old end, so
-	 * there fallocate publishes. At the end itself both are the same. */
-	bool at_end = from == size || !mapped_at_pos_flags(c);
-	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX && at_end
+	/* On FUSE a write's position is the server's: GlusterFS's brick keeps
+	 * the O_APPEND of the open whatever F_SETFL or RWF_NOAPPEND say since,
+	 * so a write-through at `from` could land at the end of file. There
+	 * fallocate publishes (the bytes follow with the write-back). */
+	bool through = atomic_load(&L(c)->cf->fuse) == 2;
+	uint64_t done = r > 0 && mapped_active(c) && new_end - from < PUBLISH_WRITE_MAX && through
 				? write_through(c, from, new_end, &err)
 				: from;
 	if (done < new_end || done == from) {

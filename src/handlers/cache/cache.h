@@ -106,6 +106,7 @@ struct cache_file {
 	struct cache_counts counts;
 	struct cache_file *next;
 	int zc_fd;              /* the backing file, read-only, once a chunk was lent (zerocopy.c) */
+	_Atomic int fuse;       /* the backing file is on FUSE: 0 unknown, 1 yes, 2 no (cache.c, publish) */
 	struct mapped_table chunks;
 };
 /* size: the file's size now (a new entry starts from it as "synced"). */
