@@ -622,6 +622,16 @@ def test_extending_whole_blocks_few_round_trips(mgr, dirs, tmp_path):
         assert (dirs["cached"] / name).read_bytes() == (dirs["plain"] / name).read_bytes(), name
 
 
+def on_fuse(path):
+    """Is path on a FUSE mount (/proc/mounts, the longest mount point)?"""
+    best, kind = "", ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        mnt, typ = line.split()[1], line.split()[2]
+        if (str(path) + "/").startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
+            best, kind = mnt, typ
+    return kind.startswith("fuse")
+
+
 def test_extending_writes_no_reservation(mgr, dirs, tmp_path):
     """Extending writes publish the size with one system call and reserve
     nothing (cache.c, "Extending writes"): 4 KB writes and appends with the
@@ -647,9 +657,13 @@ def test_extending_writes_no_reservation(mgr, dirs, tmp_path):
     falloc = [l for l in calls if name(l) in ("fallocate", "ftruncate")]
     assert not [l for l in falloc if "KEEP_SIZE" in l or name(l) == "ftruncate"], falloc[:6]
     # the publications: a kernel write per 4 KB write (2 x 128), a
-    # fallocate per 64 KB write (128)
-    assert len(falloc) == 128, (len(falloc), falloc[:6])
-    assert sum(name(l).startswith("pwrite") for l in calls) >= 256, calls[:6]
+    # fallocate per 64 KB write (128); on FUSE (GlusterFS, whose brick
+    # decides where a write lands: docs/CACHE.md "On GlusterFS") a
+    # fallocate for every one of the 384
+    fuse = on_fuse(dirs["cached"])
+    assert len(falloc) == (384 if fuse else 128), (len(falloc), falloc[:6])
+    if not fuse:
+        assert sum(name(l).startswith("pwrite") for l in calls) >= 256, calls[:6]
     res = run([sys.executable, w, dirs["plain"]], env=dict(PLAIN_ENV), timeout=TIMEOUT)
     assert res.returncode == 0, describe(res)
     for name in names:
