@@ -25,6 +25,15 @@ sets it up and tears it down (also on failure or Ctrl-C). Sections:
          4 KB random reads of its own cold file, every read a miss; the
          aggregate miss throughput of 8 against 1, cache mode and (for
          reference) the page cache.
+  gluster  a GlusterFS volume as the backing store (scripts/gluster.sh, served
+         on this machine): sqlite3 WAL synchronous=full single-row
+         transactions and Berkeley DB with fdatasync per put, on the mount
+         alone against cache mode in front of it (locks on node-local
+         stand-ins, and on the backing file); 4 KB read hit latency of cache
+         mode with the backing file on ext4 (the loop device) and on GlusterFS.
+         Not in the default set (--only gluster); skipped with the reason
+         where GlusterFS cannot run. Its tables go between their own markers
+         in --doc.
 
 Writes <out>/cache.json (raw numbers, machine, device set-up, ratios, target
 verdicts), <out>/cache.md (the tables) and <out>/cache.png. Targets are
@@ -56,6 +65,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 DOC_BEGIN = "<!-- bench_cache: begin generated tables -->"
 DOC_END = "<!-- bench_cache: end generated tables -->"
+GLUSTER_BEGIN = "<!-- bench_cache gluster: begin generated tables -->"
+GLUSTER_END = "<!-- bench_cache gluster: end generated tables -->"
 MEMCG = Path("/sys/fs/cgroup/memory")
 BLKIO = Path("/sys/fs/cgroup/blkio")
 LAT_ARMS = ("pagecache", "cache", "direct", "memcpy")
@@ -70,14 +81,16 @@ PROFILES = {
                  zipf_warm_s=8, zipf_run_s=10,
                  bdb_threads=[1, 2, 4], bdb_seconds=5, bdb_rounds=2, bdb_keys=20000,
                  cliff_pool=128 * MB, cliff_mult=3, cliff_s=40, cliff_dev_s=10,
-                 conc_file=64 * MB, conc_clients=[1, 8], conc_s=10, conc_rounds=2),
+                 conc_file=64 * MB, conc_clients=[1, 8], conc_s=10, conc_rounds=2,
+                 gl_txns=1000, gl_rounds=3, gl_bdb_seconds=5, gl_bdb_keys=5000, gl_lat_file=64 * MB),
     "quick": dict(image=1024 * MB, lat_file=64 * MB, lat_rounds=1, lat_batch_ms=4, lat_batches=5,
                   append_cap=16 * MB,
                   zipf_file=256 * MB, zipf_pool=64 * MB, thetas=[0.7, 1.3],
                   zipf_warm_s=2, zipf_run_s=3,
                   bdb_threads=[1, 2, 4], bdb_seconds=1.5, bdb_rounds=1, bdb_keys=10000,
                   cliff_pool=32 * MB, cliff_mult=3, cliff_s=8, cliff_dev_s=3,
-                  conc_file=16 * MB, conc_clients=[1, 8], conc_s=3, conc_rounds=1),
+                  conc_file=16 * MB, conc_clients=[1, 8], conc_s=3, conc_rounds=1,
+                  gl_txns=200, gl_rounds=1, gl_bdb_seconds=1.5, gl_bdb_keys=2000, gl_lat_file=16 * MB),
 }
 
 
@@ -306,10 +319,11 @@ class Chell:
         stack.callback(self.stop_cache)   # runs before the unmount
 
     # -- chelld
-    def start_cache(self, size, cgroup=None):
+    def start_cache(self, size, cgroup=None, backing=None):
         """A fresh chelld with an empty pool of `size` bytes on tmpfs, caching
-        the loop file system; in `cgroup` if given (its pool and whatever page
-        cache it uses are then charged there)."""
+        the loop file system (or the directories `backing`); in `cgroup` if
+        given (its pool and whatever page cache it uses are then charged
+        there)."""
         self.stop_cache()
         if self.mode != "cache":
             return
@@ -317,7 +331,8 @@ class Chell:
         self.pool.mkdir()
         self.pool_size = size
         self.pool_cg = cgroup
-        sh([self.chell, "cache", "start", "--pool", self.pool, "--size", mib(size), "--backing", self.dev.mnt,
+        backs = [a for b in (backing or [self.dev.mnt]) for a in ("--backing", b)]
+        sh([self.chell, "cache", "start", "--pool", self.pool, "--size", mib(size), *backs,
             *self.chelld_args],
            env=self.env, preexec_fn=cgroup.enter if cgroup else None, timeout=120)
 
@@ -351,16 +366,18 @@ class Chell:
         return out
 
     # -- arms
-    def argv(self, arm, cmd):
+    def argv(self, arm, cmd, path=None, sets=()):
         if arm == "cache":
             extra = ["--set", f"cache.pool={self.pool}"] if self.mode == "cache" else []
-            return [str(self.chell), "run", "--mode", self.mode, "--path", str(self.dev.mnt), *extra, "--", *cmd]
+            extra += [a for kv in sets for a in ("--set", kv)]
+            return [str(self.chell), "run", "--mode", self.mode, "--path", str(path or self.dev.mnt), *extra,
+                    "--", *cmd]
         if arm == "direct":
             return [str(self.chell), "run", "--mode", "direct", "--path", str(self.shm / "direct"), "--", *cmd]
         return [str(c) for c in cmd]
 
-    def run(self, arm, cmd, cgroup=None, timeout=900):
-        argv = self.argv(arm, [str(c) for c in cmd])
+    def run(self, arm, cmd, cgroup=None, timeout=900, path=None, sets=()):
+        argv = self.argv(arm, [str(c) for c in cmd], path, sets)
         r = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=timeout,
                            preexec_fn=cgroup.enter if cgroup else None)
         if r.returncode != 0:
@@ -811,6 +828,159 @@ def section_cliff(ch, prof, cpu, slack, tmp, problems, with_pagecache=True):
 
 # ---------------------------------------------------------------- analysis
 
+# ---------------------------------------------------------------- gluster
+
+# N single-row transactions in WAL mode with synchronous=full: what a new
+# user of sqlite on a distributed file system runs. JSON on stdout.
+SQLITE_PROG = r'''
+import json, os, sqlite3, sys, time
+path, n = sys.argv[1], int(sys.argv[2])
+for s in ("", "-wal", "-shm", "-journal"):
+    try:
+        os.unlink(path + s)
+    except FileNotFoundError:
+        pass
+db = sqlite3.connect(path, isolation_level=None)
+db.execute("pragma journal_mode=wal")
+db.execute("pragma synchronous=full")
+db.execute("create table t(k integer primary key, v blob)")
+t = time.perf_counter()
+for i in range(n):
+    db.execute("begin")
+    db.execute("insert into t values(?, ?)", (i, os.urandom(100)))
+    db.execute("commit")
+dt = time.perf_counter() - t
+db.close()
+print(json.dumps({"txns": n, "seconds": dt, "provider": {}}))
+'''
+GL_ARMS = ("gluster", "cache", "cache_backing_locks")  # the mount alone; cache mode; cache, kernel locks
+
+
+def section_gluster(ch, prof, cpu, problems):
+    """Cache mode in front of a GlusterFS volume (module docstring)."""
+    gl = REPO / "scripts" / "gluster.sh"
+    was_up = sh([gl, "status"], check=False).returncode == 0
+    r = sh([gl, "up"], check=False, timeout=600)
+    if r.returncode == 3:
+        return {"skipped": (r.stderr.strip().splitlines() or ["GlusterFS cannot run here"])[-1]}
+    if r.returncode != 0:
+        raise RuntimeError(f"scripts/gluster.sh up: {r.stderr.strip()[-500:]}")
+    mnt = Path(r.stdout.strip().splitlines()[-1])
+    gdir = Path(tempfile.mkdtemp(prefix="chell-bench-gluster-", dir=mnt))
+    prog = ch.shm / "sqlite_txns.py"
+    prog.write_text(SQLITE_PROG)
+    out = {"mount": str(mnt), "mount_info": mount_of(mnt)}
+    try:
+        ch.start_cache(256 * MB, backing=[gdir, ch.dev.mnt])
+        st0 = ch.cache_status()
+
+        def arm_run(arm, cmd):
+            if arm == "gluster":
+                return ch.run_json("plain", cmd)
+            sets = ["cache.locks=backing"] if arm == "cache_backing_locks" else []
+            return ch.run_json("cache", cmd, path=gdir, sets=sets)
+
+        raw = []
+        for rnd, order in enumerate(arm_orders(GL_ARMS, prof["gl_rounds"])):
+            for arm in order:
+                log(f"  gluster sqlite: round {rnd + 1}/{prof['gl_rounds']}, {arm}")
+                d = arm_run(arm, [sys.executable, prog, gdir / f"sq-{arm}.db", prof["gl_txns"]])
+                raw.append({"bench": "sqlite", "arm": arm, "round": rnd,
+                            "txn_s": d["txns"] / d["seconds"], "us_per_txn": 1e6 * d["seconds"] / d["txns"]})
+        bdb = ch.bin / "chell_bench_bdbsync"
+        if bdb.exists():
+            for rnd, order in enumerate(arm_orders(GL_ARMS, prof["gl_rounds"])):
+                for arm in order:
+                    log(f"  gluster bdb: round {rnd + 1}/{prof['gl_rounds']}, {arm}")
+                    bd = gdir / f"bdb-{arm}"
+                    shutil.rmtree(bd, ignore_errors=True)
+                    bd.mkdir()
+                    d = arm_run(arm, [bdb, "--dir", bd, "--sync", "txn", "--threads", "1", "--seconds",
+                                      str(prof["gl_bdb_seconds"]), "--keys", str(prof["gl_bdb_keys"])])
+                    raw.append({"bench": "bdb", "arm": arm, "round": rnd,
+                                "txn_s": d["phases"]["mix"]["ops_per_s"],
+                                "put_sync_us": d["phases"]["mix"]["put_sync_mean_us"]})
+        else:
+            out["bdb_skipped"] = f"{bdb.name} not built (install libdb-dev and re-run cmake)"
+        # 4 KB read hits: the same file on ext4 (the loop device) and on
+        # GlusterFS, read once through the cache before timing
+        lat = ch.bin / "chell_bench_lat"
+        files = {"ext4": ch.dev.mnt / "gl-lat.bin", "gluster": gdir / "gl-lat.bin"}
+        for f in files.values():
+            sh([lat, "--prepare", str(prof["gl_lat_file"]), "--file", f])
+        for rnd, order in enumerate(arm_orders(tuple(files), prof["lat_rounds"])):
+            for where in order:
+                log(f"  gluster lat: round {rnd + 1}/{prof['lat_rounds']}, backing on {where}")
+                d = ch.run_json("cache", [lat, "--file", files[where], "--sizes", "4096", "--ops", "read",
+                                          "--patterns", "rand", "--cpu", str(cpu), "--batch-ms",
+                                          str(prof["lat_batch_ms"]), "--batches", str(prof["lat_batches"])],
+                                path=files[where].parent)
+                if not provider_ok(True, d["provider"]["pread"]):
+                    problems.append(f"gluster lat {where}: pread bound to {d['provider']['pread']}")
+                raw.append({"bench": "lat", "arm": where, "round": rnd,
+                            "median_ns": median([c["median_ns"] for c in d["cases"]])})
+        out["cache_counters"] = counters(status_delta(st0, ch.cache_status()))
+    finally:
+        ch.stop_cache()
+        shutil.rmtree(gdir, ignore_errors=True)
+        if not was_up:
+            sh([gl, "down"], check=False, timeout=600)
+    summary = {}
+    for bench, key in (("sqlite", "txn_s"), ("bdb", "txn_s")):
+        row = {a: median([r[key] for r in raw if r["bench"] == bench and r["arm"] == a]) for a in GL_ARMS}
+        if row["gluster"] is None:
+            continue
+        row["spread"] = {a: [round(r[key], 1) for r in raw if r["bench"] == bench and r["arm"] == a]
+                         for a in GL_ARMS}
+        row["cache_over_gluster"] = ratio(row["cache"], row["gluster"])
+        row["backing_locks_over_gluster"] = ratio(row["cache_backing_locks"], row["gluster"])
+        summary[bench] = row
+    lat_row = {w: median([r["median_ns"] for r in raw if r["bench"] == "lat" and r["arm"] == w])
+               for w in ("ext4", "gluster")}
+    lat_row["gluster_over_ext4"] = ratio(lat_row["gluster"], lat_row["ext4"])
+    summary["lat"] = lat_row
+    out.update({"raw": raw, "summary": summary, "txns": prof["gl_txns"], "bdb_seconds": prof["gl_bdb_seconds"],
+                "bdb_keys": prof["gl_bdb_keys"], "lat_file": prof["gl_lat_file"]})
+    return out
+
+
+def gluster_markdown(res):
+    g = res.get("gluster")
+    if not g:
+        return ""
+    if "skipped" in g:
+        return f"**GlusterFS**: skipped ({g['skipped']})."
+    if "error" in g:
+        return f"**GlusterFS: FAILED** - {g['error'][:500]}"
+    cfg, s, L = res["config"], g["summary"], []
+    L.append(f"Run {res['when']} ({cfg['profile']} profile), commit {res['build'].get('commit', '?')}; "
+             f"GlusterFS volume served on this machine by `scripts/gluster.sh` (one brick, FUSE mount on "
+             f"loopback, `{g.get('mount_info', '')}`); cache pool on tmpfs; {cfg['gl_rounds']} round(s), arms "
+             "alternated; median (every run in brackets).")
+    L.append("")
+    L.append("| workload | GlusterFS mount alone | cache mode | cache mode, locks on the backing file | "
+             "cache / mount | cache (backing locks) / mount |")
+    L.append("|---|---:|---:|---:|---:|---:|")
+    names = {"sqlite": f"sqlite3 WAL, synchronous=full, {g['txns']} single-row transactions (txn/s)",
+             "bdb": f"Berkeley DB btree, fdatasync per put, 1 thread, {g['bdb_seconds']} s (ops/s)"}
+    for bench in ("sqlite", "bdb"):
+        r = s.get(bench)
+        if not r:
+            continue
+        sp = r["spread"]
+        L.append(f"| {names[bench]} | {fmt(r['gluster'])} {sp['gluster']} | {fmt(r['cache'])} {sp['cache']} | "
+                 f"{fmt(r['cache_backing_locks'])} {sp['cache_backing_locks']} | "
+                 f"{fmt(r['cache_over_gluster'], '.1f')} | {fmt(r['backing_locks_over_gluster'], '.1f')} |")
+    lr = s.get("lat", {})
+    L.append("")
+    L.append(f"4 KB random read hit under cache mode, file of {mib(g['lat_file'])} read once before timing: "
+             f"backing on ext4 {fmt(lr.get('ext4'))} ns, on GlusterFS {fmt(lr.get('gluster'))} ns "
+             f"(GlusterFS / ext4 {fmt(lr.get('gluster_over_ext4'), '.2f')}).")
+    L.append("")
+    L.append(counters_line("chelld over the GlusterFS section", g.get("cache_counters")))
+    return "\n".join(L)
+
+
 def targets(res):
     out = []
 
@@ -839,6 +1009,13 @@ def targets(res):
     zw = [r["cache_over_pagecache"] for r in z if r["rw"] == "randwrite"]
     add("fio zipf randread: cache/pagecache, worst theta", min(zr) if zr and None not in zr else None, ">=", 1.2)
     add("fio zipf randwrite: cache/pagecache, worst theta", min(zw) if zw and None not in zw else None, ">=", 0.8)
+    gs = (res.get("gluster") or {}).get("summary") or {}
+    add("GlusterFS: sqlite3 WAL synchronous=full, cache/mount", (gs.get("sqlite") or {}).get("cache_over_gluster"),
+        ">=", 10.0)
+    add("GlusterFS: Berkeley DB fdatasync per put, cache/mount", (gs.get("bdb") or {}).get("cache_over_gluster"),
+        ">=", 10.0)
+    add("GlusterFS: 4 KB read hit, backing on GlusterFS / on ext4", (gs.get("lat") or {}).get("gluster_over_ext4"),
+        "<=", 1.10, "the same latency")
     cl = ((res.get("cliff") or {}).get("arms") or {}).get("cache")
     add("sustained random writes: device rate / worst second of cache mode",
         cl and cl.get("device_over_min"), "<=", 2.0)
@@ -1119,7 +1296,21 @@ def plot(path, res):
         labels(ax[6], "bytes per write", "ns/op (log)", "extending writes and O_APPEND writes")
     else:
         ax[6].axis("off")
-    for extra in ax[7:]:
+    gs = (res.get("gluster") or {}).get("summary")
+    if gs and any(b in gs for b in ("sqlite", "bdb")):
+        benches = [b for b in ("sqlite", "bdb") if b in gs]
+        gcol = {"gluster": "#d62728", "cache": "#1f77b4", "cache_backing_locks": "#17becf"}
+        for i, arm in enumerate(GL_ARMS):
+            ax[7].bar([j + (i - 1) * 0.27 for j in range(len(benches))], [gs[b][arm] or 0 for b in benches],
+                      0.27, color=gcol[arm], label=arm.replace("_", " "))
+        ax[7].set_xticks(range(len(benches)))
+        ax[7].set_xticklabels([{"sqlite": "sqlite3 WAL full", "bdb": "BDB fdatasync/put"}[b] for b in benches])
+        ax[7].set_yscale("log")
+        labels(ax[7], "", "transactions/s (log)", "on a GlusterFS volume")
+        ax[7].legend(fontsize=8)
+    else:
+        ax[7].axis("off")
+    for extra in ax[8:]:
         extra.axis("off")
     mode = res["config"]["cache_arm_mode"]
     fig.suptitle(f"Chell cache-mode benchmarks: cache arm = --mode {mode}"
@@ -1153,8 +1344,14 @@ def report(res, out, doc=None):
     if plot(out / "cache.png", res):
         print(f"\nplot: {out / 'cache.png'}")
     print(f"json: {out / 'cache.json'}\ntables: {out / 'cache.md'}")
-    if doc and update_doc(doc, md):
+    if doc and any(k in res for k in ("lat", "append", "zipf", "bdb", "cliff")) and update_doc(doc, md):
         print(f"updated: {doc}")
+    gmd = gluster_markdown(res)
+    if gmd:
+        (out / "cache-gluster.md").write_text(gmd + "\n")
+        print(gmd)
+        if doc and update_doc(doc, gmd, GLUSTER_BEGIN, GLUSTER_END):
+            print(f"updated: {doc} (GlusterFS)")
 
 
 # ---------------------------------------------------------------- main
@@ -1165,7 +1362,8 @@ def main():
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     ap.add_argument("--quick", action="store_true", help="smaller files, shorter runs (< 2 minutes)")
     ap.add_argument("--mode", default="cache", help="mode of the cache arm (default cache; falls back to posix)")
-    ap.add_argument("--only", default="lat,append,zipf,bdb,cliff,conc", help="comma-separated sections (default all)")
+    ap.add_argument("--only", default="lat,append,zipf,bdb,cliff,conc",
+                    help="comma-separated sections: lat,append,zipf,bdb,cliff,conc (the default) and gluster")
     ap.add_argument("--cpu", type=int, default=(os.cpu_count() or 1) - 1, help="CPU for single-threaded runs")
     ap.add_argument("--image-dir", type=Path, default=Path("/var/tmp"),
                     help="where the loop image file goes (must be on the real disk, not tmpfs)")
@@ -1253,7 +1451,8 @@ def main():
                     ("bdb", lambda: section_bdb(ch, prof, problems)),
                     ("cliff", lambda: section_cliff(ch, prof, args.cpu, slack, tmp, problems,
                                                     not args.no_cliff_pagecache)),
-                    ("conc", lambda: section_conc(ch, prof, problems))]
+                    ("conc", lambda: section_conc(ch, prof, problems)),
+                    ("gluster", lambda: section_gluster(ch, prof, args.cpu, problems))]
         for name, fn in sections:
             if name not in only:
                 continue

@@ -68,8 +68,14 @@ down() {
 		gluster --mode=script volume delete "$VOL" >/dev/null 2>&1
 	fi
 	rm -rf "$BRICK"
-	if [[ -e $STATE/started-glusterd ]]; then
-		pkill -x glusterd; pkill -x glusterfsd; pkill -f "glusterfs.*--volfile-id"
+	# Only this volume's processes: the FUSE client of its mount, should the
+	# unmount have left it (never another volume's: several may be served
+	# here, e.g. a CI run and a developer's, CHELL_GLUSTER_VOLUME). glusterd
+	# itself only if this script started it and no volume is left.
+	pkill -f "glusterfs.*--volfile-id=/?$VOL( |\$)" 2>/dev/null
+	if [[ -e $STATE/started-glusterd ]] && [[ -z $(gluster --mode=script volume list 2>/dev/null |
+		grep -v '^No volumes present') ]]; then
+		pkill -x glusterd; pkill -x glusterfsd
 		rm -f "$STATE/started-glusterd"
 	fi
 	return 0

@@ -34,6 +34,7 @@
 #include "chelld/modes.h"
 #include "chelld/mgr_registry.h"
 #include "common/config.h" /* chell_parse_size: the one size parser */
+#include "common/fstype.h"
 #include "tier/internal.h" /* chell_tier_init */
 
 void chelld_log(const char *fmt, ...)
@@ -271,6 +272,22 @@ static int configure_tier(void)
 	return r < 0 ? fail(CHELLD_EXIT_USAGE, "%s", err) : 0;
 }
 
+/* The directory where clients keep their lock stand-ins (docs/CACHE.md,
+ * "Locks"): every user of the node locks there, so it is world-writable
+ * and sticky, as /tmp. Never emptied: a stand-in removed while a process
+ * holds a lock on it would let the next locker take a new, free one. A
+ * pool without it keeps every client on the backing file's locks. */
+static void make_locks_dir(const char *pool)
+{
+	char *d = join(pool, CHELLD_LOCKS_DIR);
+	if (!d)
+		return;
+	if ((mkdir(d, 01777) < 0 && errno != EEXIST) || chmod(d, 01777) < 0)
+		fprintf(stderr, "chelld: warning: %s: %s (byte-range locks stay on the backing files)\n",
+			d, strerror(errno));
+	free(d);
+}
+
 /* Validate the configuration into cfg; 0 or an exit status. */
 struct cache_opts {
 	const char *policy, *high, *low, *readahead, *max_fds, *workers;
@@ -390,6 +407,18 @@ static int configure(struct chelld_config *cfg, const char *pool, const char *si
 	cfg->pool = realpath(pool, NULL);
 	if (!cfg->pool)
 		return fail(CHELLD_EXIT_USAGE, "pool directory '%s': %s", pool, strerror(errno));
+	/* The pool is the node-local fast tier: clients map its chunk files
+	 * and its metadata is persisted with cache-line flushes. On a
+	 * distributed store that would be the distributed file system's page
+	 * cache, neither fast nor the node's own (issue 13). */
+	char type[128] = "";
+	if (chell_fs_remote(cfg->pool, type, sizeof type) == 1)
+		return fail(CHELLD_EXIT_USAGE,
+			    "pool directory '%s' is on %s, a distributed file system: the pool is the "
+			    "node-local fast tier (tmpfs or DAX) in front of it; put the pool on tmpfs "
+			    "(e.g. --pool /dev/shm/chell-cache) and give the distributed directory as "
+			    "--backing",
+			    cfg->pool, type);
 	cfg->backings = calloc((size_t)nbacking, sizeof *cfg->backings);
 	if (!cfg->backings)
 		return fail(CHELLD_EXIT_FAIL, "out of memory");
@@ -592,6 +621,7 @@ int main(int argc, char **argv)
 			cfg.pool, cpool.nslots, (unsigned long long)cfg.size,
 			(unsigned long long)cpool.capacity, cfg.pool, CACHE_META_NAME, cfg.pool,
 			CACHE_CHUNKS_DIR);
+	make_locks_dir(cfg.pool);
 	int sfd = bind_socket(cfg.sock_path);
 	if (sfd < 0) {
 		rc = -sfd;

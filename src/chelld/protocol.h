@@ -48,6 +48,9 @@
 #define CHELLD_PID_NAME "chelld.pid"
 #define CHELLD_LOCK_NAME "chelld.lock"
 #define CHELLD_LOG_NAME "chelld.log"
+/* Clients' byte-range lock stand-ins, one empty file per backing inode
+ * (src/handlers/cache/locks.c); mode 1777, made by chelld at start. */
+#define CHELLD_LOCKS_DIR "locks"
 
 enum chelld_type {
 	CHELLD_MSG_HELLO = 1,

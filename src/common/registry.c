@@ -3,6 +3,7 @@
  * The handler registry and the routing rules (see registry.h, registry.def).
  */
 #include "registry.h"
+#include "fstype.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -324,6 +325,32 @@ static int cmp_rule(const void *a, const void *b)
 	return x->len < y->len ? 1 : x->len > y->len ? -1 : strcmp(x->prefix, y->prefix);
 }
 
+/*
+ * A handler that serves files from mappings of the files themselves (its
+ * catch-all serves "fast" mounts: direct, warp) needs them on the
+ * node-local fast tier. A prefix on a distributed file system would make
+ * it map the distributed store itself: refused, saying what to do instead
+ * (issue 13). Catch-all rules need no check: they serve fast mounts only.
+ */
+static int fast_tier_rules_local(const struct chell_routes *rs, char *err, size_t errlen)
+{
+	for (int i = 0; i < rs->n; i++) {
+		const struct chell_route *r = &rs->r[i];
+		char type[128] = "";
+		if (r->catch_all || strcmp(catch_all_policy(&r->stack), "fast") != 0 ||
+		    chell_fs_remote(r->prefix, type, sizeof type) != 1)
+			continue;
+		snprintf(err, errlen,
+			 "setting %s: %s is on %s, a distributed file system, but mode %s maps the "
+			 "files themselves, which must be on the node-local fast tier (tmpfs or DAX); "
+			 "to accelerate a distributed store use --mode cache with the pool on tmpfs "
+			 "and --set cache.backing=%s",
+			 r->from, r->prefix, type, r->stack.top, r->prefix);
+		return -1;
+	}
+	return 0;
+}
+
 int chell_routes_build(const struct chell_config *cfg, struct chell_routes *out, char *err,
 		       size_t errlen)
 {
@@ -356,6 +383,8 @@ int chell_routes_build(const struct chell_config *cfg, struct chell_routes *out,
 			goto fail;
 	}
 	qsort(out->r, (size_t)out->n, sizeof(*out->r), cmp_rule);
+	if (fast_tier_rules_local(out, err, errlen))
+		goto fail;
 	return 0;
 fail:
 	chell_routes_free(out);

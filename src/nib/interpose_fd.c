@@ -184,15 +184,38 @@ CHELL_EXPORT int fcntl64(int fd, int cmd, ...)
 	return do_fcntl(fd, cmd, arg);
 }
 
-/* lockf locks relative to the current offset; glibc's lockf calls fcntl
- * internally (not through the interposed name), so the kernel's offset is
- * made current here and glibc does the rest with its exact semantics. */
+/* lockf is fcntl locking relative to the current offset. glibc's lockf
+ * calls fcntl internally (not through the interposed name), which would
+ * reach the kernel's locks of the file even where a handler keeps them
+ * (cache mode's stand-ins, handlers/cache/locks.c): on a handled
+ * descriptor it is glibc's lockf64 (misc/lockf64.c) on the interposed
+ * fcntl, command for command. */
 CHELL_EXPORT int lockf64(int fd, int cmd, off_t len)
 {
 	if (likely(fdt_peek(fd) == NULL))
 		return REAL(lockf64)(fd, cmd, len);
-	chell_fd_sync_out(fd, CHELL_OP_FCNTL);
-	return REAL(lockf64)(fd, cmd, len);
+	struct flock fl = {.l_whence = SEEK_CUR, .l_start = 0, .l_len = len};
+	switch (cmd) {
+	case F_TEST:
+		fl.l_type = F_RDLCK;
+		if (do_fcntl(fd, F_GETLK, (unsigned long)&fl) < 0)
+			return -1;
+		if (fl.l_type == F_UNLCK || fl.l_pid == getpid())
+			return 0;
+		errno = EACCES;
+		return -1;
+	case F_ULOCK:
+		fl.l_type = F_UNLCK;
+		return do_fcntl(fd, F_SETLK, (unsigned long)&fl);
+	case F_LOCK:
+		fl.l_type = F_WRLCK;
+		return do_fcntl(fd, F_SETLKW, (unsigned long)&fl);
+	case F_TLOCK:
+		fl.l_type = F_WRLCK;
+		return do_fcntl(fd, F_SETLK, (unsigned long)&fl);
+	}
+	errno = EINVAL;
+	return -1;
 }
 
 CHELL_EXPORT int lockf(int fd, int cmd, off_t len)

@@ -519,15 +519,19 @@ FSYNCER = r"""
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
 os.write(fd, b"x" * 65536)
-os.fsync(fd)                 # grew the file: one SYNC to the manager
+os.fsync(fd)                 # grew the file: nothing to make durable in a tmpfs pool
 for i in range(100):
     os.pwrite(fd, b"y" * 512, i * 512)
-    os.fdatasync(fd)         # inside the size, chunk already mapped: no SYNC
+    os.fdatasync(fd)         # inside the size, chunk already mapped: no SYNC either
 print(os.pread(fd, 4, 0))
 """
 
 
-def test_fsync_asks_the_manager_only_after_growth(mgr, dirs, tmp_path):
+def test_fsync_asks_the_manager_nothing_with_a_pool_in_memory(mgr, dirs, tmp_path):
+    """fsync on a cached file never reaches the backing store, and with the
+    pool on tmpfs not the manager either: SYNC (the size and new chunk
+    files' directory entries made durable) is for a persistent pool. On a
+    distributed backing store it was a round trip per transaction."""
     w = tmp_path / "fs.py"
     w.write_text(FSYNCER)
     res = run(mgr.cmd([sys.executable, w, dirs["cached"] / "f"],
@@ -538,7 +542,7 @@ def test_fsync_asks_the_manager_only_after_growth(mgr, dirs, tmp_path):
     assert res.stdout == b"b'yyyy'\n"
     st = [s for s in load_stats(dirs["stats"]) if s.get("fsyncs")]
     assert total(st, "fsyncs") == 101, (st, describe(res))
-    assert total(st, "syncs") == 1, st
+    assert total(st, "syncs") == 0, st
     assert total(st, "write_hits") >= 100, st
 
 
@@ -666,6 +670,16 @@ def test_extending_whole_blocks_few_round_trips(mgr, dirs, tmp_path):
         assert (dirs["cached"] / name).read_bytes() == (dirs["plain"] / name).read_bytes(), name
 
 
+def on_fuse(path):
+    """Is path on a FUSE mount (/proc/mounts, the longest mount point)?"""
+    best, kind = "", ""
+    for line in Path("/proc/mounts").read_text().splitlines():
+        mnt, typ = line.split()[1], line.split()[2]
+        if (str(path) + "/").startswith(mnt.rstrip("/") + "/") and len(mnt) >= len(best):
+            best, kind = mnt, typ
+    return kind.startswith("fuse")
+
+
 def test_extending_writes_no_reservation(mgr, dirs, tmp_path):
     """Extending writes publish the size with one system call and reserve
     nothing (cache.c, "Extending writes"): 4 KB writes and appends with the
@@ -691,9 +705,13 @@ def test_extending_writes_no_reservation(mgr, dirs, tmp_path):
     falloc = [l for l in calls if name(l) in ("fallocate", "ftruncate")]
     assert not [l for l in falloc if "KEEP_SIZE" in l or name(l) == "ftruncate"], falloc[:6]
     # the publications: a kernel write per 4 KB write (2 x 128), a
-    # fallocate per 64 KB write (128)
-    assert len(falloc) == 128, (len(falloc), falloc[:6])
-    assert sum(name(l).startswith("pwrite") for l in calls) >= 256, calls[:6]
+    # fallocate per 64 KB write (128); on FUSE (GlusterFS, whose brick
+    # decides where a write lands: docs/CACHE.md "On GlusterFS") a
+    # fallocate for every one of the 384
+    fuse = on_fuse(dirs["cached"])
+    assert len(falloc) == (384 if fuse else 128), (len(falloc), falloc[:6])
+    if not fuse:
+        assert sum(name(l).startswith("pwrite") for l in calls) >= 256, calls[:6]
     res = run([sys.executable, w, dirs["plain"]], env=dict(PLAIN_ENV), timeout=TIMEOUT)
     assert res.returncode == 0, describe(res)
     for name in names:

@@ -22,7 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/falloc.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 
 #include "cache.h"
@@ -59,10 +61,15 @@ static int cache_proc_init(void)
 			}
 		nshared_dirs = ns;
 	}
+	cache_locks_init(pool);
+	struct statfs sf;
+	cache_pool_in_memory = statfs(pool, &sf) == 0 &&
+			       (sf.f_type == TMPFS_MAGIC || sf.f_type == RAMFS_MAGIC);
 	return cache_copy_init();
 }
 
 static bool under_backing(const char *abs);
+static bool under_shared(const char *abs);
 
 /*
  * exec of a file the cache holds dirty blocks of: the kernel reads the
@@ -109,6 +116,8 @@ static void cache_proc_event(enum chell_op ev, long arg)
 {
 	if (ev == CHELL_OP_EXEC) {
 		flush_before_exec((const char *)arg);
+	} else if (ev == CHELL_OP_FORK_PREPARE) {
+		cache_locks_fork_prepare();
 	} else if (ev == CHELL_OP_FORK) {
 		cache_conn_after_fork();
 		cache_map_after_fork();
@@ -148,7 +157,11 @@ static bool under_backing(const char *abs)
 
 static void *cf_get(chell_ctx *c, const struct stat *st)
 {
-	return cache_file_get(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	struct cache_file *cf = cache_file_get(st->st_dev, st->st_ino, (uint64_t)st->st_size);
+	struct statfs sf;
+	if (cf && !atomic_load(&cf->fuse))
+		atomic_store(&cf->fuse, fstatfs(c->fd, &sf) == 0 && sf.f_type == FUSE_SUPER_MAGIC ? 1 : 2);
+	return cf;
 }
 
 static void cf_put(void *cf)
@@ -171,6 +184,7 @@ static void cache_opened(chell_ctx *c)
 		mapped_size_changed_by_kernel(c->fd); /* it may have been opened with O_TRUNC */
 		return; /* the kernel's I/O path */
 	}
+	cache_locks_opened(c, under_shared(c->f->path));
 	if (status(c) & O_DIRECT) {
 		/* The application wants the kernel's I/O path, which must then see
 		 * every byte: the file is written back and not cached while this
@@ -206,7 +220,15 @@ static void cache_opened(chell_ctx *c)
 
 static int cache_adopt(chell_ctx *c)
 {
+	cache_locks_adopt(c);
 	return mapped_adopt(c, &cache_mapped);
+}
+
+/* Every close drops the process's byte-range locks on the file (locks.c). */
+static int cache_close(chell_ctx *c)
+{
+	cache_locks_close(c);
+	return mapped_close(c);
 }
 
 /* Is the file under a cache.shared directory (close-to-open with other nodes)? */
@@ -257,6 +279,7 @@ static void cache_detach(chell_ctx *c)
 	struct mapped_local *l = L(c);
 	if (l)
 		flush_at_last_close(c, l);
+	cache_locks_detach(c);
 	mapped_detach(c, &cache_mapped);
 }
 
@@ -440,12 +463,27 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	uint64_t size = isize(in), new_end = end_after(pos, r);
 	if (new_end <= size)
 		return r;
+	if (r > 0 && !mapped_active(c)) {
+		/* move() left the cache and the kernel wrote the rest: its write
+		 * moved the backing file's end, which is the size. A fallocate
+		 * there is not the same question: GlusterFS takes a write up to
+		 * LLONG_MAX but refuses fallocate past its own limit (EFBIG). */
+		mapped_inode_refresh(in, c->fd);
+		return r;
+	}
 	uint64_t from = pos > size ? pos : size;
 	int err = 0;
-	/* write-through (modes.c): the bytes must reach the backing file now */
+	/* On FUSE a write's position is the server's: GlusterFS's brick keeps
+	 * the O_APPEND of the open whatever F_SETFL or RWF_NOAPPEND say since,
+	 * so a write-through at `from` could land at the end of file. There
+	 * fallocate publishes (the bytes follow with the write-back) - except
+	 * in write-through mode (modes.c), where the bytes must reach the
+	 * backing file now: that writes them unless the descriptor appends. */
+	bool local = atomic_load(&L(c)->cf->fuse) == 2;
+	bool wthrough = cache_mode_hint(L(c)->cf) & CHELLD_FILE_WTHROUGH;
 	uint64_t done = r > 0 && mapped_active(c) &&
-				(new_end - from < PUBLISH_WRITE_MAX ||
-				 (cache_mode_hint(L(c)->cf) & CHELLD_FILE_WTHROUGH))
+				((local && new_end - from < PUBLISH_WRITE_MAX) ||
+				 (wthrough && (local || !mapped_at_pos_flags(c))))
 				? write_through(c, from, new_end, &err)
 				: from;
 	if (done < new_end || done == from) {
@@ -488,12 +526,13 @@ static uint64_t kernel_end(struct mapped_inode *in, int fd)
 }
 
 /* O_APPEND, atomic across processes and process trees: the base's append
- * lock (mapped_append_lock) and the tree-wide inode lock. */
+ * lock (mapped_append_lock; on the OFD's lock stand-in where the node
+ * serves its locks, locks.c) and the tree-wide inode lock. */
 static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t total, uint64_t *endp)
 {
 	struct mapped_inode *in = L(c)->inode;
 	chell_lock_acquire(&in->lock);
-	int e = mapped_append_lock(c->fd, F_WRLCK);
+	int e = cache_locks_append(c, F_WRLCK);
 	if (e < 0) {
 		chell_lock_release(&in->lock);
 		return e;
@@ -501,7 +540,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	uint64_t pos = kernel_end(in, c->fd);
 	ssize_t room = mapped_write_room(pos, total); /* at the end, where it lands */
 	if (room < 0) {
-		mapped_append_lock(c->fd, F_UNLCK);
+		cache_locks_append(c, F_UNLCK);
 		chell_lock_release(&in->lock);
 		return mapped_write_refused(room); /* no lock held while a handler runs */
 	}
@@ -529,7 +568,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 	} else {
 		r = p;
 	}
-	mapped_append_lock(c->fd, F_UNLCK);
+	cache_locks_append(c, F_UNLCK);
 	chell_lock_release(&in->lock);
 	*endp = pos + (uint64_t)(r > 0 ? r : 0);
 	return r;
@@ -695,8 +734,10 @@ static int cache_truncate(chell_ctx *c, const char *path, off_t len)
 /*
  * fsync/fdatasync: the data is in the pool already (stores into the mapped
  * chunk, flushed line by line on DAX; the dirty bits with it). What is left
- * is the file size when this process grew it: SYNC asks the manager to
- * record it in the file's Cnode. Otherwise no system call at all.
+ * on a persistent pool is the file size when this process grew it: SYNC
+ * asks the manager to record it in the file's Cnode (and make new chunk
+ * files' entries durable). Otherwise, and always on a pool in memory, no
+ * system call at all (cache_sync_file).
  */
 static int cache_fsync(chell_ctx *c, int datasync)
 {
@@ -751,6 +792,12 @@ static void leave_for_lease(chell_ctx *c)
 
 static int cache_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 {
+	if (cache_locks_cmd(cmd)) {
+		bool done;
+		int r = cache_locks_fcntl(c, cmd, arg, &done);
+		if (done)
+			return r;
+	}
 	if (mapped_takes_lease(cmd, arg))
 		leave_for_lease(c);
 	int r = chell_down_fcntl(c, cmd, arg);
@@ -799,8 +846,14 @@ static void cache_escape(chell_ctx *c)
 	go_kernel(c);
 }
 
+/* .close replaces the base's (cache_close calls it): the lock stand-ins'
+ * release is the cache's own. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Woverride-init"
 const struct chell_handler chell_cache_handler = {
 	MAPPED_HANDLER(cache),
 	.sync_file_range = cache_sync_file_range,
 	.mmap = cache_mmap,
+	.close = cache_close,
 };
+#pragma GCC diagnostic pop

@@ -77,6 +77,20 @@ void cache_conn_bye(void);            /* at exit: report counters, say goodbye *
 char **cache_conn_backings(void);
 extern char cache_sock_path[108]; /* sizeof(sockaddr_un.sun_path) */
 
+/* ---- locks.c: byte-range locks on node-local stand-ins (docs/CACHE.md, Locks) ---- */
+int cache_locks_init(const char *pool);
+/* The OFD was opened on a file under a backing directory; shared: under
+ * cache.shared (the backing file's locks then apply). */
+void cache_locks_opened(chell_ctx *c, bool shared);
+void cache_locks_adopt(chell_ctx *c);
+bool cache_locks_cmd(int cmd);
+/* *done false: not served here (the kernel's locks); else the result. */
+int cache_locks_fcntl(chell_ctx *c, int cmd, unsigned long arg, bool *done);
+void cache_locks_close(chell_ctx *c);
+int cache_locks_append(chell_ctx *c, short type);
+void cache_locks_detach(chell_ctx *c);
+void cache_locks_fork_prepare(void);
+
 /* ---- map.c: per-process files and their chunk mappings ---- */
 #define CACHE_MAX_CHUNK MAPPED_MAX_CHUNKS
 /* A chunk's record (mapped_chunk): its mapping (chunk data, then its
@@ -105,6 +119,7 @@ struct cache_file {
 	struct cache_file *next;
 	int zc_fd;              /* the backing file, read-only, once a chunk was lent (zerocopy.c) */
 	_Atomic uint32_t mode;  /* CACHE_MODE_BITS of the last reply about it (modes.c) */
+	_Atomic int fuse;       /* the backing file is on FUSE: 0 unknown, 1 yes, 2 no (cache.c, publish) */
 	struct mapped_table chunks;
 };
 /* size: the file's size now (a new entry starts from it as "synced"). */
@@ -169,6 +184,9 @@ void cache_map_unreported(struct chelld_client_counts *out);
 /* Mapped on DAX with MAP_SYNC: stores are flushed as written, through
  * the persistence core's operations (taken once, copy.c). */
 extern int cache_dax;
+/* cache.pool is on tmpfs or ramfs (set at start-up): fsync has nothing to
+ * make durable there (cache_sync_file). */
+extern bool cache_pool_in_memory;
 extern const struct chell_persist_ops *cache_persist;
 
 /* ---- modes.c: cache modes per backing directory (chelld/modes.c) ---- */

@@ -31,6 +31,7 @@
 
 
 int cache_dax;
+bool cache_pool_in_memory;
 static int dax_known;
 static struct cache_file *files; /* under cache_lock */
 static _Atomic int reg_fd = -1;   /* a reopened descriptor in flight (fork child closes it) */
@@ -536,6 +537,16 @@ int cache_truncate_file(struct cache_file *cf, int fd, uint64_t size)
  * system call at all. */
 int cache_sync_file(struct cache_file *cf, int fd, uint64_t size)
 {
+	/* A pool in memory (tmpfs, ramfs) survives what it survives - the
+	 * death of programs and of chelld, not a power loss - the moment the
+	 * stores are done: a directory entry there is as durable as it will
+	 * get, and the size is the backing file's, which the kernel's own
+	 * write set. Only the manager's record of the file's attributes
+	 * would change, and it is taken again at the last close. So SYNC is
+	 * for a persistent pool; on a distributed backing store it was a
+	 * round trip per transaction (the record is an fstat there). */
+	if (cache_pool_in_memory)
+		return 0;
 	if (!atomic_load_explicit(&cf->need_sync, memory_order_acquire) &&
 	    atomic_load_explicit(&cf->synced_size, memory_order_relaxed) == size)
 		return 0;
