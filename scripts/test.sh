@@ -119,7 +119,19 @@ fi
 #    kernel does; test_cache_locks.py checks them in this stage);
 #  - an open gap of cache mode on GlusterFS (issue 13): after futimens, a
 #    cached write's time update leaves GlusterFS's ctime as it was
-#    (sem_times).
+#    (sem_times);
+#  - the random shadow differential in the four other modes: their writes
+#    reach GlusterFS through the kernel (pass-through: all of them), and
+#    there a pwritev2 with RWF_NOAPPEND on an O_APPEND descriptor lands at
+#    the end of file, not at the offset (the brick keeps the open's
+#    O_APPEND; the shadow on tmpfs does not), as sem_appendpos above;
+#  - in write-around and read-only, sem_signal's 500 us timer outpaces its
+#    own handler: each handler's write goes to GlusterFS and drops the
+#    cached chunk (a chelld round trip), and its reads then miss and fill
+#    from GlusterFS, so a handler takes longer than the timer's period and
+#    the main loop never runs again (a livelock of the test program; the
+#    handlers' results stay right). Open (issue 13): a write-around whose
+#    invalidation needs no round trip.
 GLUSTER_DESELECT=(
 	"tests/system/test_cache.py::test_semantics[sem_appendpos]"
 	"tests/system/test_cache.py::test_semantics[sem_shortwrite]"
@@ -129,10 +141,13 @@ GLUSTER_DESELECT=(
 )
 # the same cases in the other cache modes (test_cache.py *_in_mode)
 for m in write-through write-around read-only pass-through; do
-	for s in sem_appendpos sem_shortwrite sem_rwf sem_limits sem_times; do
+	for s in sem_appendpos sem_shortwrite sem_rwf sem_locks sem_times; do
 		GLUSTER_DESELECT+=("tests/system/test_cache.py::test_semantics_in_mode[$s-$m]")
 	done
 	GLUSTER_DESELECT+=("tests/system/test_cache.py::test_randops_shadow_cache_in_mode[$m]")
+done
+for m in write-around read-only; do
+	GLUSTER_DESELECT+=("tests/system/test_cache.py::test_semantics_in_mode[sem_signal-$m]")
 done
 gluster_stage() {
 	local mnt rc
