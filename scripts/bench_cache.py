@@ -877,7 +877,7 @@ def section_gluster(ch, prof, cpu, problems):
         def arm_run(arm, cmd):
             if arm == "gluster":
                 return ch.run_json("plain", cmd)
-            sets = ["cache.locks=backing"] if arm == "cache_backing_locks" else []
+            sets = ["cache.locks=backing" if arm == "cache_backing_locks" else "cache.locks=local"]
             return ch.run_json("cache", cmd, path=gdir, sets=sets)
 
         raw = []
