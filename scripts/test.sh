@@ -174,17 +174,9 @@ gluster_stage() {
 	scripts/gluster.sh down >>"$LOGDIR/gluster-up.log" 2>&1
 }
 
-# Deselected from the regular and the sanitized system-test stages, with the
-# reason (an open defect, not a test to be trusted yet):
-#  - test_cache_modes.py::test_mode_switches_under_a_running_writer: in two
-#    full CI runs (once plain, once under ASan) one of its 40 switches failed
-#    with "write-back failed (kept dirty in the pool)", ENOENT; never in 30
-#    runs alone, loaded or not. No data is lost (the bytes stay dirty in the
-#    pool and the test's final flush is what checks them), but the switch
-#    reports a failure it should not. Open (issue 13, cache modes).
-COMMON_DESELECT=(
-	"tests/system/test_cache_modes.py::test_mode_switches_under_a_running_writer"
-)
+# Deselected from the regular and the sanitized system-test stages, each
+# with its reason (none at present).
+COMMON_DESELECT=()
 
 # ------------------------------------------------------- 2-4. regular build
 if stage "build (build/, -Werror)" build.log build "$REPO/build"; then

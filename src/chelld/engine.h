@@ -227,7 +227,9 @@ int engine_make_room(struct engine *c, uint64_t need, int64_t keep);
 int chunk_open_fd(struct engine *c, uint32_t slot, int flags);
 /* Revoke and free a slot: REVOKED, fence, write back dirty blocks below
  * `keep_below` (UINT64_MAX: all; 0: none), truncate, unlink, unmap.
- * 0, or -errno with the slot kept (marked stuck) if write-back failed. */
+ * 0, or -errno with the slot kept (marked stuck) if write-back failed;
+ * -ENOENT if the slot no longer held that chunk once it was quiet (another
+ * thread evicted or revoked it meanwhile: nothing left to do). */
 int chunk_revoke(struct engine *c, uint32_t slot, uint64_t keep_below);
 /* Evict a victim: chunk_revoke, but the write-back of its dirty blocks
  * runs without the lock (the slot REVOKED and revoking meanwhile), so

@@ -358,7 +358,7 @@ bool do_inval(struct server *s, struct client *cl, const struct chelld_inval *m)
 			int rc = chunk_revoke(c, (uint32_t)sl, UINT64_MAX);
 			if (rc == 0)
 				r.chunks_dropped++;
-			else if (!st)
+			else if (rc != -ENOENT && !st) /* ENOENT: evicted meanwhile */
 				st = -rc;
 		}
 	}

@@ -113,7 +113,8 @@ uint32_t cfile_drop(struct engine *k, const struct cfile *f, int *err)
 		int rc = chunk_revoke(k, i, UINT64_MAX);
 		if (rc == 0)
 			n++;
-		else if (!*err)
+		else if (rc != -ENOENT && !*err) /* ENOENT: evicted meanwhile (by a
+						    worker, without the lock): gone already */
 			*err = -rc;
 	}
 	return n;
