@@ -235,6 +235,12 @@ ASAN_DIRECT_TESTS=(tests/system/test_cli.py)
 #    malloc to track allocations: with libasan first ASan's malloc wins and
 #    the tiered heap is never used, with it second ASan refuses to start.
 #    Its policy decisions run sanitized as unit_tierheap_policy.
+#  - sem_signal in the write-around and read-only cache modes: its 500 us
+#    timer outpaces its own handler once ASan multiplies the handler's cost
+#    (each handler's write is a kernel write plus an invalidation round trip
+#    to chelld, and its reads then miss), and the main loop never runs
+#    again (a livelock of the test program, seen on GlusterFS too: see
+#    GLUSTER_DESELECT). The regular build runs them.
 #  - the workload runner's end to end smoke (test_suite.py::test_runner_smoke):
 #    under the ASan shim one of its real-program runs stops making progress
 #    (15 minutes at 16 CPU-seconds; 60 s in the regular build). Open; its
@@ -242,6 +248,8 @@ ASAN_DIRECT_TESTS=(tests/system/test_cli.py)
 #    sanitized in test_suite.py's other cases.
 ASAN_DESELECT=(
 	"${COMMON_DESELECT[@]}"
+	"tests/system/test_cache.py::test_semantics_in_mode[sem_signal-write-around]"
+	"tests/system/test_cache.py::test_semantics_in_mode[sem_signal-read-only]"
 	"tests/system/test_suite.py::test_runner_smoke"
 	"tests/system/test_tierheap.py"
 	"tests/system/test_semantics.py::test_exec_with_empty_environment_stays_under_chell"

@@ -161,9 +161,12 @@ static void discard_new(struct engine *c, uint32_t slot)
 	meta_chunk_unmap(c->m, slot);
 }
 
-int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
+/* chunk_get; *created: the slot is new, made by this call (no client can
+ * have mapped it yet while the caller keeps the lock). */
+static int chunk_get_ex(struct engine *c, struct cfile *f, uint64_t file_chunk, bool *created)
 {
 	int slot;
+	*created = false;
 again:
 	slot = meta_chunk_lookup(c->m, f->cnode, file_chunk);
 	/* Being evicted by another thread (its write-back runs without the
@@ -237,7 +240,14 @@ again:
 	policy_insert_key(c->pol, (uint32_t)slot, ((uint64_t)f->cnode << 40) ^ file_chunk);
 	c->slots[slot].charged = 1;
 	c->used += 1;
+	*created = true;
 	return slot;
+}
+
+int chunk_get(struct engine *c, struct cfile *f, uint64_t file_chunk)
+{
+	bool created;
+	return chunk_get_ex(c, f, file_chunk, &created);
 }
 
 /* Read [off, off+len) of the backing file into the chunk at the same
@@ -647,7 +657,7 @@ int chunk_shrink(struct engine *c, uint32_t slot, uint32_t keep)
 	struct cfile *f = cfile_get(c, s->cnode);
 	if (!s->map || !f || slot_broken(s) || dirty_chunk_flagged(s->dt, 0))
 		return -EAGAIN;
-	uint64_t fc = s->file_chunk;
+	uint64_t fc = s->file_chunk, gen = f->content_gen;
 	/* Clients stop here: REVOKED, as an eviction. A store that raced in
 	 * before it is in the copy below or redone by its writer after it
 	 * sees REVOKED (into the new file); dirty marks that came meanwhile
@@ -679,11 +689,27 @@ int chunk_shrink(struct engine *c, uint32_t slot, uint32_t keep)
 	int rc = chunk_revoke(c, slot, UINT64_MAX);
 	if (rc < 0)
 		return rc;
+	/* chunk_revoke may have waited without the lock: a truncation (or a
+	 * kernel write, a change behind the cache) since the copy makes it
+	 * stale - put back, it would show bytes past a truncation point
+	 * instead of its zeros. The chunk is gone; the room is freed. */
+	if (cfile_get(c, f->cnode) != f || f->content_gen != gen)
+		return 0;
 	/* The same (file, chunk) in a new chunk file (a crash before it is
 	 * published leaves the data uncached, and clean: nothing lost). */
-	int ns = chunk_get(c, f, fc);
+	bool created;
+	int ns = chunk_get_ex(c, f, fc, &created);
 	if (ns < 0)
 		return 0; /* the old one is gone, and that freed the room asked */
+	/* ... and chunk_get may wait without the lock too (an eviction's
+	 * write-back). Meanwhile a client may have mapped the chunk again
+	 * (its MAP made the slot we got back, and it may be storing into
+	 * blocks that are not valid yet, with OVERWRITE, or a fill may be in
+	 * flight): the copy must not land under those. Only a slot this call
+	 * made, with no bump of the file's contents since the copy, gets it;
+	 * otherwise the chunk keeps what it has (misses fill the rest). */
+	if (!created || cfile_get(c, f->cnode) != f || f->content_gen != gen)
+		return 0;
 	struct slot *t = &c->slots[ns];
 	unsigned added = 0;
 	for (unsigned b = 0; b < CACHE_BLOCKS; b++) {

@@ -116,6 +116,11 @@ struct cfile {
 	uint8_t mode;
 	bool pinned;
 	uint64_t seq_next, seq_run;
+	/* Bumped (under the lock) whenever the file's bytes change outside
+	 * the chunks: a truncation, a client's kernel write (INVAL), a change
+	 * behind the cache. A copy of a chunk taken before a bump is stale:
+	 * chunk_shrink puts none back across one (it waits without the lock). */
+	uint64_t content_gen;
 };
 
 struct engine {

@@ -231,6 +231,7 @@ static void outside_change(struct engine *c, struct cfile *f, const struct meta_
 		   f->path, (unsigned long long)ci->size, (long long)st->st_size,
 		   (long long)ci->mtime_ns, (long long)ts_ns(&st->st_mtim), ci->chunks);
 	c->st->outside_changes++;
+	f->content_gen++;
 	uint32_t *slots = malloc(c->nslots * sizeof *slots);
 	if (!slots)
 		return;

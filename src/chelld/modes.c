@@ -343,6 +343,7 @@ bool do_inval(struct server *s, struct client *cl, const struct chelld_inval *m)
 	if (!f) {
 		st = EBADF;
 	} else if (m->length && m->offset <= UINT64_MAX - m->length) {
+		f->content_gen++;
 		uint64_t k0 = m->offset / CHELLD_CHUNK_SIZE;
 		uint64_t k1 = (m->offset + m->length - 1) / CHELLD_CHUNK_SIZE;
 		/* a few chunks: looked up in the C2F map; more: one pass over

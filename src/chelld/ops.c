@@ -73,6 +73,7 @@ bool do_truncate(struct server *s, struct client *c, const struct chelld_truncat
 		return bare(c, CHELLD_MSG_TRUNCATE, m->h.seq, ENOMEM);
 	uint64_t from = m->size / CACHE_CHUNK_BYTES;
 	int st = 0;
+	f->content_gen++;
 	/* A revocation may wait (lock released) for a fill or a write-back,
 	 * and another worker may map a chunk past the new size meanwhile:
 	 * scan again until a pass revokes nothing, so the ftruncate below

@@ -352,16 +352,20 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
  *     (the cleaner, an eviction) writes these bytes too, although they lie
  *     past the backing file's size (cache/layout.h, "Extending writes");
  *  2. publish the size with the kernel's own write: the new bytes written
- *     again through the client's descriptor, from the cache's copy
- *     (write_through). One system call that grows the backing file as a
- *     write without Chell does: its blocks allocated (or reserved by the
- *     file system's delayed allocation) and ENOSPC, EDQUOT or EFBIG
+ *     again through the client's descriptor, from the application's
+ *     buffers (write_user). One system call that grows the backing file
+ *     as a write without Chell does: its blocks allocated (or reserved by
+ *     the file system's delayed allocation) and ENOSPC, EDQUOT or EFBIG
  *     reported now, by the same code that would report them to a write
- *     without Chell. From the cache's copy, not the application's buffer:
- *     bytes past the tree's size change only by extending writes, which
- *     wait for the lock, so the backing file gets exactly what the cache
- *     holds (a write-back meanwhile writes the same bytes), even if the
- *     application changes its buffer meanwhile.
+ *     without Chell. From the application's buffers, not the cache's
+ *     copy: chelld's workers evict without the lock, so the chunk holding
+ *     the copy can be revoked between the store and this write (a copy
+ *     out of it then fails, or reads a new instance of the chunk), and
+ *     the bytes were then only in a write-back that may have run before
+ *     the store (seen as zeros past the old end: test_cache_concurrent.py,
+ *     1 run in 12-30 under load). An application that changes its buffer
+ *     during its own write may see the backing file hold its later bytes
+ *     until the write-back of the (dirty) cached copy, which wins.
  *     From PUBLISH_WRITE_MAX on, fallocate (mode 0) over the new range
  *     instead: the same size and the same errors, without the kernel
  *     copying the bytes a second time (the write-back writes them; until
@@ -427,6 +431,44 @@ static uint64_t write_through(chell_ctx *c, uint64_t from, uint64_t end, int *er
 	return from;
 }
 
+/* [from, end) of the application's own buffers (a write of iov at pos)
+ * to the backing file at the same offsets: how far it got (from if
+ * nothing). The publication writes these rather than the cache's copy:
+ * the chunk holding the copy may be revoked by an eviction between the
+ * store and this write (chelld's workers evict without the lock), and a
+ * copy out of a revoked chunk fails, leaving the size published with its
+ * bytes only in a write-back that may already have run. The buffers are
+ * the application's, so the bytes are the ones it wrote. 0 and *err 0 if
+ * the vector is too long to cut here (the caller copies from the cache). */
+static uint64_t write_user(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
+			   uint64_t from, uint64_t end, int *err)
+{
+	struct iovec v[16];
+	int n = 0;
+	uint64_t skip = from - pos, want = end - from;
+	*err = 0;
+	for (int i = 0; i < cnt && want; i++) {
+		if (skip >= iov[i].iov_len) {
+			skip -= iov[i].iov_len;
+			continue;
+		}
+		if (n == 16)
+			return 0;
+		size_t len = iov[i].iov_len - (size_t)skip;
+		if (len > want)
+			len = (size_t)want;
+		v[n++] = (struct iovec){(unsigned char *)iov[i].iov_base + skip, len};
+		want -= len;
+		skip = 0;
+	}
+	ssize_t k = sys_pwritev2(c->fd, v, n, (off_t)from, mapped_at_pos_flags(c));
+	if (k < 0) {
+		*err = (int)k;
+		return from;
+	}
+	return from + (uint64_t)k;
+}
+
 /* A publication stopped at `done` short of new_end: the marks this write
  * raised (each chunk's to min(new_end, its end), xfer.c's piece) go back
  * to done. Only marks still holding that value: another tree's write may
@@ -458,7 +500,8 @@ static uint64_t end_after(uint64_t pos, ssize_t r)
 #define PUBLISH_WRITE_MAX (16 << 10)
 /* 2. (above): publish the end of a write at pos that stored r bytes
  * (in->lock held); r, or the error that kept the size from moving. */
-static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssize_t r)
+static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssize_t r,
+		       const struct iovec *iov, int cnt)
 {
 	uint64_t size = isize(in), new_end = end_after(pos, r);
 	if (new_end <= size)
@@ -481,11 +524,13 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	 * backing file now: that writes them unless the descriptor appends. */
 	bool local = atomic_load(&L(c)->cf->fuse) == 2;
 	bool wthrough = cache_mode_hint(L(c)->cf) & CHELLD_FILE_WTHROUGH;
-	uint64_t done = r > 0 && mapped_active(c) &&
-				((local && new_end - from < PUBLISH_WRITE_MAX) ||
-				 (wthrough && (local || !mapped_at_pos_flags(c))))
-				? write_through(c, from, new_end, &err)
-				: from;
+	uint64_t done = from;
+	if (r > 0 && mapped_active(c) &&
+	    ((local && new_end - from < PUBLISH_WRITE_MAX) || (wthrough && (local || !mapped_at_pos_flags(c))))) {
+		done = from >= pos ? write_user(c, iov, cnt, pos, from, new_end, &err) : 0;
+		if (!done && !err)
+			done = write_through(c, from, new_end, &err);
+	}
 	if (done < new_end || done == from) {
 		/* the rest (or, for a write that copied nothing, the end at pos) */
 		uint64_t off = done < new_end ? done : new_end - 1;
@@ -551,7 +596,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, size_t tot
 		r = p = cache_write_around(c, iov, cnt, pos, 0, total);
 	} else {
 		r = cache_transfer(c, iov, cnt, pos, total, CACHE_XFER_EXTEND, &kernel);
-		p = publish(c, in, pos, r);
+		p = publish(c, in, pos, r, iov, cnt);
 	}
 	if (kernel == 2 && r >= 0 && p == r) {
 		/* the directory went write-around under the write: the rest at
@@ -626,7 +671,7 @@ static ssize_t write_at(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			r = cache_write_around(c, iov, cnt, pos, 0, total);
 		} else {
 			r = through(c, pos, move(c, iov, cnt, pos, total, CACHE_XFER_EXTEND), size);
-			r = publish(c, in, pos, r);
+			r = publish(c, in, pos, r, iov, cnt);
 		}
 		chell_lock_release(&in->lock);
 	} else if (around) {
