@@ -40,6 +40,11 @@ static inline int sys_openat(int dirfd, const char *path, int flags, mode_t mode
 { return (int)CHELL_SC(SYS_openat, dirfd, path, flags, mode, 0, 0); }
 static inline int sys_open(const char *path, int flags, mode_t mode)
 { return sys_openat(AT_FDCWD, path, flags, mode); }
+#ifndef SYS_faccessat2
+#define SYS_faccessat2 439
+#endif
+static inline int sys_faccessat2(int dirfd, const char *path, int mode, int flags)
+{ return (int)CHELL_SC(SYS_faccessat2, dirfd, path, mode, flags, 0, 0); }
 static inline int sys_close(int fd) { return (int)CHELL_SC(SYS_close, fd, 0, 0, 0, 0, 0); }
 static inline ssize_t sys_read(int fd, void *b, size_t n) { return CHELL_SC(SYS_read, fd, b, n, 0, 0, 0); }
 static inline ssize_t sys_write(int fd, const void *b, size_t n) { return CHELL_SC(SYS_write, fd, b, n, 0, 0, 0); }

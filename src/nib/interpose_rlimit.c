@@ -87,6 +87,10 @@ static int win_depth;
 static bool win_ok;
 static int win_soft;
 static struct rlimit win_saved;
+/* A hard limit the kernel refused to raise (EPERM: no CAP_SYS_RESOURCE),
+ * so the window does not ask again on every internal open while it stays
+ * the same (capabilities are not gained back without an exec). */
+static rlim_t win_refused_hard = RLIM_INFINITY;
 
 CHELL_EXPORT void chell_internal_window_enter(void)
 {
@@ -101,11 +105,17 @@ CHELL_EXPORT void chell_internal_window_enter(void)
 	/* Only the window's limit: the number F_DUPFD picks is the lowest free
 	 * one from win_soft up, whatever the limit allows above it. */
 	struct rlimit up = win_saved;
-	if (win_saved.rlim_max > win_saved.rlim_cur)
+	if (win_saved.rlim_max > win_saved.rlim_cur) {
 		up.rlim_cur = win_saved.rlim_max;
-	else
+	} else {
+		if (win_saved.rlim_max == win_refused_hard)
+			return;
 		up.rlim_cur = up.rlim_max = win_saved.rlim_cur + NOFILE_RESERVE;
-	win_ok = prlim(0, RLIMIT_NOFILE, &up, NULL) == 0;
+	}
+	long r = prlim(0, RLIMIT_NOFILE, &up, NULL);
+	win_ok = r == 0;
+	if (r == -EPERM && up.rlim_max != win_saved.rlim_max)
+		win_refused_hard = win_saved.rlim_max;
 }
 
 CHELL_EXPORT void chell_internal_window_leave(void)

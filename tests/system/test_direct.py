@@ -570,6 +570,43 @@ def test_stats_cat(dirs):
     assert s["writes"] == 0 and s["faults_caught"] == 0, s
 
 
+OPEN_READ_CLOSE = r"""
+import os, sys
+path, opens, reads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+want = open(path, "rb").read()
+for _ in range(opens):
+    fd = os.open(path, os.O_RDONLY)
+    got = b"".join(os.pread(fd, 4096, (i * 4096) % len(want)) for i in range(reads))
+    assert got == b"".join(want[(i * 4096) % len(want):][:4096] for i in range(reads)), "wrong bytes"
+    os.close(fd)
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("reads,map_after,mapped", [(1, 8, False), (8, 8, False), (9, 8, True),
+                                                     (1, 0, True)])
+def test_map_after(dirs, tmp_path, reads, map_after, mapped):
+    """direct.map_after: the first reads after a file's first open go to the
+    kernel and no chunk is mapped (an open, a read and a close then cost what
+    the kernel's do); the read past the budget maps the chunk and is served
+    by memcpy; 0 maps at the first read. The bytes are right either way."""
+    f = dirs["data"] / "small"
+    f.write_bytes(bytes(range(256)) * 64)  # 16 KB
+    prog = tmp_path / "orc.py"
+    prog.write_text(OPEN_READ_CLOSE)
+    argv = direct([dirs["data"]], [sys.executable, prog, f, "5", str(reads)], dirs["stats"],
+                  ["--set", f"direct.map_after={map_after}"])
+    res = run(argv, env=PLAIN_ENV)
+    assert res.returncode == 0 and res.stdout == b"ok\n", describe(res)
+    stats = load_stats(dirs["stats"])
+    assert total(stats, "reads") >= 5 * reads, stats
+    # every open is the file's first in the process (the last close unmaps);
+    # the whole-file read before the loop maps too when map_after is 0
+    n = total(stats, "mmaps")
+    assert (5 <= n <= 6) if mapped else n == 0, stats
+    assert total(stats, "kernel_fallbacks") == 0, stats
+
+
 # ------------------------------------------------------------------------
 # 6. Coherence with the program's own mmap
 # ------------------------------------------------------------------------

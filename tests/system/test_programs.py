@@ -744,12 +744,14 @@ def test_program(name, mode, reference, workdir, shadow_env, tmp_path):
 
 def check_direct_served(stats_dir):
     """Identical results prove little if every file fell back to the kernel:
-    the direct handler must have moved bytes through its mappings."""
+    the direct handler must have moved the bytes. (Not necessarily through
+    a mapping: with direct.map_after, a file read a few times after its open
+    is read by the kernel without one; test_semantics.py's direct-map0 runs
+    map at once.)"""
     stats = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("stats.*.json"))]
     assert stats, "direct mode wrote no stats file: no process used the handler"
-    mapped = sum(s["mmaps"] for s in stats)
     moved = sum(s["read_bytes"] + s["write_bytes"] for s in stats)
-    assert mapped > 0 and moved > 0, f"direct mode mapped or moved nothing: {stats}"
+    assert moved > 0, f"direct mode moved nothing: {stats}"
 
 
 def check_no_divergence(shadow_dir, rundir):

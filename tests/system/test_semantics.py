@@ -49,6 +49,8 @@ def run_chell(name, mode, d, tmp, extra_env=None):
     extra = []
     if mode == "direct-lazy":  # direct with sizes published lazily (docs/DIRECT.md)
         mode, extra = "direct", ["--set", "direct.lazy_size=on"]
+    if mode == "direct-map0":  # direct mapping from the first read (direct.map_after=0)
+        mode, extra = "direct", ["--set", "direct.map_after=0"]
     if mode == "trace":
         tdir = tmp / "trace"
         tdir.mkdir(exist_ok=True)
@@ -129,7 +131,7 @@ def lazy_view(name, ref, got):
                       else y for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("mode", MODES + ["direct", "direct-lazy"])
+@pytest.mark.parametrize("mode", MODES + ["direct", "direct-map0", "direct-lazy"])
 @pytest.mark.parametrize("name", SEM_PROGS)
 def test_same_transcript_under_chell(name, mode, workdir, tmp_path):
     ref = reference(name, workdir)

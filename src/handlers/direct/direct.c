@@ -37,6 +37,8 @@ static int direct_proc_init(void)
 		return -1;
 	direct_chunk_shift = (unsigned)shift;
 	direct_populate = chell_setting_bool("direct.populate");
+	uint64_t after = chell_setting_uint("direct.map_after");
+	direct_map_after = after > UINT32_MAX ? UINT32_MAX : (uint32_t)after;
 	const char *ms = chell_setting("direct.map_sync");
 	direct_map_sync_mode = !strcmp(ms, "off") ? 0 : !strcmp(ms, "on") ? 2 : 1;
 	direct_nt_threshold = chell_setting_size("direct.nt_threshold");
@@ -174,6 +176,17 @@ static void made_holes(struct mapped_local *l)
 	check_hole_gen(l);
 }
 
+/* direct.map_after: may this read go to the kernel instead of mapping the
+ * file's first chunk? Takes one from the budget (0 once a chunk is mapped). */
+static bool kernel_read_first(struct direct_map *m)
+{
+	uint32_t left = atomic_load_explicit(&m->kernel_reads_left, memory_order_relaxed);
+	while (left && !atomic_compare_exchange_weak_explicit(&m->kernel_reads_left, &left, left - 1,
+							      memory_order_relaxed, memory_order_relaxed))
+		;
+	return left != 0;
+}
+
 /* May a read of [p, p+len) in a possibly sparse chunk use the mapping?
  * Only if the kernel sees data all the way (so no fault allocates a page). */
 static bool range_is_data(chell_ctx *c, uint64_t p, size_t len)
@@ -206,6 +219,9 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 		check_hole_gen(L(c)); /* before any chunk's sparse flag is looked at */
 	size_t done = 0, chunk = (size_t)1 << direct_chunk_shift;
 	bool nt = to_file && m->map_sync == 2 && n >= direct_nt_threshold;
+	bool unmapped = !to_file && unlikely(atomic_load_explicit(&m->kernel_reads_left, memory_order_relaxed)) &&
+			kernel_read_first(m);
+	mapped_read_by_kernel = unmapped;
 	for (int i = 0; i < cnt && done < n; i++) {
 		size_t vlen = iov[i].iov_len < n - done ? iov[i].iov_len : n - done, vdone = 0;
 		while (vdone < vlen) {
@@ -213,7 +229,7 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			size_t piece = chunk - (size_t)(p & (chunk - 1));
 			if (piece > vlen - vdone)
 				piece = vlen - vdone;
-			unsigned char *a = addr_of(m, c->fd, p);
+			unsigned char *a = unmapped ? NULL : addr_of(m, c->fd, p);
 			unsigned char *u = (unsigned char *)iov[i].iov_base + vdone;
 			int fault = 0;
 			size_t got = 0;
@@ -235,7 +251,8 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			 * the last word. */
 			if (fault)
 				DSTAT(faults, 1);
-			DSTAT(kernel_fallbacks, 1);
+			if (!unmapped)
+				DSTAT(kernel_fallbacks, 1);
 			if (to_file) /* the kernel may write past a shrunken end: a hole */
 				atomic_fetch_add((_Atomic uint32_t *)&L(c)->inode->hole_gen, 1);
 			struct iovec rest = {u + got, piece - got};

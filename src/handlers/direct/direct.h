@@ -33,6 +33,12 @@ struct direct_map {
 	uint32_t extent_gen;          /* hole_gen when [data_lo, data_hi) was seen all data */
 	uint64_t data_lo, data_hi;
 	int retired;                  /* a lease was taken: no chunk is mapped any more */
+	uint64_t chunks_mapped;       /* mmaps made (under maps_lock) */
+	/* Reads the kernel still serves before the first chunk is mapped
+	 * (direct.map_after): a file opened for a read or two and closed
+	 * never pays for a mapping. Once any chunk is mapped (a write,
+	 * zero-copy, the budget spent) it is 0 for good. */
+	_Atomic uint32_t kernel_reads_left;
 	void **reserved;              /* retired chunks' address ranges (PROT_NONE) */
 	size_t nreserved;
 	struct direct_map *next;
@@ -40,6 +46,7 @@ struct direct_map {
 };
 extern unsigned int direct_chunk_shift;  /* log2(chunk size) */
 extern int direct_populate;
+extern uint32_t direct_map_after;       /* direct.map_after */
 extern int direct_map_sync_mode;        /* 0 off, 1 auto, 2 on */
 struct direct_map *direct_map_get(int fd, uint64_t dev, uint64_t ino, int want_write, int *err);
 void direct_map_put(struct direct_map *m);

@@ -22,6 +22,7 @@
 
 unsigned int direct_chunk_shift = CHELL_CHUNK_SHIFT;
 int direct_populate = 1;
+uint32_t direct_map_after = 8;
 int direct_map_sync_mode = 1;
 size_t direct_nt_threshold = 256 * 1024;
 
@@ -56,6 +57,44 @@ static int mapping_fd(int fd, int writable, int *opened)
 	return nfd;
 }
 
+/* The descriptor a chunk is mapped through: a reopen with O_NOATIME where
+ * the process may (the owner, CAP_FOWNER), because mmap() marks the file
+ * accessed, and under relatime that moves an atime not newer than mtime:
+ * a chunk first mapped by a write (direct.map_after leaves a file unmapped
+ * until then) would show an atime the kernel's write leaves alone. Else
+ * mapping_fd's. */
+static int chunk_fd(int fd, int writable, int *opened)
+{
+	char path[CHELL_FD_PATH_MAX];
+	chell_fd_path(path, fd);
+	int nfd = chell_internal_openat(AT_FDCWD, path,
+					(writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOATIME, 0);
+	if (nfd >= 0) {
+		*opened = 1;
+		return nfd;
+	}
+	return mapping_fd(fd, writable, opened);
+}
+
+/* May this process map the file of fd writable? Asked without opening it
+ * (an open, a close and the descriptor window cost ~2 us on every first
+ * open of a file): fd itself if it allows writing, else the permission
+ * check an O_RDWR open makes (AT_EACCESS: the effective ids; EROFS on a
+ * read-only mount). What access() cannot see (an LSM's open hook, a file
+ * being executed) makes the first chunk's reopen fail instead; that chunk
+ * then falls back to read-only (chunk_slow_locked). -1: ask by reopening
+ * (no faccessat2 before Linux 5.8). */
+static int may_write(int fd)
+{
+	int fl = sys_fcntl(fd, F_GETFL, 0);
+	if (fl >= 0 && !(fl & O_APPEND) && (fl & O_ACCMODE) == O_RDWR)
+		return 1;
+	char path[CHELL_FD_PATH_MAX];
+	chell_fd_path(path, fd);
+	int r = sys_faccessat2(AT_FDCWD, path, W_OK, AT_EACCESS);
+	return r == 0 ? 1 : r == -ENOSYS ? -1 : 0;
+}
+
 /*
  * Reopening through /proc may briefly hold a low descriptor number (when the
  * application has free ones below its limit). A fork in
@@ -86,11 +125,14 @@ static struct direct_map *direct_map_get_locked(int fd, uint64_t dev, uint64_t i
 	}
 	/* Can this process map the file read-write? Then every descriptor can
 	 * share one writable mapping; otherwise read-only (or not at all). */
-	int opened, writable = 1;
-	int mfd = mapping_fd(fd, 1, &opened);
-	if (mfd < 0) {
-		writable = 0;
-		mfd = mapping_fd(fd, 0, &opened);
+	int opened = 0, writable = may_write(fd), mfd;
+	if (writable > 0) {
+		mfd = fd; /* allowed: the first chunk's reopen has the last word */
+	} else {
+		mfd = writable < 0 ? mapping_fd(fd, 1, &opened) : -EACCES;
+		writable = mfd >= 0;
+		if (mfd < 0)
+			mfd = mapping_fd(fd, 0, &opened);
 	}
 	if (mfd < 0) {
 		pthread_mutex_unlock(&maps_lock);
@@ -110,6 +152,7 @@ static struct direct_map *direct_map_get_locked(int fd, uint64_t dev, uint64_t i
 	m->refs = 1;
 	m->writable = writable;
 	m->map_sync = direct_map_sync_mode; /* 1 = not known yet: try it on the first chunk */
+	atomic_init(&m->kernel_reads_left, direct_map_after);
 	m->persist = mapped_persist();
 	m->next = maps;
 	maps = m;
@@ -220,7 +263,12 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 		goto fail;
 	if (!atomic_load(&slot->base)) {
 		int opened;
-		int mfd = mapping_fd(fd, m->writable, &opened);
+		int mfd = chunk_fd(fd, m->writable, &opened);
+		if (mfd < 0 && m->writable && !m->chunks_mapped) {
+			/* may_write() said yes, the open says no: read-only */
+			m->writable = 0;
+			mfd = chunk_fd(fd, 0, &opened);
+		}
 		if (mfd < 0)
 			goto fail;
 		/* Dense if the kernel finds no hole before the chunk's end (or EOF).
@@ -270,6 +318,8 @@ static unsigned char *chunk_slow_locked(struct direct_map *m, int fd, uint64_t k
 		if (p == MAP_FAILED)
 			goto fail;
 		DSTAT(mmaps, 1);
+		m->chunks_mapped++;
+		atomic_store_explicit(&m->kernel_reads_left, 0, memory_order_relaxed);
 		/* the flag before the address: a reader that sees the address
 		 * sees the flag it was mapped with */
 		atomic_store_explicit(&slot->flags, dense ? 0 : DIRECT_SPARSE, memory_order_relaxed);

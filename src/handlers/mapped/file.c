@@ -224,6 +224,8 @@ static int checked_flags(chell_ctx *c, const struct iovec *iov, ssize_t total, o
 	return flags ? mapped_rwf_check(&L(c)->rwf, c->fd, status(c), flags, write) : 0;
 }
 
+__thread bool mapped_read_by_kernel;
+
 static ssize_t read_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off, int flags)
 {
 	if (!mapped_active(c) || (off == -1 && mapped_kernel_offset(c)))
@@ -246,6 +248,7 @@ static ssize_t read_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off
 		return ops->kernel_io(c, iov, cnt, off, total, flags, false);
 	MSTAT(ops->stats, reads, 1);
 	mapped_mtime_settle(&in->times, c->fd);
+	mapped_read_by_kernel = false;
 	ssize_t r;
 	uint64_t size = isize(in);
 	if (off >= 0) {
@@ -284,8 +287,12 @@ static ssize_t read_op(chell_ctx *c, const struct iovec *iov, int cnt, off_t off
 	}
 	if (r > 0)
 		MSTAT(ops->stats, read_bytes, (uint64_t)r);
-	if (r >= 0 && mapped_active(c))
-		mapped_read_done(&in->times, c->fd, status(c), size);
+	if (r >= 0 && mapped_active(c)) {
+		if (mapped_read_by_kernel)
+			mapped_kernel_read_done(&in->times, status(c));
+		else
+			mapped_read_done(&in->times, c->fd, status(c), size);
+	}
 	return r;
 }
 

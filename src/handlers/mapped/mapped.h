@@ -232,6 +232,20 @@ static inline void mapped_read_done(struct mapped_times *t, int fd, int status, 
 	mapped_atime_slow(t, fd, tick, eof);
 }
 
+/* A handler's transfer sets it when the kernel read every byte (direct's
+ * first reads, direct.map_after): the kernel touched atime itself, and
+ * read_op records that touch (mapped_kernel_read_done) instead of owing
+ * one, which a later flush would make after a write moved mtime. */
+extern __thread bool mapped_read_by_kernel;
+
+static inline void mapped_kernel_read_done(struct mapped_times *t, int status)
+{
+	if (status & O_NOATIME)
+		return;
+	__atomic_store_n(&t->atime_tick, mapped_tick(), __ATOMIC_RELAXED);
+	__atomic_store_n(&t->atime_pending, 0, __ATOMIC_RELAXED);
+}
+
 /* Before a read that may reach the kernel (a handler's fallback, WARP's
  * normal nodes): a write's mtime still owed goes first, or the kernel's
  * relatime finds atime newer than the old mtime and leaves atime alone. */
