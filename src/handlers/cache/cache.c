@@ -353,7 +353,7 @@ static ssize_t move(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos
  *     past the backing file's size (cache/layout.h, "Extending writes");
  *  2. publish the size with the kernel's own write: the new bytes written
  *     again through the client's descriptor, from the application's
- *     buffers (write_user). One system call that grows the backing file
+ *     buffers (cache_kernel_rest). One system call that grows the backing file
  *     as a write without Chell does: its blocks allocated (or reserved by
  *     the file system's delayed allocation) and ENOSPC, EDQUOT or EFBIG
  *     reported now, by the same code that would report them to a write
@@ -431,44 +431,6 @@ static uint64_t write_through(chell_ctx *c, uint64_t from, uint64_t end, int *er
 	return from;
 }
 
-/* [from, end) of the application's own buffers (a write of iov at pos)
- * to the backing file at the same offsets: how far it got (from if
- * nothing). The publication writes these rather than the cache's copy:
- * the chunk holding the copy may be revoked by an eviction between the
- * store and this write (chelld's workers evict without the lock), and a
- * copy out of a revoked chunk fails, leaving the size published with its
- * bytes only in a write-back that may already have run. The buffers are
- * the application's, so the bytes are the ones it wrote. 0 and *err 0 if
- * the vector is too long to cut here (the caller copies from the cache). */
-static uint64_t write_user(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
-			   uint64_t from, uint64_t end, int *err)
-{
-	struct iovec v[16];
-	int n = 0;
-	uint64_t skip = from - pos, want = end - from;
-	*err = 0;
-	for (int i = 0; i < cnt && want; i++) {
-		if (skip >= iov[i].iov_len) {
-			skip -= iov[i].iov_len;
-			continue;
-		}
-		if (n == 16)
-			return 0;
-		size_t len = iov[i].iov_len - (size_t)skip;
-		if (len > want)
-			len = (size_t)want;
-		v[n++] = (struct iovec){(unsigned char *)iov[i].iov_base + skip, len};
-		want -= len;
-		skip = 0;
-	}
-	ssize_t k = sys_pwritev2(c->fd, v, n, (off_t)from, mapped_at_pos_flags(c));
-	if (k < 0) {
-		*err = (int)k;
-		return from;
-	}
-	return from + (uint64_t)k;
-}
-
 /* A publication stopped at `done` short of new_end: the marks this write
  * raised (each chunk's to min(new_end, its end), xfer.c's piece) go back
  * to done. Only marks still holding that value: another tree's write may
@@ -527,9 +489,15 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 	uint64_t done = from;
 	if (r > 0 && mapped_active(c) &&
 	    ((local && new_end - from < PUBLISH_WRITE_MAX) || (wthrough && (local || !mapped_at_pos_flags(c))))) {
-		done = from >= pos ? write_user(c, iov, cnt, pos, from, new_end, &err) : 0;
-		if (!done && !err)
+		/* the application's buffers, not the cache's copy (above) */
+		ssize_t k = cache_kernel_rest(c, iov, cnt, pos, (size_t)(from - pos), (size_t)(new_end - pos), 1,
+					      mapped_at_pos_flags(c));
+		if (k == -ENOMEM)
 			done = write_through(c, from, new_end, &err);
+		else if (k < 0)
+			err = (int)k;
+		else
+			done = from + (uint64_t)k;
 	}
 	if (done < new_end || done == from) {
 		/* the rest (or, for a write that copied nothing, the end at pos) */
