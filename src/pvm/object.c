@@ -910,6 +910,38 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 	return rc;
 }
 
+/* The application's table as a lock-free reader sees it: the sequence
+ * *s1 (even: no metadata transaction running) and the table, its fields
+ * checked against the pool (another process may be changing them).
+ * 0, or 1: not now (a transaction runs, or this thread holds the lock). A
+ * reader copies what it needs, then fast_view_end says whether the copy
+ * is whole. */
+static int fast_view(struct pvm_app *a, uint64_t *s1, struct tab *t, uint64_t *max)
+{
+	struct pvm_pool *p = a->p;
+	if (in_tx(a) && a->meta_held)
+		return 1;
+	*s1 = __atomic_load_n(pvm_table_seq(p), __ATOMIC_ACQUIRE);
+	if (*s1 & 1)
+		return 1;
+	pvm_prot_sync(p);
+	const struct pvm_aent *e = pvm_aent(p, a->idx);
+	uint64_t toff = e->table_off, slots = e->slots;
+	uint64_t end = p->root->cur_pages * PVM_PAGE;
+	*max = e->max_step;
+	if (slots < 2 || slots > PVM_MAX_SLOTS || (slots & (slots - 1)) || toff % PVM_PAGE ||
+	    toff < p->data_page * PVM_PAGE || toff > end || slots * sizeof(struct pvm_odesc) > end - toff ||
+	    *max >= PVM_MAX_SLOTS)
+		return 1;
+	*t = (struct tab){(struct pvm_odesc *)(p->heap + toff), toff, (uint32_t)slots - 1};
+	return 0;
+}
+static int fast_view_end(struct pvm_app *a, uint64_t s1)
+{
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	return __atomic_load_n(pvm_table_seq(a->p), __ATOMIC_RELAXED) == s1 ? 0 : 1;
+}
+
 /* Optimistic lookup without the metadata mutex (see pvm_table_seq): copy
  * the descriptor of `name` (hash h) into *copy. 0: found; -ENOENT: not
  * there; 1: the tables were changing (or this thread's transaction holds
@@ -918,27 +950,14 @@ int pvm_create(struct pvm_app *a, const char *name, uint64_t size, void **ptr)
 static int lookup_fast_seq(struct pvm_app *a, const char *name, size_t len, uint64_t h, struct pvm_odesc *copy,
 			   uint64_t *seen)
 {
-	struct pvm_pool *p = a->p;
-	if (in_tx(a) && a->meta_held)
+	uint64_t s1, max;
+	struct tab t;
+	if (fast_view(a, &s1, &t, &max))
 		return 1;
-	uint64_t *seq = pvm_table_seq(p);
-	uint64_t s1 = __atomic_load_n(seq, __ATOMIC_ACQUIRE);
-	if (s1 & 1)
-		return 1;
-	pvm_prot_sync(p);
-	const struct pvm_aent *e = pvm_aent(p, a->idx);
-	uint64_t toff = e->table_off, slots = e->slots, max = e->max_step;
-	uint64_t end = p->root->cur_pages * PVM_PAGE;
-	if (slots < 2 || slots > PVM_MAX_SLOTS || (slots & (slots - 1)) || toff % PVM_PAGE ||
-	    toff < p->data_page * PVM_PAGE || toff > end || slots * sizeof(struct pvm_odesc) > end - toff ||
-	    max >= PVM_MAX_SLOTS)
-		return 1;
-	struct tab t = {(struct pvm_odesc *)(p->heap + toff), toff, (uint32_t)slots - 1};
 	uint32_t s = find_in(&t, max, name, len, h, NULL);
 	if (s != UINT32_MAX)
 		memcpy(copy, &t.d[s], sizeof(*copy));
-	__atomic_thread_fence(__ATOMIC_ACQUIRE);
-	if (__atomic_load_n(seq, __ATOMIC_RELAXED) != s1)
+	if (fast_view_end(a, s1))
 		return 1;
 	*seen = s1;
 	return s == UINT32_MAX ? -ENOENT : 0;
@@ -1113,6 +1132,34 @@ static int name_at(struct pvm_app *a, uint64_t at, uint64_t nh, char *name)
 	return rc;
 }
 
+/* The pointer cache's entry e is stale (a metadata transaction ran
+ * somewhere since it was noted, in any process): read the object again by
+ * its ID, without the metadata lock. Called with e's stripe held: an
+ * object still at e's data page and still hashing to e's stripe cannot
+ * change its offset, size, flags or history until this transaction ends
+ * (every such change takes its stripe), whatever moved in the table
+ * meanwhile. 0: e is current again; 1: not settled here (pvm_tx_add's way
+ * finds the object under the lock). */
+static int pc_refresh(struct pvm_app *a, struct pvm_pcache *e)
+{
+	uint64_t s1, max;
+	struct tab t;
+	struct pvm_odesc c;
+	if (fast_view(a, &s1, &t, &max))
+		return 1;
+	uint32_t s = find_nh(&t, e->nh);
+	if (s == UINT32_MAX)
+		return 1;
+	memcpy(&c, &t.d[s], sizeof(c));
+	if (fast_view_end(a, s1))
+		return 1;
+	if (!c.used || !c.cap || c.off != e->off || c.name_len >= PVM_NAME_MAX ||
+	    pvm_name_hash(&a->guid, c.name, c.name_len) != e->h)
+		return 1;
+	pc_note(a, &c, e->h, s1);
+	return 0;
+}
+
 /*
  * pvm_tx_add by the data pointer, as libpmemobj's add_range by PMEMoid:
  * no name to hash, and for an object this handle created or opened, no
@@ -1121,7 +1168,9 @@ static int name_at(struct pvm_app *a, uint64_t at, uint64_t nh, char *name)
  * was seen at, no metadata transaction ran since in any process, so the
  * object still has the cached offset, size, flags and history, and
  * holding its stripe, nobody else can change them until this transaction
- * ends. Otherwise (or with history, which needs the metadata lock) the
+ * ends. If the sequence moved (any create, delete or resize in the pool
+ * does that), pc_refresh reads the object again by its ID without the
+ * lock. Otherwise (or with history, which needs the metadata lock) the
  * object is found again under the lock and the call is pvm_tx_add's.
  */
 int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t len)
@@ -1140,8 +1189,9 @@ int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t le
 	if (e) {
 		nh = e->nh;
 		rc = stripe_hold(a, e->h);
-		if (!rc && !e->hist_n && !(in_tx(a) && a->meta_held) &&
-		    __atomic_load_n(pvm_table_seq(p), __ATOMIC_ACQUIRE) == e->seq) {
+		if (!rc && !(in_tx(a) && a->meta_held) &&
+		    (__atomic_load_n(pvm_table_seq(p), __ATOMIC_ACQUIRE) == e->seq || pc_refresh(a, e) == 0) &&
+		    !e->hist_n) {
 			if (e->flags & PVM_F_PROTECTED)
 				rc = -EPERM;
 			else if (off > e->size || len > e->size - off)

@@ -187,6 +187,27 @@ static void test_tx_add_ptr(void **st)
 	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
 	memcpy(x, "two", 4);
 	assert_int_equal(pvm_tx_commit(a), 0);
+	/* Changed through another handle, which moves the table sequence
+	 * (the entry this handle remembers is stale and is read again by the
+	 * object's ID): a new size within its pages is the one checked, a
+	 * rename keeps the pointer the object's. */
+	assert_int_equal(pvm_resize(b, "x", 50, NULL), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 40, 20), -EINVAL); /* past the new size */
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_resize(b, "x", 100, NULL), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 40, 20), 0);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_rename(b, "x", "x2"), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_rename(b, "x2", "x"), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_add_ptr(a, x, 0, 4), 0);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_string_equal(x, "two");
 	/* Another handle that never saw it: found through the table. */
 	assert_int_equal(pvm_tx_begin(b), 0);
 	assert_int_equal(pvm_tx_add_ptr(b, x, 0, 4), 0);
