@@ -246,6 +246,20 @@ int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len);
  * data pointer of an object of this application, e.g. after the object
  * moved or was deleted, or out of the object), and pvm_tx_add's. */
 int pvm_tx_add_ptr(struct pvm_app *a, const void *data, uint64_t off, uint64_t len);
+/* pvm_tx_add_ptr with flags (0: the same call):
+ * PVM_TX_NO_SNAPSHOT  the range's old bytes matter to nobody (an unused
+ *     slot of the application's own structure, space past what it has
+ *     published): no undo image is written, the range is locked and
+ *     flushed at commit like any other, and an abort or a crash leaves
+ *     in it whatever was stored (libpmemobj's POBJ_XADD_NO_SNAPSHOT). A
+ *     transaction that publishes such bytes (sets the flag or the count
+ *     that makes them reachable) logs that word normally. Keep such a
+ *     range off the cache lines of logged ones where it matters: a line in
+ *     both is flushed twice at commit, and the second write-back waits for
+ *     the first.
+ * Errors: pvm_tx_add_ptr's; -EINVAL also for an unknown flag. */
+#define PVM_TX_NO_SNAPSHOT 1u
+int pvm_tx_xadd_ptr(struct pvm_app *a, const void *data, uint64_t off, uint64_t len, unsigned flags);
 /* End the outermost transaction: commit, or abort if a call inside it
  * failed (then that call's error is returned). Inner commits return 0. */
 int pvm_tx_commit(struct pvm_app *a);

@@ -219,6 +219,10 @@ static int tx_finish(struct pvm_app *a)
 	 * these flushes). */
 	for (size_t i = 0; !a->err && i < a->nfresh; i++)
 		pvm_flush_new(a->p, a->p->heap + a->fresh[i].off, a->fresh[i].len);
+	/* A transaction of PVM_TX_NO_SNAPSHOT ranges only has no record, and
+	 * its commit then drains nothing: durable before it returns. */
+	if (!a->err && a->nfresh && !a->t.nadd)
+		chell_ptx_fence(&a->t);
 	if (a->t.tx) {
 		if (a->err && !a->t.err)
 			a->t.err = a->err;
@@ -1068,10 +1072,20 @@ static int lock_object(struct pvm_app *a, const char *name, int hold_meta, uint3
 	return 0;
 }
 
+/* The transaction takes [off, off+len) of the heap: an undo record, or
+ * with PVM_TX_NO_SNAPSHOT only a flush at commit (the fresh list). */
+static int tx_range(struct pvm_app *a, uint64_t off, uint64_t len, unsigned flags)
+{
+	if (flags & PVM_TX_NO_SNAPSHOT)
+		return push_extent(&a->fresh, &a->nfresh, &a->capfresh, off, len);
+	return chell_ptx_add(&a->t, off, len) ? 0 : a->t.err;
+}
+
 /* pvm_tx_add of the object `name`; with at != UINT64_MAX the object's
  * data must start at heap offset `at` (pvm_tx_add_ptr: -EINVAL if the
  * pointer is no longer that object's). */
-static int tx_add_named(struct pvm_app *a, const char *name, uint64_t at, uint64_t off, uint64_t len)
+static int tx_add_named(struct pvm_app *a, const char *name, uint64_t at, uint64_t off, uint64_t len,
+			unsigned flags)
 {
 	uint32_t s;
 	struct pvm_odesc d;
@@ -1091,8 +1105,8 @@ static int tx_add_named(struct pvm_app *a, const char *name, uint64_t at, uint64
 			rc = s == UINT32_MAX ? -ENOENT : touch(a, s);
 		}
 	}
-	if (!rc && len && !chell_ptx_add(&a->t, d.off + off, len))
-		rc = a->t.err;
+	if (!rc && len)
+		rc = tx_range(a, d.off + off, len, flags);
 	return tx_leave(a, rc);
 }
 
@@ -1100,7 +1114,7 @@ int pvm_tx_add(struct pvm_app *a, const char *name, uint64_t off, uint64_t len)
 {
 	if (!a || !in_tx(a))
 		return -EINVAL;
-	return tx_add_named(a, name, UINT64_MAX, off, len);
+	return tx_add_named(a, name, UINT64_MAX, off, len, 0);
 }
 
 /* The name of the object whose data starts at heap offset at, into name
@@ -1175,7 +1189,12 @@ static int pc_refresh(struct pvm_app *a, struct pvm_pcache *e)
  */
 int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t len)
 {
-	if (!a || !in_tx(a) || !ptr)
+	return pvm_tx_xadd_ptr(a, ptr, off, len, 0);
+}
+
+int pvm_tx_xadd_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t len, unsigned flags)
+{
+	if (!a || !in_tx(a) || !ptr || (flags & ~PVM_TX_NO_SNAPSHOT))
 		return -EINVAL;
 	struct pvm_pool *p = a->p;
 	uint64_t at = (uint64_t)((const uint8_t *)ptr - p->heap);
@@ -1198,8 +1217,8 @@ int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t le
 				rc = -EINVAL;
 			else {
 				pvm_prot_sync(p);
-				if (len && !chell_ptx_add(&a->t, e->off + off, len))
-					rc = a->t.err;
+				if (len)
+					rc = tx_range(a, e->off + off, len, flags);
 			}
 			return tx_leave(a, rc);
 		}
@@ -1209,7 +1228,7 @@ int pvm_tx_add_ptr(struct pvm_app *a, const void *ptr, uint64_t off, uint64_t le
 	char name[PVM_NAME_MAX];
 	rc = name_at(a, at, nh, name);
 	if (!rc)
-		rc = tx_add_named(a, name, at, off, len);
+		rc = tx_add_named(a, name, at, off, len, flags);
 	if (!rc && !(in_tx(a) && a->meta_held)) {
 		/* Remember it for the next time (as pvm_open would). */
 		struct pvm_odesc c;

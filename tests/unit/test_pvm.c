@@ -261,6 +261,42 @@ static void test_tx_add_ptr(void **st)
 	pvm_pool_close(p);
 }
 
+/* PVM_TX_NO_SNAPSHOT: the range is taken (bounds, lock) but not logged:
+ * an abort puts back the logged range only; a commit keeps both; a
+ * transaction of such ranges alone commits; unknown flags are refused. */
+static void test_tx_nosnap(void **st)
+{
+	(void)st;
+	struct pvm_pool *p = mkpool(64 << 20, 0);
+	struct pvm_app *a = app(p, "nosnap");
+	char *x;
+	assert_int_equal(pvm_create(a, "x", 100, (void **)&x), 0);
+	assert_int_equal(pvm_write(a, "x", 0, "aaaa-bbbb", 10), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_xadd_ptr(a, x, 0, 4, 0), 0);
+	assert_int_equal(pvm_tx_xadd_ptr(a, x, 5, 4, PVM_TX_NO_SNAPSHOT), 0);
+	memcpy(x, "AAAA", 4);
+	memcpy(x + 5, "BBBB", 4);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_string_equal(x, "aaaa-BBBB");
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_xadd_ptr(a, x, 5, 4, PVM_TX_NO_SNAPSHOT), 0);
+	memcpy(x + 5, "cccc", 4);
+	assert_int_equal(pvm_tx_commit(a), 0);
+	assert_string_equal(x, "aaaa-cccc");
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_xadd_ptr(a, x, 96, 5, PVM_TX_NO_SNAPSHOT), -EINVAL); /* past its size */
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_tx_begin(a), 0);
+	assert_int_equal(pvm_tx_xadd_ptr(a, x, 0, 4, 2), -EINVAL);
+	assert_int_equal(pvm_tx_abort(a), 0);
+	assert_int_equal(pvm_tx_xadd_ptr(a, x, 0, 4, PVM_TX_NO_SNAPSHOT), -EINVAL); /* outside a transaction */
+	char rep[1024];
+	assert_int_equal(pvm_pool_check(p, 0, rep, sizeof(rep)), 0);
+	pvm_app_close(a);
+	pvm_pool_close(p);
+}
+
 static void test_history_iter(void **st)
 {
 	(void)st;
@@ -856,6 +892,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_damaged_app, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_old_version, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tx_add_ptr, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tx_nosnap, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_collisions, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_iter_while_changing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_protect_other_process, setup, teardown),
