@@ -451,16 +451,22 @@ static void *log_used(struct pvm_app *a, uint32_t i, int drain)
  * bytes; written without undo and flushed at the commit: the fields and
  * the name with its terminator only, nothing reads a descriptor past
  * that (pvm_app_validate neither), so the lines after it need not be
- * persisted (2 lines instead of 4 for names under 63 bytes). NULL with
- * the error in t.err. */
+ * persisted (2 lines instead of 4 for names under 63 bytes). The first
+ * line is not on the fresh list: it holds the used word, which every
+ * caller has logged, and the commit flushes logged ranges anyway (a line
+ * flushed twice costs a second write-back wait). NULL with the error in
+ * t.err. */
 static struct pvm_odesc *init_desc(struct pvm_app *a, uint32_t i, uint64_t nh, size_t name_len)
 {
+	_Static_assert(offsetof(struct pvm_odesc, name) == 64 && offsetof(struct pvm_odesc, used) < 64 &&
+			       sizeof(struct pvm_odesc) % 64 == 0,
+		       "the used word shares the descriptor's first line with the fields, the name starts the second");
 	struct tab t = tab_of(a);
 	struct pvm_odesc *d = &t.d[i];
 	memset(d, 0, sizeof(*d));
 	d->nh = nh;
-	int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh, t.off + (uint64_t)i * sizeof(*d),
-			     offsetof(struct pvm_odesc, name) + name_len + 1);
+	int rc = push_extent(&a->fresh, &a->nfresh, &a->capfresh,
+			     t.off + (uint64_t)i * sizeof(*d) + offsetof(struct pvm_odesc, name), name_len + 1);
 	if (rc) {
 		a->t.err = rc;
 		return NULL;
