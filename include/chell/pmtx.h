@@ -33,7 +33,7 @@ struct chell_ptx {
 	uint8_t *heap;
 	uint64_t heap_size;
 	int err;                  /* first error; sticky */
-	unsigned nadd;            /* ranges added so far */
+	unsigned nadd;            /* non-empty ranges added so far: undo records written */
 };
 
 /* Fault injection for the crash tests' broken variants: when set, the

@@ -47,7 +47,11 @@ static void *ptx_add(struct chell_ptx *t, uint64_t off, size_t len, int drain)
 	int rc = chell_ptx_fault_skip_undo && t->nadd == 1 ? 0
 		 : drain ? chell_tx_add_range(t->tx, off, len)
 			 : chell_tx_add_range_nodrain(t->tx, off, len);
-	t->nadd++;
+	/* Only a range with bytes writes an undo record (an empty one is
+	 * accepted and writes nothing): nadd counts records, which callers
+	 * rely on to know whether the commit will drain at all. */
+	if (len)
+		t->nadd++;
 	if (rc < 0) {
 		t->err = rc;
 		return NULL;
