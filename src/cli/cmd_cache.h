@@ -86,6 +86,15 @@ int mgr_call(struct mgr_conn *c, void *req, size_t reqlen, uint16_t type, void *
  * after the help, 2 after a usage error). */
 int mgr_query_options(const char *cmd, int argc, char **argv, const char **pool,
 		      const char **sock, bool *json, void (*usage)(FILE *), int *ret);
+/* The start of a command that reports on one daemon and takes no operand
+ * (status, stat): its options, the socket, a connection and the daemon's
+ * STATS. True with *cn connected, *st filled and the socket's path in
+ * sock. False with *ret the exit status: after --help or a usage error,
+ * or when no daemon answers (then "not running" is printed on stdout, as
+ * JSON with --json: that is the command's answer, CACHE_EXIT_DOWN). */
+bool mgr_query_begin(const char *cmd, int argc, char **argv, void (*usage)(FILE *), bool *json,
+		     char *sock, size_t socklen, struct mgr_conn *cn, struct chelld_stats_reply *st,
+		     int *ret);
 /* BYE and close. */
 void mgr_disconnect(struct mgr_conn *c);
 /* STATS on c: 0 or -1/errno. */

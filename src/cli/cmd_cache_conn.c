@@ -151,3 +151,39 @@ int mgr_query_options(const char *cmd, int argc, char **argv, const char **pool,
 	}
 	return optind;
 }
+
+bool mgr_query_begin(const char *cmd, int argc, char **argv, void (*usage)(FILE *), bool *json,
+		     char *sock, size_t socklen, struct mgr_conn *cn, struct chelld_stats_reply *st,
+		     int *ret)
+{
+	const char *pool = NULL, *sockopt = NULL;
+	int at = mgr_query_options(cmd, argc, argv, &pool, &sockopt, json, usage, ret);
+	if (at < 0)
+		return false;
+	if (at < argc) {
+		cli_err("%s: unexpected argument '%s'", cmd, argv[at]);
+		cli_usage_hint(cmd);
+		*ret = CLI_EXIT_USAGE;
+		return false;
+	}
+	if (!sockopt && !(pool = pool_dir_default(pool))) {
+		*ret = CLI_EXIT_USAGE;
+		return false;
+	}
+	mgr_sock_path(pool, sockopt, sock, socklen);
+	*ret = CACHE_EXIT_DOWN;
+	if (mgr_connect(cn, sock) < 0) {
+		if (*json)
+			printf("{\"running\": false, \"socket\": "), cli_json_str(stdout, sock),
+				printf("}\n");
+		else
+			printf("chelld is not running (no daemon at %s: %s)\n", sock, strerror(errno));
+		return false;
+	}
+	if (mgr_get_stats(cn, st) < 0) {
+		cli_err("%s: the daemon at %s did not answer: %s", cmd, sock, strerror(errno));
+		close(cn->sock);
+		return false;
+	}
+	return true;
+}

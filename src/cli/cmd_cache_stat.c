@@ -184,36 +184,17 @@ static void text_file(const struct chelld_file_stat_reply *r, bool header)
 
 int cache_stat(int argc, char **argv)
 {
-	const char *pool = NULL, *sockopt = NULL;
 	bool json = false;
-	int ret;
-	int at = mgr_query_options("cache stat", argc, argv, &pool, &sockopt, &json,
-				   cache_stat_usage, &ret);
-	if (at < 0)
-		return ret;
-	if (at < argc) {
-		cli_err("cache stat: unexpected argument '%s'", argv[at]);
-		cli_usage_hint("cache stat");
-		return CLI_EXIT_USAGE;
-	}
-	if (!sockopt && !(pool = pool_dir_default(pool)))
-		return CLI_EXIT_USAGE;
 	char sock[PATH_MAX];
-	mgr_sock_path(pool, sockopt, sock, sizeof sock);
 	struct mgr_conn cn;
 	struct chelld_stats_reply st;
+	int ret;
+	if (!mgr_query_begin("cache stat", argc, argv, cache_stat_usage, &json, sock, sizeof sock, &cn,
+			     &st, &ret))
+		return ret;
 	static struct chelld_path_reply pp;
 	struct chelld_path pq = {.index = 0};
-	if (mgr_connect(&cn, sock) < 0) {
-		if (json)
-			printf("{\"running\": false, \"socket\": "), cli_json_str(stdout, sock),
-				printf("}\n");
-		else
-			printf("chelld is not running (no daemon at %s: %s)\n", sock, strerror(errno));
-		return CACHE_EXIT_DOWN;
-	}
-	if (mgr_get_stats(&cn, &st) < 0 ||
-	    mgr_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &pp, sizeof pp, -1, NULL) < 0) {
+	if (mgr_call(&cn, &pq, sizeof pq, CHELLD_MSG_PATH, &pp, sizeof pp, -1, NULL) < 0) {
 		cli_err("cache stat: the daemon at %s did not answer: %s", sock, strerror(errno));
 		close(cn.sock);
 		return CACHE_EXIT_DOWN;

@@ -34,38 +34,14 @@ void cache_status_usage(FILE *f)
 
 int cache_status(int argc, char **argv)
 {
-	const char *pool = NULL, *sockopt = NULL;
 	bool json = false;
-	int ret;
-	int at = mgr_query_options("cache status", argc, argv, &pool, &sockopt, &json,
-				   cache_status_usage, &ret);
-	if (at < 0)
-		return ret;
-	if (at < argc) {
-		cli_err("cache status: unexpected argument '%s'", argv[at]);
-		cli_usage_hint("cache status");
-		return CLI_EXIT_USAGE;
-	}
-	if (!sockopt && !(pool = pool_dir_default(pool)))
-		return CLI_EXIT_USAGE;
 	char sock[PATH_MAX];
-	mgr_sock_path(pool, sockopt, sock, sizeof sock);
-
 	struct mgr_conn cn;
-	if (mgr_connect(&cn, sock) < 0) {
-		if (json)
-			printf("{\"running\": false, \"socket\": "), cli_json_str(stdout, sock),
-				printf("}\n");
-		else
-			printf("chelld is not running (no daemon at %s: %s)\n", sock, strerror(errno));
-		return CACHE_EXIT_DOWN;
-	}
 	struct chelld_stats_reply st;
-	if (mgr_get_stats(&cn, &st) < 0) {
-		cli_err("cache status: the daemon at %s did not answer: %s", sock, strerror(errno));
-		close(cn.sock);
-		return CACHE_EXIT_DOWN;
-	}
+	int ret;
+	if (!mgr_query_begin("cache status", argc, argv, cache_status_usage, &json, sock, sizeof sock,
+			     &cn, &st, &ret))
+		return ret;
 	static struct chelld_path_reply paths[1 + 64];
 	uint32_t npaths = st.backings + 1 < 65 ? st.backings + 1 : 65;
 	for (uint32_t i = 0; i < npaths; i++) {
