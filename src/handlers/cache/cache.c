@@ -291,30 +291,53 @@ static void go_kernel(chell_ctx *c)
 
 /* --------------------------------------------------------------- helpers */
 
+/* Bytes [skip, n) of the iovecs as iovecs of their own: up to max of them
+ * into v, starting at byte skip; *k gets their count. Returns the bytes
+ * they hold. */
+static size_t slice_iov(const struct iovec *iov, int cnt, size_t skip, size_t n, struct iovec *v, int max,
+			int *k)
+{
+	size_t seen = 0, got = 0;
+	*k = 0;
+	for (int i = 0; i < cnt && seen < n && *k < max; i++) {
+		size_t len = iov[i].iov_len < n - seen ? iov[i].iov_len : n - seen;
+		if (seen + len > skip) {
+			size_t from = skip > seen ? skip - seen : 0;
+			v[*k].iov_base = (char *)iov[i].iov_base + from;
+			v[(*k)++].iov_len = len - from;
+			got += len - from;
+		}
+		seen += len;
+	}
+	return got;
+}
+
 ssize_t cache_kernel_rest(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t pos,
 			  size_t skip, size_t n, int to_file, int rwf)
 {
 	struct iovec small[8], *v = cnt <= 8 ? small : malloc(sizeof(*v) * (size_t)cnt);
+	int max = v ? cnt : 8;
 	if (!v)
-		return -ENOMEM;
-	int k = 0;
-	size_t seen = 0, want = n - skip;
-	for (int i = 0; i < cnt && seen < n; i++) {
-		size_t len = iov[i].iov_len < n - seen ? iov[i].iov_len : n - seen;
-		if (seen + len > skip) {
-			size_t from = skip > seen ? skip - seen : 0;
-			v[k].iov_base = (char *)iov[i].iov_base + from;
-			v[k++].iov_len = len - from;
+		v = small; /* no memory: the slice in windows of 8 iovecs, one call each */
+	ssize_t done = 0;
+	while (skip < n) {
+		int k;
+		size_t want = slice_iov(iov, cnt, skip, n, v, max, &k);
+		ssize_t r = to_file ? sys_pwritev2(c->fd, v, k, (off_t)(pos + skip), rwf)
+				    : sys_preadv2(c->fd, v, k, (off_t)(pos + skip), rwf);
+		if (r < 0) {
+			if (!done)
+				done = r;
+			break;
 		}
-		seen += len;
+		done += r;
+		skip += (size_t)r;
+		if ((size_t)r < want) /* short (end of file, a fault, no room): as the kernel's one call */
+			break;
 	}
-	ssize_t r = 0;
-	if (want)
-		r = to_file ? sys_pwritev2(c->fd, v, k, (off_t)(pos + skip), rwf)
-			    : sys_preadv2(c->fd, v, k, (off_t)(pos + skip), rwf);
 	if (v != small)
 		free(v);
-	return r;
+	return done;
 }
 
 /* Cache transfer, finished by the kernel if the descriptor leaves the cache. */
@@ -492,9 +515,7 @@ static ssize_t publish(chell_ctx *c, struct mapped_inode *in, uint64_t pos, ssiz
 		/* the application's buffers, not the cache's copy (above) */
 		ssize_t k = cache_kernel_rest(c, iov, cnt, pos, (size_t)(from - pos), (size_t)(new_end - pos), 1,
 					      mapped_at_pos_flags(c));
-		if (k == -ENOMEM)
-			done = write_through(c, from, new_end, &err);
-		else if (k < 0)
+		if (k < 0)
 			err = (int)k;
 		else
 			done = from + (uint64_t)k;
