@@ -104,8 +104,10 @@ __attribute__((noinline)) int cache_copy_out(void *dst, const unsigned char *bas
 		uint32_t s = __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED);
 		uint64_t inc = __atomic_load_n(&ctl->incarnation, __ATOMIC_RELAXED);
 		if (valid(ctl, off, n)) {
-			if (dst) /* NULL: only the verdict (zero-copy lends the chunk) */
+			if (dst) { /* NULL: only the verdict (zero-copy lends the chunk) */
+				mapped_prefetch_read(base + off, n);
 				mapped_guarded_memcpy(dst, base + off, n);
+			}
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			if (state(ctl) == CACHE_CHUNK_LIVE &&
 			    __atomic_load_n(&ctl->slot, __ATOMIC_RELAXED) == s &&

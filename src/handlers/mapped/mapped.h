@@ -187,6 +187,28 @@ static inline void mapped_prefetch(const unsigned char *p, bool for_write)
 		__asm__ volatile("prefetcht0 %0" : : "m"(p[i]));
 }
 
+/* Before a copy of n bytes out of a mapping (a read): ask for every line
+ * of [p, p+n) at once when n is 1-8 KB. The copy loads the lines in order
+ * and the hardware prefetcher does not cross into a new 4 KB page, so a
+ * read of a page that is not in cache waited for its lines a few at a
+ * time; asked for together, their misses overlap. Measured with
+ * chell_bench_lat (1 GB file on tmpfs, direct mode, 3 runs each):
+ * sequential 4 KB reads 206-225 -> 131-143 ns, random 4 KB 395-521 ->
+ * 392-471 ns (page walk first); 512 B and 64 KB unchanged (too few lines;
+ * the stream prefetcher). Not before writes: prefetchw on the destination
+ * made fio's 4 KB random writes 25-30 % slower (a store's read for
+ * ownership allocates the line anyway, and these wait for it early). A
+ * prefetch never faults. */
+static inline void mapped_prefetch_read(const unsigned char *p, size_t n)
+{
+	if (n < 1024 || n > 8192)
+		return;
+	const unsigned char *end = p + n;
+	for (const unsigned char *a = (const unsigned char *)((uintptr_t)p & ~(uintptr_t)63) + 64; a < end;
+	     a += 64)
+		__asm__ volatile("prefetcht0 %0" : : "m"(*a));
+}
+
 /* ---- leases. The kernel grants F_SETLEASE by counting the inode's open
  * files: a read lease only if none is open for writing, a write lease only
  * if the taker's is the only one; and any conflicting open breaks a lease.
