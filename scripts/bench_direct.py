@@ -468,12 +468,17 @@ def section_fio(run, prof, cpu, files, problems, tmp):
     except RuntimeError as e:
         trace = {"error": str(e)}
     raw = []
-    for rnd, order in enumerate(arm_orders(("kernel", "chell"), prof["fio_rounds"])):
+    # "limit": fio's own mmap engine, no Chell: a memcpy to or from a
+    # mapping of the same file per I/O, with fio's bookkeeping around it -
+    # the physical limit of serving the call from the mapping on this
+    # machine, measured in the same round as the other two arms.
+    for rnd, order in enumerate(arm_orders(("kernel", "chell", "limit"), prof["fio_rounds"])):
         for engine, rw in ((e, rw) for e in FIO_ENGINES for rw in ("randread", "randwrite")):
             for arm in order:
                 log(f"  fio: round {rnd + 1}/{prof['fio_rounds']}, {engine} {rw}, {arm}")
                 data = run.run_json("chell" if arm == "chell" else "plain",
-                                    fio_cmd(fio, files, rw, prof["fio_seconds"], cpu, engine=engine))
+                                    fio_cmd(fio, files, rw, prof["fio_seconds"], cpu,
+                                            engine="mmap" if arm == "limit" else engine))
                 stats = data.get("direct_stats")
                 job = data["jobs"][0]
                 side = job["read"] if rw == "randread" else job["write"]
@@ -493,12 +498,20 @@ def section_fio(run, prof, cpu, files, problems, tmp):
     for engine, rw in ((e, rw) for e in FIO_ENGINES for rw in ("randread", "randwrite")):
         row = {"engine": engine, "rw": rw}
         sel = [r for r in raw if r.get("engine", "psync") == engine and r["rw"] == rw]
-        for arm in ("kernel", "chell"):
+        for arm in ("kernel", "chell", "limit"):
+            if not any(r["arm"] == arm for r in sel):
+                continue  # results from before the limit arm
             row[f"{arm}_iops"] = median([r["iops"] for r in sel if r["arm"] == arm])
             row[f"{arm}_clat_ns"] = median([r["clat_mean_ns"] for r in sel if r["arm"] == arm])
             cpu = [r["cpu_ns_per_io"] for r in sel if r["arm"] == arm and r.get("cpu_ns_per_io")]
             row[f"{arm}_cpu_ns_per_io"] = median(cpu) if cpu else None
         row["chell_over_kernel"] = ratio(row["chell_iops"], row["kernel_iops"])
+        if "limit_iops" in row:
+            row["limit_over_kernel"] = ratio(row["limit_iops"], row["kernel_iops"])
+            row["chell_over_limit"] = ratio(row["chell_iops"], row["limit_iops"])
+            row["limit_per_round"] = [ratio(*[next((r["iops"] for r in sel if r["round"] == rnd and r["arm"] == a),
+                                                   None) for a in ("limit", "kernel")])
+                                      for rnd in range(prof["fio_rounds"])]
         # the IOPS ratio the CPU time per I/O gives (kernel's over chell's)
         row["cpu_kernel_over_chell"] = ratio(row["kernel_cpu_ns_per_io"], row["chell_cpu_ns_per_io"])
         # the same ratio per round (the arms of one round ran back to back)
@@ -622,6 +635,10 @@ def targets(res):
             add(f"fio {engine} 4 KB {rw}: chell / kernel IOPS", fr and fr["chell_over_kernel"], ">=", goal, "x")
             add(f"fio {engine} 4 KB {rw}: kernel / chell CPU time per I/O", fr and fr.get("cpu_kernel_over_chell"),
                 ">=", goal, "x")
+            if fr and fr.get("limit_over_kernel"):
+                # what a zero-cost mapped path would give here (the goal's reach)
+                add(f"fio {engine} 4 KB {rw}: limit (mmap engine) / kernel IOPS, for reference",
+                    fr["limit_over_kernel"], ">=", goal, "x")
     app = res.get("append", {}).get("summary", [])
     for op in APPEND_OPS:
         rows = [r for r in app if r["op"] == op and r.get("chell_over_kernel")]
@@ -734,11 +751,23 @@ def markdown(res):
             L.append(f"**fio** (4 KB, one job, {cfg['fio_seconds']} s after a ramp, "
                      f"{cfg.get('fio_size', cfg['file_size'])} file on tmpfs, {cfg['fio_rounds']} rounds, "
                      "kernel and chell back to back in each; `psync` = `pread`/`pwrite`, `sync` = "
-                     "`lseek` + `read`/`write`):")
+                     "`lseek` + `read`/`write`; 'limit' = fio's `mmap` engine without Chell, a memcpy "
+                     "to or from a mapping of the file per I/O, the physical limit of a mapped data "
+                     "path here):")
             L.append("")
             L.append("| engine | workload | kernel IOPS | chell IOPS | chell/kernel | per round | "
                      "kernel clat | chell clat | CPU ns per I/O, kernel / chell | kernel/chell CPU |")
             L.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|")
+            lim = [r for r in f["summary"] if "limit_iops" in r]
+            if lim:
+                L.append("| engine | workload | limit IOPS | limit/kernel | per round | chell/limit |")
+                L.append("|---|---|---:|---:|---|---:|")
+                for r in lim:
+                    rounds = ", ".join(fmt(x, ".2f") for x in r.get("limit_per_round", []))
+                    L.append(f"| {r.get('engine', 'psync')} | {r['rw']} | {fmt(r['limit_iops'])} | "
+                             f"{fmt(r['limit_over_kernel'], '.2f')} | {rounds} | "
+                             f"{fmt(r['chell_over_limit'], '.2f')} |")
+                L.append("")
             for r in f["summary"]:
                 rounds = ", ".join(fmt(x, ".2f") for x in r.get("per_round", []))
                 L.append(f"| {r.get('engine', 'psync')} | {r['rw']} | {fmt(r['kernel_iops'])} | "
@@ -946,6 +975,9 @@ def main():
                     help="scheduling of every timed arm: fifo = SCHED_FIFO priority 50 through "
                          "chrt (default as root: other work on the machine cannot preempt the "
                          "timed loops), other = the normal scheduler")
+    ap.add_argument("--fio-rounds", type=int, metavar="N",
+                    help="rounds of the fio section (default 3, --quick 1): each round runs the kernel and "
+                         "Chell back to back, so more rounds narrow the spread the machine's state adds")
     ap.add_argument("--doc", type=Path, help="also replace the generated tables in this file")
     ap.add_argument("--from-json", type=Path, metavar="FILE", help="only redo the report from FILE")
     args = ap.parse_args()
@@ -963,7 +995,12 @@ def main():
                 "(cmake -S . -B build -G Ninja && ninja -C build)")
             return 2
     only = set(args.only.split(","))
-    prof = PROFILES["quick" if args.quick else "full"]
+    prof = dict(PROFILES["quick" if args.quick else "full"])
+    if args.fio_rounds:
+        if args.fio_rounds < 1:
+            log("--fio-rounds: must be at least 1")
+            return 2
+        prof["fio_rounds"] = args.fio_rounds
     t_start = time.monotonic()
     mounted = None
     if args.huge_tmpfs:
