@@ -758,6 +758,14 @@ def markdown(res):
             L.append("| engine | workload | kernel IOPS | chell IOPS | chell/kernel | per round | "
                      "kernel clat | chell clat | CPU ns per I/O, kernel / chell | kernel/chell CPU |")
             L.append("|---|---|---:|---:|---:|---|---:|---:|---:|---:|")
+            for r in f["summary"]:
+                rounds = ", ".join(fmt(x, ".2f") for x in r.get("per_round", []))
+                L.append(f"| {r.get('engine', 'psync')} | {r['rw']} | {fmt(r['kernel_iops'])} | "
+                         f"{fmt(r['chell_iops'])} | {fmt(r['chell_over_kernel'], '.2f')} | {rounds} | "
+                         f"{fmt(r['kernel_clat_ns'])} ns | {fmt(r['chell_clat_ns'])} ns | "
+                         f"{fmt(r.get('kernel_cpu_ns_per_io'))} / {fmt(r.get('chell_cpu_ns_per_io'))} | "
+                         f"{fmt(r.get('cpu_kernel_over_chell'), '.2f')} |")
+            L.append("")
             lim = [r for r in f["summary"] if "limit_iops" in r]
             if lim:
                 L.append("| engine | workload | limit IOPS | limit/kernel | per round | chell/limit |")
@@ -768,14 +776,6 @@ def markdown(res):
                              f"{fmt(r['limit_over_kernel'], '.2f')} | {rounds} | "
                              f"{fmt(r['chell_over_limit'], '.2f')} |")
                 L.append("")
-            for r in f["summary"]:
-                rounds = ", ".join(fmt(x, ".2f") for x in r.get("per_round", []))
-                L.append(f"| {r.get('engine', 'psync')} | {r['rw']} | {fmt(r['kernel_iops'])} | "
-                         f"{fmt(r['chell_iops'])} | {fmt(r['chell_over_kernel'], '.2f')} | {rounds} | "
-                         f"{fmt(r['kernel_clat_ns'])} ns | {fmt(r['chell_clat_ns'])} ns | "
-                         f"{fmt(r.get('kernel_cpu_ns_per_io'))} / {fmt(r.get('chell_cpu_ns_per_io'))} | "
-                         f"{fmt(r.get('cpu_kernel_over_chell'), '.2f')} |")
-            L.append("")
             L.append("'CPU ns per I/O' = fio's user + system time over the timed part divided by its "
                      "I/Os: what one I/O costs when the job runs, which other programs on the machine "
                      "lower far less than they lower IOPS.")
