@@ -236,12 +236,10 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 			if (a && !to_file && (atomic_load(&direct_entry(m, p)->flags) & DIRECT_SPARSE) &&
 			    !range_is_data(c, p, piece))
 				a = NULL; /* holes in range: the kernel reads them without filling */
-			if (a && !to_file)
-				mapped_prefetch_read(a, piece);
 			if (a && (!to_file || m->writable))
 				got = to_file ? (nt ? mapped_copy_nt(m->persist, a, u, piece, &fault)
 						    : mapped_copy(a, u, piece, &fault))
-					      : mapped_copy(u, a, piece, &fault);
+					      : mapped_copy_out(u, a, piece, &fault);
 			if (got && to_file && m->map_sync == 2 && !nt)
 				mapped_flush(m->persist, a, got); /* persistent on the next fence (fsync) */
 			done += got;

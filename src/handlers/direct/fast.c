@@ -39,9 +39,7 @@ static ssize_t fast_pread(struct chell_file *f, int fd, void *buf, size_t n, off
 		return CHELL_FAST_MISS;
 	unsigned char *a = readable(l, (uint64_t)off, n);
 	int fault;
-	if (a)
-		mapped_prefetch_read(a, n);
-	if (!a || !mapped_copy(buf, a, n, &fault))
+	if (!a || !mapped_copy_out(buf, a, n, &fault))
 		return CHELL_FAST_MISS; /* nothing was changed: the general path redoes it */
 	mapped_read_done(&l->inode->times, fd, st, mapped_cached_size(l));
 	struct mapped_stats *s = direct_stats_tls();
@@ -64,8 +62,7 @@ static ssize_t fast_read(struct chell_file *f, int fd, void *buf, size_t n)
 	if (!a || !mapped_fast_claim(f, l, &pos, n, false))
 		return CHELL_FAST_MISS; /* moved meanwhile: the general path sorts it out */
 	int fault;
-	mapped_prefetch_read(a, n);
-	if (unlikely(!mapped_copy(buf, a, n, &fault))) {
+	if (unlikely(!mapped_copy_out(buf, a, n, &fault))) {
 		/* the page went away after we claimed the range: the kernel answers */
 		ssize_t k = sys_pread(fd, buf, n, (off_t)pos);
 		mapped_fast_unclaim(f, pos, n, k);

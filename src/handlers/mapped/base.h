@@ -147,6 +147,13 @@ static inline void mapped_guarded_memcpy(void *dst, const void *src, size_t n)
  * process, a bad user buffer) stops the copy: returns n, or 0 with *fault
  * set to the signal number (the caller has the kernel redo the piece). */
 size_t mapped_copy(void *dst, const void *src, size_t n, int *fault);
+/* mapped_copy out of a mapping (a read): the lines of src asked for first
+ * (mapped_prefetch_read), then the guarded copy. */
+static inline size_t mapped_copy_out(void *dst, const unsigned char *src, size_t n, int *fault)
+{
+	mapped_prefetch_read(src, n);
+	return mapped_copy(dst, src, n, fault);
+}
 /* Same, with the persistence core's non-temporal copy, then its drain:
  * large writes to persistent memory. */
 size_t mapped_copy_nt(const struct chell_persist_ops *ops, void *dst, const void *src, size_t n,

@@ -285,9 +285,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 				const unsigned char *a = s == WARP_MAPPED ? warp_tier_addr(w, c->fd, p, atomic_load_explicit(
 							(_Atomic uint32_t *)&L(c)->inode->hole_gen, memory_order_acquire)) : NULL;
 				int fault = 0;
-				if (a)
-					mapped_prefetch_read(a, len);
-				if (a && mapped_copy(u, a, len, &fault)) {
+				if (a && mapped_copy_out(u, a, len, &fault)) {
 					r = (ssize_t)len;
 					WCTR(mapped_reads, 1);
 				} else {
