@@ -159,6 +159,9 @@ class Arms:
         # file inside the warp arm's directory would itself be opened under
         # warp), fresh for each workload so its first run starts cold
         self.patterns = None
+        # warp.patterns_files of the current workload (None: the default,
+        # 1024 files): a workload over more files than that sizes it
+        self.patterns_files = None
         stack.callback(self.stop_cache)
 
     def dir(self, arm):
@@ -200,6 +203,8 @@ class Arms:
             extra += ["--set", f"stats.file={stats}"]
         if arm == "warp" and self.patterns:
             extra += ["--set", f"warp.patterns={self.patterns}"]
+            if self.patterns_files:
+                extra += ["--set", f"warp.patterns_files={self.patterns_files}"]
         if arm == "cache":
             return [str(self.chell), "run", "--mode", "cache", "--set", f"cache.pool={self.pool}",
                     "--set", f"cache.backing={self.backing}", *extra, "--", *cmd]
@@ -363,6 +368,11 @@ def run_program(arms, prof, prog, arm, preset, rnd, stats):
         # twice, as cat: the second run is the same program restarted
         tree = d / "tree"
         nbytes = tree_bytes(tree)
+        # the patterns file remembers every file of the tree (/usr/include:
+        # ~8,000; the default 1024 would keep only the last ones read, and
+        # the restarted run, storing as it goes, would evict them first)
+        nfiles = sum(1 for f in tree.rglob("*") if f.is_file())
+        arms.patterns_files = min(65536, max(1024, 2 * nfiles))
         walls, accs, sts = [], [], []
         for _ in range(2):
             _, wall = arms.run(arm, preset, ["grep", "-r", "-F", "-e", "chell-suite-no-such-string", tree],
@@ -370,7 +380,8 @@ def run_program(arms, prof, prog, arm, preset, rnd, stats):
             walls.append(wall)
             sts.append(collect_stats(arms, stats.parent) if stats else None)
             accs.append((sts[-1] or {}).get("accuracy"))
-        raw = {"walls": walls, "bytes": nbytes, "stats": sts}
+        arms.patterns_files = None
+        raw = {"walls": walls, "bytes": nbytes, "stats": sts, "files": nfiles}
         rows.append({"case": "", "unit": "MB/s", "value": nbytes / walls[0] / 1e6, "wall_s": walls[0],
                      "accuracy": accs[0]})
         rows.append({"case": "again", "unit": "MB/s", "value": nbytes / walls[1] / 1e6, "wall_s": walls[1],

@@ -2,7 +2,7 @@
 /*
  * chell_warp_patterns_crash - simulated power failures at the persist
  * points of a sequence of WARP pattern stores (src/handlers/warp/
- * patterns.c, pat_store_region), in the manner of chell_cachemeta_crash.
+ * patterns.c, pat_store_region_many), in the manner of chell_cachemeta_crash.
  *
  * The patterns live in the heap of an in-memory region (8 entries, stores
  * to 12 files, so entries are replaced too) whose persistence goes through
@@ -38,7 +38,7 @@
 static const char usage_text[] =
 	"usage: chell_warp_patterns_crash - simulated power failures at the persist\n"
 	"points of a sequence of WARP pattern stores (src/handlers/warp/\n"
-	"patterns.c, pat_store_region), in the manner of chell_cachemeta_crash.\n"
+	"patterns.c, pat_store_region_many), in the manner of chell_cachemeta_crash.\n"
 	"(a test program of Chell's suite; details: tests/crash/warp_patterns_crash.c)\n";
 
 #define ENTRIES 8u
@@ -79,25 +79,41 @@ static uint64_t mix(uint64_t a, uint64_t b, uint64_t c)
 	return x ^ (x >> 29);
 }
 
-/* Store i of the workload. */
+/* Store i of the workload: one to three distinct files' entries in one
+ * batch (pat_store_region_many: one transaction). */
 static int store(struct chell_region *r, uint64_t seed, uint64_t i)
 {
-	static uint8_t st[PAT_NODES];
-	static uint32_t su[PAT_NODES];
-	uint64_t x = mix(seed, i, 1);
-	struct warp_file_id id = {1, 1 + x % FILES};
-	uint32_t n = 1 + (uint32_t)((x >> 8) % 40);
-	if ((x >> 20) % 16 == 0)
-		n = PAT_NODES; /* now and then a large file: a long undo record */
-	for (uint32_t j = 0; j < n; j++) {
-		uint64_t y = mix(seed, i, j + 2);
-		st[j] = (uint8_t)(y % WARP_NSTATES);
-		su[j] = (uint32_t)((y >> 8) % (n + 1)); /* n: none */
+	/* not static: the hook stores from inside a store, and a batch's
+	 * entries are read again after its undo records are written */
+	uint8_t st[3][PAT_NODES];
+	uint32_t su[3][PAT_NODES];
+	struct warp_xfile xf[3][WARP_XFILE_SLOTS];
+	struct warp_pattern_rec recs[3];
+	uint64_t x0 = mix(seed, i, 0);
+	unsigned count = 1 + (unsigned)(x0 % 3), m = 0;
+	for (unsigned b = 0; b < count; b++) {
+		uint64_t x = mix(seed, i, 1 + 1000 * b);
+		struct warp_file_id id = {1, 1 + x % FILES};
+		bool dup = false;
+		for (unsigned c = 0; c < m; c++)
+			dup |= recs[c].id.ino == id.ino;
+		if (dup)
+			continue; /* the ids of a batch are distinct */
+		uint32_t n = 1 + (uint32_t)((x >> 8) % 40);
+		if ((x >> 20) % 16 == 0)
+			n = PAT_NODES; /* now and then a large file: a long undo record */
+		for (uint32_t j = 0; j < n; j++) {
+			uint64_t y = mix(seed, i, j + 2 + 1000 * b);
+			st[m][j] = (uint8_t)(y % WARP_NSTATES);
+			su[m][j] = (uint32_t)((y >> 8) % (n + 1)); /* n: none */
+		}
+		memset(xf[m], 0, sizeof xf[m]);
+		xf[m][0] = (struct warp_xfile){.ctx = x | 1, .next = {1, 1 + (x >> 30) % FILES},
+					       .hint_node = (uint32_t)(x >> 40) % 4};
+		recs[m] = (struct warp_pattern_rec){id, n, st[m], su[m], xf[m]};
+		m++;
 	}
-	struct warp_xfile xf[WARP_XFILE_SLOTS] = {
-		{.ctx = x | 1, .next = {1, 1 + (x >> 30) % FILES}, .hint_node = (uint32_t)(x >> 40) % 4}};
-	int rc = pat_store_region(r, id, n, st, su, xf);
-	return rc < 0 ? rc : 0;
+	return pat_store_region_many(r, recs, m);
 }
 
 static void violation(struct harness *h, uint64_t k, int mode, const char *what)

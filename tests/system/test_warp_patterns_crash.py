@@ -1,6 +1,7 @@
 """Crash consistency of WARP's patterns file (docs/WARP.md, "Decisions").
 
-chell_warp_patterns_crash runs pattern stores (8 entries, 12 files, so
+chell_warp_patterns_crash runs pattern stores (batches of 1-3 files in one
+transaction; 8 entries, 12 files, so
 entries are replaced too; now and then a 512-node file) on a simulated
 region and recovers the image a power failure at every persist point would
 leave, in four crash modes. After recovery the patterns must check, the
@@ -31,7 +32,7 @@ def tally(out):
 
 
 def test_every_persist_point_recovers_consistently():
-    rc, out = crash("--ops", "300", "--seed", "1")
+    rc, out = crash("--ops", "400", "--seed", "1")
     points, in_flight, images, viol = tally(out)
     assert rc == 0 and viol == 0, out
     assert points > 1000 and images == 4 * points, out

@@ -278,10 +278,67 @@ static void test_damage(void **state)
 	warp_patterns_close(p);
 }
 
+/* A batch (the queue of learn.c): 300 new files in one call, more than one
+ * transaction holds (~90), into a file sized for them
+ * (warp_patterns_open_sized); then a second batch that changes some and
+ * adds one, with the file full, so the oldest goes; a restart loads all. */
+static void test_batch(void **state)
+{
+	enum { N = 300 };
+	static uint8_t st[N][8];
+	static uint32_t su[N][8];
+	static struct warp_xfile xf[N][WARP_XFILE_SLOTS];
+	struct warp_pattern_rec recs[N];
+	struct warp_patterns *p;
+	uint8_t st2[8];
+	uint32_t su2[8];
+	struct warp_xfile xf2[WARP_XFILE_SLOTS];
+	unlink(path);
+	assert_int_equal(warp_patterns_open_sized(path, N, &p), 0);
+	for (unsigned i = 0; i < N; i++) {
+		fill(8, st[i], su[i], i);
+		memset(xf[i], 0, sizeof xf[i]);
+		xf[i][0] = (struct warp_xfile){.ctx = 7, .next = {5, 1000 + i + 1}, .hint_node = i % 8};
+		recs[i] = (struct warp_pattern_rec){{5, 1000 + i}, 8, st[i], su[i], xf[i]};
+	}
+	assert_int_equal(warp_patterns_store_many(p, recs, N), 0);
+	warp_patterns_close(p);
+
+	assert_int_equal(warp_patterns_open_sized(path, 16, &p), 0); /* an existing file keeps its size */
+	for (unsigned i = 0; i < N; i++) {
+		assert_int_equal(warp_patterns_load(p, (struct warp_file_id){5, 1000 + i}, 8, st2, su2, xf2), 8);
+		assert_memory_equal(st2, st[i], 8);
+		assert_memory_equal(su2, su[i], sizeof su2);
+		assert_int_equal(xf2[0].next.ino, 1000 + i + 1);
+		assert_int_equal(xf2[0].hint_node, i % 8);
+	}
+	/* the first ten changed, one new file: the file is full, the entry
+	 * stored least recently goes (file 1010: the first ten were just
+	 * stored again) */
+	for (unsigned i = 0; i < 10; i++)
+		xf[i][0].hint_node = 7 - i % 8;
+	recs[10] = (struct warp_pattern_rec){{5, 99999}, 8, st[10], su[10], xf[10]};
+	assert_int_equal(warp_patterns_store_many(p, recs, 11), 0);
+	warp_patterns_close(p);
+	assert_int_equal(warp_patterns_open(path, &p), 0);
+	for (unsigned i = 0; i < 10; i++) {
+		assert_int_equal(warp_patterns_load(p, (struct warp_file_id){5, 1000 + i}, 8, st2, su2, xf2), 8);
+		assert_int_equal(xf2[0].hint_node, 7 - i % 8);
+	}
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){5, 99999}, 8, st2, su2, xf2), 8);
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){5, 1010}, 8, st2, su2, xf2), 0);
+	assert_int_equal(warp_patterns_load(p, (struct warp_file_id){5, 1011}, 8, st2, su2, xf2), 8);
+	/* an id of 0 or no nodes is refused, nothing stored */
+	recs[0].n = 0;
+	assert_int_equal(warp_patterns_store_many(p, recs, 1), -EINVAL);
+	warp_patterns_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_store_load_restart, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sanitised, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replacement, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared, setup, teardown),

@@ -176,10 +176,15 @@ void warp_prefetch_counts(struct warp_prefetch_counts *out);
  * ignored with one warning and rebuilt: it can cost speed, never
  * correctness. */
 struct warp_patterns;
+#define WARP_PATTERNS_NODES 512u /* nodes kept per file (1 GB of 2 MB nodes) */
 /* Read path (created if missing; a damaged or foreign file is rebuilt
  * after the one warning of the process). 0 or -errno. The path must not be
  * handled by warp itself (it is Chell's own file). */
 int warp_patterns_open(const char *path, struct warp_patterns **out);
+/* The same; a file made here (missing, or rebuilt after damage) holds
+ * `entries` files (1 .. 65536; warp_patterns_open: 1024). An existing
+ * file keeps the number it was made with. */
+int warp_patterns_open_sized(const char *path, uint32_t entries, struct warp_patterns **out);
 /* Fill up to n nodes' states and successors (any pointer may be NULL) and
  * the file's tuples; returns the number of nodes filled, min(n, stored), 0
  * when nothing is stored for this file (then nothing is written). States
@@ -194,6 +199,16 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n,
 			const uint8_t *states, const uint32_t *succ,
 			const struct warp_xfile xf[WARP_XFILE_SLOTS]);
+/* Several files' entries at once: the file is opened and locked once for
+ * all of them (each entry is its own transaction). The ids are distinct. */
+struct warp_pattern_rec {
+	struct warp_file_id id;
+	uint32_t n;
+	const uint8_t *states;
+	const uint32_t *succ;
+	const struct warp_xfile *xf; /* WARP_XFILE_SLOTS, or NULL */
+};
+int warp_patterns_store_many(struct warp_patterns *p, const struct warp_pattern_rec *recs, size_t count);
 void warp_patterns_close(struct warp_patterns *p);
 
 #endif

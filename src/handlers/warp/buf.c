@@ -374,6 +374,19 @@ struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
 	return file_reference(fd, dev, ino, true);
 }
 
+struct warp_file *warp_file_listed(uint64_t dev, uint64_t ino)
+{
+	pthread_mutex_lock(&files_lock);
+	struct warp_file *w;
+	for (w = files; w; w = w->next)
+		if (w->dev == dev && w->ino == ino) {
+			w->refs++;
+			break;
+		}
+	pthread_mutex_unlock(&files_lock);
+	return w;
+}
+
 struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino)
 {
 	return file_reference(-1, dev, ino, false);

@@ -185,6 +185,7 @@ static void loop(struct chell_thread *t, void *arg)
 	while (!chell_thread_wait(t, leases && period > LEASE_POLL_NS ? LEASE_POLL_NS : period)) {
 		leases = false;
 		warp_files_reap();
+		warp_learn_flush(); /* what the files taught since the last pass */
 		if (warp_lease_mode)
 			warp_files_each(poll_one, &leases);
 		uint64_t now = mapped_tick();
@@ -202,58 +203,6 @@ static void prefetch(void *file, uint32_t node, enum warp_state want)
 	struct warp_file *w = file;
 	if (want == WARP_MAPPED && w->rfd >= 0 && warp_tier_addr(w, w->rfd, (uint64_t)node << w->hdr->node_shift, w->hole_gen))
 		WCTR(prefetch_used, 1);
-}
-
-struct warp_patterns *warp_pat;
-
-/* Patterns (brain.h): node states and successors of earlier runs, keyed by
- * the file's identity. Only states that need nothing else are applied at
- * once: buffered needs the lease (warp.outside=lease) and so becomes the
- * node's state only at its first write. */
-void warp_patterns_apply(struct warp_file *w)
-{
-	uint32_t n = warp_nnodes(w);
-	if (!warp_pat || !n)
-		return;
-	uint8_t *states = calloc(n, 1);
-	uint32_t *succ = calloc(n, sizeof(*succ));
-	if (states && succ &&
-	    warp_patterns_load(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf)) {
-		for (uint32_t k = 0; k < n; k++) {
-			if (succ[k] != WARP_NODE_NONE && succ[k] < WARP_MAX_NODES)
-				warp_succ_set(&w->nodes[k], succ[k]);
-			if (states[k] == WARP_MAPPED || (states[k] == WARP_BUFFERED && !warp_lease_mode))
-				atomic_store(&w->nodes[k].state, states[k]);
-			else if (states[k] == WARP_BUFFERED) /* its first write asks for the lease */
-				atomic_store(&w->nodes[k].want, 1);
-		}
-	}
-	free(states);
-	free(succ);
-}
-
-void warp_patterns_keep(struct warp_file *w)
-{
-	uint32_t n = warp_nnodes(w);
-	if (!warp_pat || !n)
-		return;
-	uint8_t *states = malloc(n);
-	uint32_t *succ = malloc(n * sizeof(*succ));
-	if (states && succ) {
-		for (uint32_t k = 0; k < n; k++) {
-			/* a node the model wants buffered but the lease keeps
-			 * normal (not had yet, or broken) is kept as buffered */
-			states[k] = atomic_load(&w->nodes[k].want) ? WARP_BUFFERED : atomic_load(&w->nodes[k].state);
-			succ[k] = warp_succ(&w->nodes[k]);
-		}
-		/* the persistence core opens the file by its libc names: it is
-		 * Chell's own, never routed (it may lie under --path) */
-		chell_internal_files_enter();
-		warp_patterns_store(warp_pat, (struct warp_file_id){w->dev, w->ino}, n, states, succ, w->hdr->xf);
-		chell_internal_files_leave();
-	}
-	free(states);
-	free(succ);
 }
 
 bool warp_ckpt_running(void)
@@ -274,11 +223,7 @@ int warp_ckpt_start(void)
 	policy.confirm = (unsigned)chell_setting_uint("warp.confirm");
 	have_costs = true;
 	warp_prefetch_start(prefetch);
-	const char *pp = chell_setting("warp.patterns");
-	chell_internal_files_enter(); /* as in warp_patterns_keep */
-	if (pp[0] && warp_patterns_open(pp, &warp_pat) < 0)
-		warp_pat = NULL; /* said once by warp_patterns_open; speed only */
-	chell_internal_files_leave();
+	warp_learn_open();
 	thread = chell_thread_start("warp", loop, NULL);
 	return thread ? 0 : -1;
 }

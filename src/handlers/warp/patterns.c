@@ -44,6 +44,7 @@ struct warp_patterns {
 	uint8_t *img;    /* the whole region image (private copy) */
 	size_t img_len;
 	struct chell_region *mem; /* the copy, opened */
+	uint32_t new_entries;      /* files a file made (or remade) here holds */
 	uint8_t *heap;   /* its heap */
 	/* (dev, ino) -> entry, open addressing over the copy: a load at
 	 * every open must not walk a thousand entries. UINT32_MAX: empty. */
@@ -239,25 +240,6 @@ const struct pat_entry *pat_find(const uint8_t *heap, struct warp_file_id id)
 	return NULL;
 }
 
-/* The entry a store of id writes: its own, else an empty one, else the
- * one stored least recently. */
-static uint32_t pick_slot(const uint8_t *heap, struct warp_file_id id)
-{
-	uint32_t empty = UINT32_MAX, oldest = 0;
-	for (uint32_t i = 0; i < pat_entries(heap); i++) {
-		const struct pat_entry *e = pat_entry_at(heap, i);
-		if (e->ino == id.ino && e->dev == id.dev)
-			return i;
-		if (e->ino == 0) {
-			if (empty == UINT32_MAX)
-				empty = i;
-		} else if (e->stamp < pat_entry_at(heap, oldest)->stamp) {
-			oldest = i;
-		}
-	}
-	return empty != UINT32_MAX ? empty : oldest;
-}
-
 /* Build the entry a store would write into buf (PAT_ENTRY_SIZE bytes,
  * stamp and crc left 0). Out-of-range input is made safe, not refused. */
 static void build_entry(uint8_t *buf, struct warp_file_id id, uint32_t n, const uint8_t *states,
@@ -301,40 +283,14 @@ static bool same_entry(const struct pat_entry *e, const uint8_t *buf)
 	       memcmp(pat_states(e), buf + sizeof b, PAT_NODES + 4u * PAT_NODES) == 0;
 }
 
-int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n, const uint8_t *states,
-		     const uint32_t *succ, const struct warp_xfile xf[WARP_XFILE_SLOTS])
+/* The heap of r is one of patterns: -EUCLEAN if its root does not say so. */
+static int region_ok(struct chell_region *r)
 {
-	_Alignas(8) uint8_t buf[PAT_ENTRY_SIZE]; /* no static: a crash-test hook stores from inside a store */
 	uint64_t size;
 	uint8_t *heap = chell_region_heap(r, &size);
-	if (id.ino == 0 || n == 0)
-		return -EINVAL;
 	if (size < PAT_ROOT_SIZE || pat_entries(heap) == 0 || size < PAT_HEAP_SIZE(pat_entries(heap)))
 		return -EUCLEAN;
-	build_entry(buf, id, n, states, succ, xf);
-	uint32_t slot = pick_slot(heap, id);
-	struct pat_entry *e = (struct pat_entry *)entry_ptr(heap, slot);
-	struct pat_root *root = (struct pat_root *)heap;
-	if (e->ino == id.ino && e->dev == id.dev && same_entry(e, buf))
-		return (int)slot;
-	struct chell_tx *tx;
-	int rc = chell_tx_begin(r, 0, &tx);
-	if (rc)
-		return rc;
-	rc = chell_tx_add_range(tx, offsetof(struct pat_root, clock), sizeof root->clock);
-	if (!rc && !pat_fault_skip_undo)
-		rc = chell_tx_add_range(tx, (uint64_t)((uint8_t *)e - heap), PAT_ENTRY_SIZE);
-	if (rc) {
-		chell_tx_abort(tx);
-		return rc;
-	}
-	root->clock++;
-	struct pat_entry *ne = (struct pat_entry *)buf;
-	ne->stamp = root->clock;
-	ne->crc = entry_crc(ne);
-	memcpy(e, buf, PAT_ENTRY_SIZE);
-	rc = chell_tx_commit(tx);
-	return rc ? rc : (int)slot;
+	return 0;
 }
 
 /* ------------------------------------------------------------ the index */
@@ -557,18 +513,18 @@ static int region_open_wait(const char *path, struct chell_region **r, char *err
  * temporary name, then renamed over path, so no process ever reads a
  * half-formatted file and the damaged one is never written into (a
  * process still reading it keeps its inode). */
-static int rebuild(const char *path)
+static int rebuild(const char *path, uint32_t entries)
 {
 	char err[256], tmp[4200];
 	struct chell_region *r;
 	if ((size_t)snprintf(tmp, sizeof tmp, "%s.new.%d", path, (int)sys_getpid()) >= sizeof tmp)
 		return -ENAMETOOLONG;
 	sys_unlink(tmp);
-	struct chell_region_layout lay = pat_layout(PAT_ENTRIES);
+	struct chell_region_layout lay = pat_layout(entries);
 	int rc = chell_region_create(tmp, &lay, &r, err, sizeof err);
 	if (rc)
 		return rc;
-	rc = pat_format(r, PAT_ENTRIES);
+	rc = pat_format(r, entries);
 	chell_region_close(r);
 	if (rc == 0)
 		rc = (int)CHELL_SC(SYS_renameat, AT_FDCWD, tmp, AT_FDCWD, path, 0, 0);
@@ -579,14 +535,20 @@ static int rebuild(const char *path)
 
 int warp_patterns_open(const char *path, struct warp_patterns **out)
 {
+	return warp_patterns_open_sized(path, PAT_ENTRIES, out);
+}
+
+int warp_patterns_open_sized(const char *path, uint32_t entries, struct warp_patterns **out)
+{
 	char err[512];
 	*out = NULL;
-	if (!path || !*path)
+	if (!path || !*path || entries == 0 || entries > PAT_MAX_ENTRIES)
 		return -EINVAL;
 	struct warp_patterns *p = calloc(1, sizeof *p);
 	if (!p)
 		return -ENOMEM;
 	lock_init(p);
+	p->new_entries = entries;
 	p->path = strdup(path);
 	if (!p->path) {
 		free_patterns(p);
@@ -599,9 +561,9 @@ int warp_patterns_open(const char *path, struct warp_patterns **out)
 		rc = adopt(p, img, len, err, sizeof err);
 	if (rc == -EUCLEAN) {
 		warn_once(path, err);
-		rc = rebuild(path);
+		rc = rebuild(path, p->new_entries);
 	} else if (rc == -ENOENT) {
-		rc = rebuild(path);
+		rc = rebuild(path, p->new_entries);
 	}
 	if (rc == 0 && !p->mem) {
 		rc = read_file(path, &img, &len, err, sizeof err);
@@ -649,21 +611,46 @@ uint32_t warp_patterns_load(struct warp_patterns *p, struct warp_file_id id, uin
 	return k;
 }
 
-/* After a store into the region `heap` (entry `slot`): bring the copy up
- * to date. Only the entry and the clock when nobody else stored since the
- * copy was made; the whole heap (its root checked) when someone did. False
- * when the layout differs: the caller reads the file again once it has
- * closed the region (reading takes a shared lock, which the region's
- * exclusive one would refuse even in this process). */
-static bool refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, int slot, uint64_t clock_before)
+/* The slot a batch's store of id takes in the region's heap. When the copy
+ * mirrors the region (no other process stored since it was made) the
+ * copy's index finds id's own slot and a cursor the first empty one, so a
+ * batch of new files costs no scan per store. UINT32_MAX otherwise, and
+ * once the file is full: the caller scans (pick_slot_besides). The ids of
+ * one batch are distinct. */
+static uint32_t batch_slot(struct warp_patterns *p, bool mirror, const uint8_t *heap, struct warp_file_id id,
+			   uint32_t *empty)
+{
+	uint32_t n = pat_entries(heap);
+	if (!p || !mirror)
+		return UINT32_MAX;
+	const struct pat_entry *c = index_find(p, id);
+	if (c)
+		return (uint32_t)(((const uint8_t *)c - p->heap - PAT_ROOT_SIZE) / PAT_ENTRY_SIZE);
+	for (; *empty < n; (*empty)++)
+		if (!pat_entry_at(heap, *empty)->ino)
+			return (*empty)++;
+	return UINT32_MAX;
+}
+
+/* After a batch stored into the region `heap` (its slots): bring the copy
+ * up to date. Only those entries and the clock when the copy mirrored the
+ * region before the batch; the whole heap (its root checked) when someone
+ * else stored meanwhile. False when the layout differs: the caller reads
+ * the file again once it has closed the region (reading takes a shared
+ * lock, which the region's exclusive one would refuse even in this
+ * process). */
+static bool refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size, bool mirror,
+		    const uint32_t *slots, size_t nslots)
 {
 	uint64_t mine;
 	chell_region_heap(p->mem, &mine);
 	struct pat_root *cr = (struct pat_root *)p->heap;
 	const struct pat_root *rr = (const struct pat_root *)heap;
-	if (mine == size && cr->clock == clock_before && cr->entries == rr->entries) {
-		uint64_t off = PAT_ROOT_SIZE + (uint64_t)slot * PAT_ENTRY_SIZE;
-		memcpy(p->heap + off, heap + off, PAT_ENTRY_SIZE);
+	if (mine == size && mirror) {
+		for (size_t i = 0; i < nslots; i++) {
+			uint64_t off = PAT_ROOT_SIZE + (uint64_t)slots[i] * PAT_ENTRY_SIZE;
+			memcpy(p->heap + off, heap + off, PAT_ENTRY_SIZE);
+		}
 		cr->clock = rr->clock;
 	} else if (mine == size) {
 		memcpy(p->heap, heap, size);
@@ -673,39 +660,205 @@ static bool refresh(struct warp_patterns *p, const uint8_t *heap, uint64_t size,
 	return true;
 }
 
-int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n, const uint8_t *states,
-			const uint32_t *succ, const struct warp_xfile xf[WARP_XFILE_SLOTS])
+/* One transaction over the entries group[0..n) (record index, slot): the
+ * undo records of the clock and of every entry, one fence, the stores, the
+ * commit. A transaction per group, not per entry: on a file without DAX
+ * every fence is an msync that waits for the disk. */
+struct grp {
+	size_t rec;
+	uint32_t slot;
+};
+static int store_group(struct chell_region *r, const struct warp_pattern_rec *recs, const struct grp *g, size_t n,
+		       size_t *recorded)
+{
+	_Alignas(8) uint8_t buf[PAT_ENTRY_SIZE]; /* no static: a crash-test hook stores from inside a store */
+	uint64_t size;
+	uint8_t *heap = chell_region_heap(r, &size);
+	struct pat_root *root = (struct pat_root *)heap;
+	struct chell_tx *tx;
+	*recorded = 0;
+	int rc = chell_tx_begin(r, 0, &tx);
+	if (rc)
+		return rc;
+	rc = chell_tx_add_range_nodrain(tx, offsetof(struct pat_root, clock), sizeof root->clock);
+	size_t k = 0;
+	for (; k < n && !rc; k++) {
+		if (pat_fault_skip_undo)
+			continue;
+		rc = chell_tx_add_range_nodrain(tx, PAT_ROOT_SIZE + (uint64_t)g[k].slot * PAT_ENTRY_SIZE,
+						PAT_ENTRY_SIZE);
+		if (rc == -ENOSPC && k > 0) {
+			rc = 0; /* the journal is full: these now, the rest in the next one */
+			break;
+		}
+	}
+	if (rc) {
+		chell_tx_abort(tx);
+		return rc;
+	}
+	chell_tx_fence(tx);
+	for (size_t i = 0; i < k; i++) {
+		const struct warp_pattern_rec *x = &recs[g[i].rec];
+		build_entry(buf, x->id, x->n, x->states, x->succ, x->xf);
+		root->clock++;
+		struct pat_entry *ne = (struct pat_entry *)buf;
+		ne->stamp = root->clock;
+		ne->crc = entry_crc(ne);
+		memcpy(entry_ptr(heap, g[i].slot), buf, PAT_ENTRY_SIZE);
+	}
+	rc = chell_tx_commit(tx);
+	*recorded = rc ? 0 : k;
+	return rc;
+}
+
+/* Store group[0..n) in as many transactions as the journal needs. */
+static int store_groups(struct chell_region *r, const struct warp_pattern_rec *recs, const struct grp *g, size_t n)
+{
+	int rc = 0;
+	for (size_t at = 0, done; at < n && rc == 0; at += done)
+		rc = store_group(r, recs, g + at, n - at, &done);
+	return rc;
+}
+
+/* The entry a store of id writes: its own, else an empty one, else the
+ * one stored least recently; in a group not stored yet, none that an
+ * earlier member took (g[0..ng)). */
+static bool taken(const struct grp *g, size_t ng, uint32_t slot)
+{
+	for (size_t i = 0; i < ng; i++)
+		if (g[i].slot == slot)
+			return true;
+	return false;
+}
+static uint32_t pick_slot_besides(const uint8_t *heap, struct warp_file_id id, const struct grp *g, size_t ng)
+{
+	uint32_t empty = UINT32_MAX, oldest = UINT32_MAX;
+	for (uint32_t i = 0; i < pat_entries(heap); i++) {
+		const struct pat_entry *e = pat_entry_at(heap, i);
+		if (e->ino == id.ino && e->dev == id.dev)
+			return i;
+		if (taken(g, ng, i))
+			continue;
+		if (e->ino == 0) {
+			if (empty == UINT32_MAX)
+				empty = i;
+		} else if (oldest == UINT32_MAX || e->stamp < pat_entry_at(heap, oldest)->stamp) {
+			oldest = i;
+		}
+	}
+	return empty != UINT32_MAX ? empty : oldest;
+}
+
+/* Store the batch into the region r: the slots written go to slots[]
+ * (*nslots). p: the copy that mirrors r (*mirror set when it does), or
+ * NULL. 0 or -errno (what was committed before a failure stays stored). */
+static int store_batch(struct warp_patterns *p, struct chell_region *r, const struct warp_pattern_rec *recs,
+		       size_t count, uint32_t *slots, size_t *nslots, bool *mirror)
+{
+	_Alignas(8) uint8_t buf[PAT_ENTRY_SIZE];
+	uint64_t size;
+	uint8_t *heap = chell_region_heap(r, &size);
+	*mirror = false;
+	if (p) {
+		uint64_t mine;
+		chell_region_heap(p->mem, &mine);
+		*mirror = mine == size && ((struct pat_root *)p->heap)->clock == ((struct pat_root *)heap)->clock &&
+			  pat_entries(p->heap) == pat_entries(heap);
+	}
+	uint32_t empty = 0;
+	*nslots = 0;
+	int rc = region_ok(r);
+	if (rc)
+		return rc;
+	struct grp *g = malloc(sizeof *g * (count ? count : 1));
+	if (!g)
+		return -ENOMEM;
+	size_t ng = 0;
+	for (size_t i = 0; i < count; i++) {
+		const struct warp_pattern_rec *x = &recs[i];
+		if (x->id.ino == 0 || x->n == 0) {
+			rc = -EINVAL;
+			break;
+		}
+		uint32_t slot = batch_slot(p, *mirror, heap, x->id, &empty);
+		if (slot == UINT32_MAX)
+			slot = pick_slot_besides(heap, x->id, g, ng);
+		const struct pat_entry *e = pat_entry_at(heap, slot);
+		build_entry(buf, x->id, x->n, x->states, x->succ, x->xf);
+		if (!(e->ino == x->id.ino && e->dev == x->id.dev && same_entry(e, buf)))
+			g[ng++] = (struct grp){i, slot};
+		slots[(*nslots)++] = slot;
+	}
+	if (rc == 0)
+		rc = store_groups(r, recs, g, ng);
+	free(g);
+	return rc;
+}
+
+int pat_store_region_many(struct chell_region *r, const struct warp_pattern_rec *recs, size_t count)
+{
+	uint32_t *slots = malloc(sizeof *slots * (count ? count : 1));
+	size_t n;
+	bool mirror;
+	if (!slots)
+		return -ENOMEM;
+	int rc = store_batch(NULL, r, recs, count, slots, &n, &mirror);
+	free(slots);
+	return rc;
+}
+
+int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n, const uint8_t *states,
+		     const uint32_t *succ, const struct warp_xfile xf[WARP_XFILE_SLOTS])
+{
+	struct warp_pattern_rec one = {id, n, states, succ, xf};
+	return pat_store_region_many(r, &one, 1);
+}
+
+int warp_patterns_store_many(struct warp_patterns *p, const struct warp_pattern_rec *recs, size_t count)
 {
 	_Alignas(8) uint8_t buf[PAT_ENTRY_SIZE]; /* no static: a crash-test hook stores from inside a store */
 	char err[512];
-	if (!p || id.ino == 0 || n == 0)
+	if (!p)
 		return -EINVAL;
 	if (!p->path)
 		return -EROFS;
 	pthread_mutex_lock(&p->lock);
-	/* Unchanged since we last saw the file: nothing to write. */
-	build_entry(buf, id, n, states, succ, xf);
-	const struct pat_entry *old = index_find(p, id);
-	if (old && same_entry(old, buf)) {
+	/* Only what changed since we last saw the file is written; nothing
+	 * at all (the file untouched) when nothing did. */
+	struct warp_pattern_rec *todo = malloc(sizeof *todo * (count ? count : 1));
+	uint32_t *slots = malloc(sizeof *slots * (count ? count : 1));
+	size_t ntodo = 0, nslots = 0;
+	int rc = todo && slots ? 0 : -ENOMEM;
+	for (size_t i = 0; i < count && rc == 0; i++) {
+		if (recs[i].id.ino == 0 || recs[i].n == 0) {
+			rc = -EINVAL;
+			break;
+		}
+		build_entry(buf, recs[i].id, recs[i].n, recs[i].states, recs[i].succ, recs[i].xf);
+		const struct pat_entry *old = index_find(p, recs[i].id);
+		if (!old || !same_entry(old, buf))
+			todo[ntodo++] = recs[i];
+	}
+	if (rc || ntodo == 0) {
+		free(todo);
+		free(slots);
 		pthread_mutex_unlock(&p->lock);
-		return 0;
+		return rc;
 	}
 	struct chell_region *r;
-	bool reread = false;
-	int rc = region_open_wait(p->path, &r, err, sizeof err);
+	bool reread = false, mirror = false;
+	rc = region_open_wait(p->path, &r, err, sizeof err);
 	for (int again = 0; again < 2; again++) {
 		if (rc == 0) {
 			uint64_t size;
 			uint8_t *heap = chell_region_heap(r, &size);
 			rc = pat_validate_root(heap, size, err, sizeof err);
 			if (rc == 0) {
-				uint64_t before = ((struct pat_root *)heap)->clock;
-				rc = pat_store_region(r, id, n, states, succ, xf);
-				if (rc >= 0) {
-					reread = !refresh(p, heap, size, rc, before);
+				rc = store_batch(p, r, todo, ntodo, slots, &nslots, &mirror);
+				if (nslots) {
+					reread = !refresh(p, heap, size, mirror, slots, nslots);
 					if (!reread)
 						index_build(p);
-					rc = 0;
 				}
 			}
 			chell_region_close(r);
@@ -715,7 +868,7 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 		/* Damaged (or removed) since we read it: start again empty. */
 		if (rc == -EUCLEAN)
 			warn_once(p->path, err);
-		rc = rebuild(p->path);
+		rc = rebuild(p->path, p->new_entries);
 		if (rc == 0)
 			rc = region_open_wait(p->path, &r, err, sizeof err);
 	}
@@ -723,8 +876,17 @@ int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_
 	size_t len;
 	if (reread && read_file(p->path, &img, &len, err, sizeof err) == 0)
 		adopt(p, img, len, err, sizeof err);
+	free(todo);
+	free(slots);
 	pthread_mutex_unlock(&p->lock);
 	return rc;
+}
+
+int warp_patterns_store(struct warp_patterns *p, struct warp_file_id id, uint32_t n, const uint8_t *states,
+			const uint32_t *succ, const struct warp_xfile xf[WARP_XFILE_SLOTS])
+{
+	struct warp_pattern_rec one = {id, n, states, succ, xf};
+	return warp_patterns_store_many(p, &one, 1);
 }
 
 void warp_patterns_each(struct warp_patterns *p, void (*fn)(void *arg, const struct pat_entry *e), void *arg)

@@ -25,11 +25,11 @@
 #define PAT_VERSION 1u
 #define PAT_ENTRIES 1024u    /* files remembered (2.8 MB); the least recently stored goes */
 #define PAT_MAX_ENTRIES 65536u /* what a file may declare */
-#define PAT_NODES 512u   /* nodes per file (1 GB of 2 MB nodes); later ones are not kept */
+#define PAT_NODES WARP_PATTERNS_NODES   /* nodes per file (1 GB of 2 MB nodes); later ones are not kept */
 #define PAT_ROOT_SIZE 64u
 #define PAT_ENTRY_SIZE (sizeof(struct pat_entry) + PAT_NODES + 4u * PAT_NODES)
 #define PAT_HEAP_SIZE(entries) (PAT_ROOT_SIZE + (uint64_t)(entries) * PAT_ENTRY_SIZE)
-#define PAT_JOURNAL_ENTRIES 256u /* 16 KB of undo: one entry plus the root */
+#define PAT_JOURNAL_ENTRIES 4096u /* 256 KB of undo: ~90 entries per transaction (a file made with 256 takes 5) */
 
 struct pat_root {
 	uint64_t magic;
@@ -73,6 +73,10 @@ int pat_validate_root(const uint8_t *heap, uint64_t heap_size, char *field, size
  * valid: the index of the entry written (or found unchanged), or -errno. */
 int pat_store_region(struct chell_region *r, struct warp_file_id id, uint32_t n, const uint8_t *states,
 		     const uint32_t *succ, const struct warp_xfile xf[WARP_XFILE_SLOTS]);
+/* Several distinct files' entries in one transaction (as many as the
+ * journal needs when it cannot hold them all: a file made with this
+ * version's layout holds ~90). 0 or -errno. */
+int pat_store_region_many(struct chell_region *r, const struct warp_pattern_rec *recs, size_t count);
 /* The number of entries of a validated heap. */
 static inline uint32_t pat_entries(const uint8_t *heap)
 {

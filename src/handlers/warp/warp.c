@@ -134,11 +134,14 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 		nd->st.sr += n;
 	}
 	/* accuracy (warp.md §VI-D, brain.h): the node the records predicted
-	 * (the same node, or the previous one's successor), accessed as its
-	 * recorded state accelerates */
+	 * (the same node, the previous one's successor, or at the process's
+	 * first access to the file the previous file's tuple: chain.c),
+	 * accessed as its recorded state accelerates */
 	uint32_t prev = atomic_load_explicit(&w->prev_node, memory_order_relaxed);
-	uint32_t predicted = prev == (uint32_t)k ? prev
-			     : prev < WARP_MAX_NODES ? warp_succ(&w->nodes[prev]) : WARP_NODE_NONE;
+	uint32_t predicted = prev == (uint32_t)k		? prev
+			     : prev < WARP_MAX_NODES		? warp_next_of(&w->nodes[prev], prev)
+			     : prev == WARP_NODE_NONE		? warp_chain_enter(w, (uint32_t)k)
+								: WARP_NODE_NONE;
 	struct mapped_stats *ms = mapped_stats_tls(MAPPED_STATS_WARP);
 	ms->accesses++;
 	ms->accurate += warp_access_accurate(predicted, (uint32_t)k, warp_state_of(w, k), write);
@@ -147,9 +150,14 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 	atomic_store_explicit(&w->prev_node, (uint32_t)k, memory_order_relaxed);
 	if (prev < WARP_MAX_NODES)
 		warp_succ_set(&w->nodes[prev], (uint32_t)k);
-	/* prefetch the predicted next node in its state, off this thread */
-	uint32_t next = warp_succ(nd);
-	if (next < WARP_MAX_NODES && next != (uint32_t)k && warp_state_of(w, next) == WARP_MAPPED)
+	/* prefetch the predicted next node in its state, off this thread: a
+	 * node never accessed yet is prefetched in the state it will start
+	 * in (the open's hint) */
+	uint32_t next = warp_next_of(nd, (uint32_t)k);
+	if (next < WARP_MAX_NODES && next != (uint32_t)k &&
+	    ((uint64_t)next << w->hdr->node_shift) < isize(L(c)->inode) &&
+	    (warp_state_of(w, next) == WARP_MAPPED ||
+	     (WD(c)->hint == WARP_MAPPED && !w->nodes[next].last_use && warp_state_of(w, next) == WARP_NORMAL)))
 		warp_prefetch_post(w, next, WARP_MAPPED);
 }
 
@@ -590,11 +598,15 @@ static void warp_proc_event(enum chell_op ev, long arg)
 	if (ev == CHELL_EV_FORK_CHILD) {
 		warp_files_after_fork();
 		warp_tier_after_fork();
+		warp_learn_after_fork();
+		warp_chain_after_fork();
 	} else if (ev == CHELL_EV_EXIT) {
 		warp_lease_proc_end();
+		warp_learn_flush();
 		warp_stats_dump();
 	} else if (ev == CHELL_EV_EXEC) {
 		warp_lease_proc_end(); /* the new image has no checkpoint thread polling it yet */
+		warp_learn_flush();
 	}
 }
 

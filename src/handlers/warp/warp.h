@@ -299,12 +299,41 @@ extern __thread bool warp_bg;
 #define WCTR(f, n) atomic_fetch_add_explicit(&warp_ctr.f, (n), memory_order_relaxed)
 void warp_stats_dump(void);
 
-/* ---- patterns (brain.h) of this process, NULL without warp.patterns */
+/* ---- learn.c: patterns (brain.h) of this process; warp_pat is NULL
+ * without warp.patterns */
 extern struct warp_patterns *warp_pat;
-/* A fresh buffer (no other user): states and successors as stored. */
+void warp_learn_open(void); /* opens warp.patterns once */
+/* A fresh buffer (no other user): states, successors and tuples as kept. */
 void warp_patterns_apply(struct warp_file *w);
-/* Keep w's stable states and successors (checkpoints, last close). */
+/* Keep w's stable states, successors and tuples (checkpoints, last close):
+ * queued, stored by warp_learn_flush. */
 void warp_patterns_keep(struct warp_file *w);
+/* The tuple {ctx, to, node} for file `from`, which this process no longer
+ * has open (chain.c): queued as well. */
+void warp_learn_link(struct warp_file_id from, uint64_t ctx, struct warp_file_id to, uint32_t node);
+/* Store what is queued (the background thread's pass, exit, exec). */
+void warp_learn_flush(void);
+void warp_learn_after_fork(void);
+
+/* ---- chain.c: the process's chain of files (warp.md §IV-C) */
+/* The first access of this process to w, at node k: records that the
+ * process went from the file it accessed before to w, posts the prefetch
+ * of the file w's tuples predict next (when this process has it open), and
+ * returns the node the previous file's tuples predicted for w
+ * (WARP_NODE_NONE: none, or another file). */
+uint32_t warp_chain_enter(struct warp_file *w, uint32_t k);
+void warp_chain_after_fork(void);
+/* This process's warp_file of (dev, ino) if it has one now, a new
+ * reference; NULL otherwise (nothing is opened). buf.c */
+struct warp_file *warp_file_listed(uint64_t dev, uint64_t ino);
+
+/* The node predicted after node k: its successor record, else k + 1 (no
+ * record yet: sequential access is the commonest pattern, and a record
+ * replaces the guess at the first access that says otherwise). */
+static inline uint32_t warp_next_of(const struct warp_node *n, uint32_t k)
+{
+	return n->succ1 ? n->succ1 - 1 : k + 1;
+}
 
 #define WSTAT(field, n) MSTAT(MAPPED_STATS_WARP, field, n)
 
