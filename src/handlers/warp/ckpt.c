@@ -185,12 +185,14 @@ static void loop(struct chell_thread *t, void *arg)
 	while (!chell_thread_wait(t, leases && period > LEASE_POLL_NS ? LEASE_POLL_NS : period)) {
 		leases = false;
 		warp_files_reap();
-		warp_learn_flush(); /* what the files taught since the last pass */
 		if (warp_lease_mode)
 			warp_files_each(poll_one, &leases);
 		uint64_t now = mapped_tick();
 		if (now >= next) {
 			warp_files_each(pass, &now);
+			/* what the files taught since the last pass, after it (its
+			 * checkpoints queue their entries); not at the lease polls */
+			warp_learn_flush();
 			next = now + period;
 		}
 	}

@@ -192,14 +192,20 @@ void warp_patterns_keep(struct warp_file *w)
 	pthread_mutex_lock(&qlock);
 	struct item *it = find(id);
 	if (it && it->n != n) {
-		uint8_t *st = realloc(it->states, n);
-		if (st)
+		/* the file grew or shrank: new arrays, both or neither (n and
+		 * the arrays' lengths always agree) */
+		uint8_t *st = malloc(n);
+		uint32_t *su = malloc(n * sizeof *su);
+		if (st && su) {
+			free(it->states);
+			free(it->succ);
 			it->states = st;
-		uint32_t *su = realloc(it->succ, n * sizeof *su);
-		if (su)
 			it->succ = su;
-		if (st && su)
 			it->n = n;
+		} else {
+			free(st);
+			free(su);
+		}
 	}
 	if (!it)
 		it = add(id, n);
