@@ -825,10 +825,10 @@ int warp_patterns_store_many(struct warp_patterns *p, const struct warp_pattern_
 	pthread_mutex_lock(&p->lock);
 	/* Only what changed since we last saw the file is written; nothing
 	 * at all (the file untouched) when nothing did. */
-	struct warp_pattern_rec *todo = malloc(sizeof *todo * (count ? count : 1));
+	struct warp_pattern_rec *changed = malloc(sizeof *changed * (count ? count : 1));
 	uint32_t *slots = malloc(sizeof *slots * (count ? count : 1));
-	size_t ntodo = 0, nslots = 0;
-	int rc = todo && slots ? 0 : -ENOMEM;
+	size_t nchanged = 0, nslots = 0;
+	int rc = changed && slots ? 0 : -ENOMEM;
 	for (size_t i = 0; i < count && rc == 0; i++) {
 		if (recs[i].id.ino == 0 || recs[i].n == 0) {
 			rc = -EINVAL;
@@ -837,10 +837,10 @@ int warp_patterns_store_many(struct warp_patterns *p, const struct warp_pattern_
 		build_entry(buf, recs[i].id, recs[i].n, recs[i].states, recs[i].succ, recs[i].xf);
 		const struct pat_entry *old = index_find(p, recs[i].id);
 		if (!old || !same_entry(old, buf))
-			todo[ntodo++] = recs[i];
+			changed[nchanged++] = recs[i];
 	}
-	if (rc || ntodo == 0) {
-		free(todo);
+	if (rc || nchanged == 0) {
+		free(changed);
 		free(slots);
 		pthread_mutex_unlock(&p->lock);
 		return rc;
@@ -854,7 +854,7 @@ int warp_patterns_store_many(struct warp_patterns *p, const struct warp_pattern_
 			uint8_t *heap = chell_region_heap(r, &size);
 			rc = pat_validate_root(heap, size, err, sizeof err);
 			if (rc == 0) {
-				rc = store_batch(p, r, todo, ntodo, slots, &nslots, &mirror);
+				rc = store_batch(p, r, changed, nchanged, slots, &nslots, &mirror);
 				if (nslots) {
 					reread = !refresh(p, heap, size, mirror, slots, nslots);
 					if (!reread)
@@ -876,7 +876,7 @@ int warp_patterns_store_many(struct warp_patterns *p, const struct warp_pattern_
 	size_t len;
 	if (reread && read_file(p->path, &img, &len, err, sizeof err) == 0)
 		adopt(p, img, len, err, sizeof err);
-	free(todo);
+	free(changed);
 	free(slots);
 	pthread_mutex_unlock(&p->lock);
 	return rc;
