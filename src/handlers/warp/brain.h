@@ -102,6 +102,10 @@ enum warp_state warp_model_decide(const struct warp_costs *c, const struct warp_
 struct warp_file_id {
 	uint64_t dev, ino;
 };
+static inline bool warp_file_id_eq(struct warp_file_id a, struct warp_file_id b)
+{
+	return a.dev == b.dev && a.ino == b.ino;
+}
 /* Within a file: each node records the last node accessed after it
  * (uint32_t succ[node], WARP_NODE_NONE if none). Called on every access
  * that moves to another node: succ[prev] = node. */

@@ -28,11 +28,6 @@ static pthread_mutex_t chain_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct warp_file_id last;  /* ino 0: none yet */
 static struct warp_xfile predicted_next; /* ctx 0: nothing predicted */
 
-static bool same_id(struct warp_file_id a, struct warp_file_id b)
-{
-	return a.dev == b.dev && a.ino == b.ino;
-}
-
 /* {ctx, to, node} into from's tuples, wherever they are now. */
 static void record(struct warp_file_id from, uint64_t ctx, struct warp_file_id to, uint32_t node)
 {
@@ -72,15 +67,15 @@ uint32_t warp_chain_enter(struct warp_file *w, uint32_t k)
 
 	pthread_mutex_lock(&chain_lock);
 	struct warp_file_id from = last;
-	uint32_t hit = predicted_next.ctx && same_id(predicted_next.next, me) ? predicted_next.hint_node
+	uint32_t hit = predicted_next.ctx && warp_file_id_eq(predicted_next.next, me) ? predicted_next.hint_node
 									       : WARP_NODE_NONE;
 	last = me;
 	predicted_next = mine;
 	pthread_mutex_unlock(&chain_lock);
 
-	if (from.ino && !same_id(from, me))
+	if (from.ino && !warp_file_id_eq(from, me))
 		record(from, ctx, me, k);
-	if (mine.ctx && !same_id(mine.next, me))
+	if (mine.ctx && !warp_file_id_eq(mine.next, me))
 		prefetch_next(mine.next, mine.hint_node);
 	return hit;
 }

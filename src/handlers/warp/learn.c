@@ -46,11 +46,6 @@ static struct item *q;
 static size_t qn, qcap;
 static _Atomic size_t queued; /* qn, read without the lock */
 
-static bool same_id(struct warp_file_id a, struct warp_file_id b)
-{
-	return a.dev == b.dev && a.ino == b.ino;
-}
-
 static void open_once(void)
 {
 	const char *pp = chell_setting("warp.patterns");
@@ -81,7 +76,7 @@ void warp_learn_open(void)
 static struct item *find(struct warp_file_id id)
 {
 	for (size_t i = qn; i-- > 0;)
-		if (same_id(q[i].id, id))
+		if (warp_file_id_eq(q[i].id, id))
 			return &q[i];
 	return NULL;
 }
@@ -155,6 +150,7 @@ void warp_patterns_apply(struct warp_file *w)
 	 * the next pass), else what the file holds */
 	pthread_mutex_lock(&qlock);
 	struct item *it = find(id);
+	bool queued_entry = it != NULL;
 	if (it) {
 		k = it->n < n ? it->n : n;
 		memcpy(states, it->states, k);
@@ -163,7 +159,7 @@ void warp_patterns_apply(struct warp_file *w)
 		memcpy(w->hdr->xf, it->xf, sizeof it->xf);
 	}
 	pthread_mutex_unlock(&qlock);
-	if (!it)
+	if (!queued_entry) /* (it may be gone: the lock is let go) */
 		k = warp_patterns_load(warp_pat, id, n, states, succ, w->hdr->xf);
 	/* Only states that need nothing else are applied at once: buffered
 	 * needs the lease (warp.outside=lease) and so becomes the node's

@@ -55,11 +55,6 @@ uint64_t warp_context_hash(void)
 	return ctx_hash;
 }
 
-static bool same_file(struct warp_file_id a, struct warp_file_id b)
-{
-	return a.dev == b.dev && a.ino == b.ino;
-}
-
 void warp_xfile_record(struct warp_xfile slots[WARP_XFILE_SLOTS], uint64_t ctx,
 		       struct warp_file_id next, uint32_t hint_node)
 {
@@ -88,7 +83,7 @@ void warp_xfile_record(struct warp_xfile slots[WARP_XFILE_SLOTS], uint64_t ctx,
 	for (int i = 0; i < WARP_XFILE_SLOTS; i++)
 		if (i != pick && slots[i].ctx && slots[i].age < UINT32_MAX)
 			slots[i].age++;
-	if (!(slots[pick].ctx == ctx && same_file(slots[pick].next, next) && slots[pick].hint_node == hint_node)) {
+	if (!(slots[pick].ctx == ctx && warp_file_id_eq(slots[pick].next, next) && slots[pick].hint_node == hint_node)) {
 		slots[pick].ctx = ctx;
 		slots[pick].next = next;
 		slots[pick].hint_node = hint_node;
