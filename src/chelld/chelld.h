@@ -36,6 +36,12 @@ struct chelld_config {
 	uint64_t pin_max;          /* bytes that may be pinned (0: half the capacity) */
 	uint64_t file_max;         /* files larger than this are not cached (0: no cap) */
 	uint32_t workers;          /* request threads (server.c) */
+	/* Test hook, from the environment (CHELLD_TEST_REVALIDATE_PAUSE_MS):
+	 * the first revalidation that finds a file changed behind the cache
+	 * sleeps this long, without the lock, before each chunk it revokes, as
+	 * a slow write-back makes it wait; tests/system/test_cache_crash.py
+	 * uses it to let a second registration overtake the first. 0: none. */
+	uint32_t test_revalidate_pause_ms;
 };
 
 /* One backing file a client registered with OPEN_FILE: the client's own

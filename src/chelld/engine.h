@@ -104,6 +104,11 @@ struct cfile {
 	uint32_t nregs;         /* live registrations, all connections */
 	uint32_t nconns;        /* connections holding a registration */
 	bool bypass;            /* not cached until the last registration closes */
+	/* A registration is comparing the file with its Cnode (and revoking
+	 * its chunks if it changed behind the cache, which may wait without
+	 * the lock): other registrations wait, and the Cnode is not reclaimed
+	 * (files.c, cfile_register). */
+	bool revalidating;
 	/* Adaptive read-ahead (chunk.c), in file blocks: where the last miss
 	 * started and where its fill ended, and its read-ahead window (0:
 	 * random access). */

@@ -46,6 +46,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <linux/magic.h>
 #include <unistd.h>
 
@@ -208,7 +209,7 @@ static bool reclaim_cnode(struct engine *c)
 		if (meta_cnode_info(c->m, id, &ci) < 0 || ci.chunks)
 			continue;
 		struct cfile *f = c->files[id];
-		if (f && f->nregs)
+		if (f && (f->nregs || f->revalidating))
 			continue;
 		if (meta_cnode_remove(c->m, id) < 0)
 			continue;
@@ -220,6 +221,15 @@ static bool reclaim_cnode(struct engine *c)
 		return true;
 	}
 	return false;
+}
+
+/* The test hook of chelld.h: sleep without the lock, as a wait would. */
+static void test_pause(struct engine *c, uint32_t ms)
+{
+	struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+	pthread_mutex_unlock(&c->lock);
+	nanosleep(&ts, NULL);
+	pthread_mutex_lock(&c->lock);
 }
 
 /* Drop every chunk of a file that changed behind the cache. */
@@ -236,14 +246,42 @@ static void outside_change(struct engine *c, struct cfile *f, const struct meta_
 	if (!slots)
 		return;
 	uint32_t n = engine_file_slots(c, f->cnode, slots);
+	uint64_t *incs = malloc((n ? n : 1) * sizeof *incs);
+	if (!incs) {
+		free(slots);
+		return;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		incs[i] = c->slots[slots[i]].ctl->incarnation;
+	/* the test hook (chelld.h) slows the first revalidation only */
+	static bool paused;
+	bool pause = c->cfg->test_revalidate_pause_ms && !paused;
+	paused |= pause;
 	/* Dirty bytes past the file's end as the outside writer left it are
 	 * not written back (nobody has the file registered, so no client is
 	 * between storing an extension and publishing its size: an ext_end
-	 * mark past the end is stale, the file was truncated behind us). */
-	for (uint32_t i = 0; i < n; i++)
-		if (chunk_revoke(c, slots[i], (uint64_t)st->st_size) < 0)
-			chelld_log("file %s: chunk %llu kept (write-back failed)", f->path,
-				   (unsigned long long)c->slots[slots[i]].file_chunk);
+	 * mark past the end is stale, the file was truncated behind us).
+	 * That clamp holds only for the chunks listed now: chunk_revoke may
+	 * wait without the lock, and a slot it comes back to may hold another
+	 * chunk since (of this file too, made by a client registered after
+	 * this revalidation: cfile_register keeps them out until it is done,
+	 * but the slot list is checked as well). */
+	for (uint32_t i = 0; i < n; i++) {
+		const struct slot *sl = &c->slots[slots[i]];
+		if (!sl->map || sl->cnode != f->cnode || sl->ctl->incarnation != incs[i])
+			continue; /* evicted meanwhile, or another chunk now */
+		if (pause) {
+			test_pause(c, c->cfg->test_revalidate_pause_ms);
+			if (!sl->map || sl->cnode != f->cnode || sl->ctl->incarnation != incs[i])
+				continue;
+		}
+		uint64_t chunk = sl->file_chunk;
+		int rc = chunk_revoke(c, slots[i], (uint64_t)st->st_size);
+		if (rc < 0 && rc != -ENOENT) /* ENOENT: a worker evicted it meanwhile */
+			chelld_log("file %s: chunk %llu kept (write-back failed: %s)", f->path,
+				   (unsigned long long)chunk, strerror(-rc));
+	}
+	free(incs);
 	free(slots);
 }
 
@@ -277,14 +315,29 @@ int cfile_register(struct engine *c, int client_fd, const char *resolved, uint64
 		close_fd(c, f);
 	}
 	struct stat st;
+	if (f->revalidating) {
+		/* Another registration is judging the file (outside_change waits
+		 * without the lock): wait for its verdict, then look again. Not
+		 * judging it twice at once matters: a client registered while the
+		 * first still revokes chunks against the size it saw before would
+		 * store and fsync into chunks that are then cut at that size (an
+		 * acknowledged extension lost: test_cache_crash.py on GlusterFS,
+		 * where killed writers leave times that move after their close). */
+		while (f->revalidating)
+			pthread_cond_wait(&c->idle, &c->lock);
+		return cfile_register(c, client_fd, resolved, dev, ino, detail, dlen);
+	}
 	if (f->nregs == 0 && fstat(client_fd, &st) == 0) {
 		struct meta_cnode_info ci;
+		f->revalidating = true;
 		if (!created && meta_cnode_info(c->m, f->cnode, &ci) == 0 &&
 		    (ci.size != (uint64_t)st.st_size || ci.mtime_ns != ts_ns(&st.st_mtim) ||
 		     ci.ctime_ns != ts_ns(&st.st_ctim)))
 			outside_change(c, f, &ci, &st);
 		meta_cnode_set_attr(c->m, f->cnode, (uint64_t)st.st_size, ts_ns(&st.st_mtim),
 				    ts_ns(&st.st_ctim));
+		f->revalidating = false;
+		pthread_cond_broadcast(&c->idle);
 	}
 	/* its directory's mode, its pin, the per-file cap (modes.c) */
 	modes_file_registered(c, f, fstat(client_fd, &st) == 0 ? (uint64_t)st.st_size : 0);

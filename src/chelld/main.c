@@ -368,6 +368,10 @@ static int configure_cache(struct chelld_config *cfg, const struct cache_opts *o
 	cfg->max_fds = 256;
 	if (o->max_fds && parse_count(o->max_fds, 65536, &cfg->max_fds) < 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --max-fds '%s' (1 to 65536)", o->max_fds);
+	const char *pause = getenv("CHELLD_TEST_REVALIDATE_PAUSE_MS"); /* chelld.h: a test hook */
+	if (pause && parse_count(pause, 60000, &cfg->test_revalidate_pause_ms) < 0)
+		return fail(CHELLD_EXIT_USAGE, "invalid CHELLD_TEST_REVALIDATE_PAUSE_MS '%s' (1 to 60000)",
+			    pause);
 	cfg->workers = 8;
 	if (o->workers && parse_count(o->workers, 64, &cfg->workers) < 0)
 		return fail(CHELLD_EXIT_USAGE, "invalid --workers '%s' (1 to 64)", o->workers);

@@ -18,6 +18,7 @@
  * truncated bytes back.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,28 @@ static int write_extent(struct engine *c, int fd, const wb_plan *plan, const wb_
 		*bytes += len;
 	chell_tier_read(len); /* out of the pool, the emulated tier (docs/TIER.md) */
 	return rc;
+}
+
+/* Dirty blocks the job leaves out (at or past its limit) are dropped from
+ * the cache's point of view: say so in the log, with the numbers the limit
+ * came from, so a loss can always be traced to its decision. */
+static void log_cut(const struct cfile *f, const struct wb_job *j, uint64_t size, uint64_t end,
+		    uint64_t clamp)
+{
+	uint64_t cut = 0, first = UINT64_MAX;
+	for (size_t i = 0; i < j->n; i++)
+		for (unsigned b = 0; b < CACHE_BLOCKS; b++) {
+			uint64_t off = j->in[i].backing_off + (uint64_t)b * CACHE_BLOCK_BYTES;
+			if (off >= j->limit && cp_bitmap_test(&j->bits[i], b)) {
+				cut++;
+				first = off < first ? off : first;
+			}
+		}
+	if (cut && end <= clamp) /* not a truncation's clamp */
+		chelld_log("write-back of %s leaves out %" PRIu64 " dirty block(s) from offset %" PRIu64
+			   ": past the file's size %" PRIu64 " and every extending write's mark (%" PRIu64
+			   ")",
+			   f->path, cut, first, size, end);
 }
 
 int wb_begin(struct engine *c, struct cfile *f, const uint32_t *slots, size_t n, uint64_t clamp,
@@ -165,6 +188,7 @@ int wb_begin(struct engine *c, struct cfile *f, const uint32_t *slots, size_t n,
 		end = x > end ? x : end;
 	}
 	j->limit = end < clamp ? end : clamp;
+	log_cut(f, j, (uint64_t)st.st_size, end, clamp);
 	j->rc = wb_plan_build(j->in, n, WB_MAX_EXTENT, &j->plan);
 	j->planned = j->rc == 0;
 	return 0;

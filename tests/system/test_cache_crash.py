@@ -18,7 +18,8 @@ right). The kernel is the oracle: the same kill loop without Chell must
 verify too, and a corrupted block must be caught.
 
 CHELL_CACHE_KILLS sets the number of kill points (default 240; the closing
-note's run used 1,200: scripts/crash_cache.sh).
+note's run used 1,200: scripts/crash_cache.sh). CHELL_TEST_KEEP_LOGS=DIR
+keeps each run's manager log (chelld.log) there.
 """
 import os
 import random
@@ -48,6 +49,9 @@ def dirs(tmp_path):
     logs.mkdir()
     yield pool, back, logs
     run([CHELL, "cache", "stop", "--pool", pool, "--timeout", "60"], timeout=90)
+    keep = os.environ.get("CHELL_TEST_KEEP_LOGS")  # a directory for the manager's log
+    if keep and (pool / "chelld.log").exists():
+        subprocess.run(["cp", str(pool / "chelld.log"), f"{keep}/{pool.name}.chelld.log"])
     subprocess.run(["rm", "-rf", str(pool), str(back)])
 
 
@@ -87,8 +91,17 @@ def verify(file, logs, pool=None):
         argv = [CHELL, "run", "--mode", "cache", "--set", f"cache.pool={pool}", "--"] + argv
     r = run(argv, timeout=300)
     out = r.stdout.decode()
-    assert r.returncode == 0, out[-3000:] + r.stderr.decode()
+    assert r.returncode == 0, out[-3000:] + r.stderr.decode() + manager_log(pool)
     return out
+
+
+def manager_log(pool):
+    """The manager's log, for a failure's message: what it recovered,
+    wrote back or left out is where a lost block is traced."""
+    log = pool / "chelld.log" if pool else None
+    if not log or not log.exists():
+        return ""
+    return "\nchelld.log (last 60 lines):\n" + "\n".join(log.read_text().splitlines()[-60:])
 
 
 def kill_rounds(pool, back, logdir, kills_wanted, cache=True, manager_every=6, verify_every=8,
@@ -186,3 +199,54 @@ def test_every_fsynced_byte_survives_in_mode(dirs, mode):
     verify(file, logs)
     start(pool, back, args)
     verify(file, logs, pool)
+
+
+def test_a_registration_waits_for_a_revalidation_in_progress(dirs):
+    """Two clients open a file that changed behind the cache at once: the
+    first judges it and revokes its chunks against the size it saw (which
+    may wait without the lock: here a test hook pauses before each chunk),
+    the second must not be registered - and extend and fsync the file -
+    until that is done, or its acknowledged extension is cut at the old
+    size with the chunk it went into (found by the kill loop above on
+    GlusterFS: "block N is zero", an acknowledged append lost)."""
+    pool, back, logdir = dirs
+    data, src = back / "data", logdir / "src"
+    env = dict(os.environ, CHELLD_TEST_REVALIDATE_PAUSE_MS="700")
+    r = run([CHELL, "cache", "start", "--pool", pool, "--size", "8M", "--backing", back],
+            timeout=120, env=env)
+    assert r.returncode == 0, r.stderr.decode()
+    cache = [CHELL, "run", "--mode", "cache", "--set", f"cache.pool={pool}", "--"]
+    old = random.Random(1).randbytes(3 << 20)  # two chunks
+    src.write_bytes(old)
+    r = run(cache + ["python3", "-c", f"open({str(data)!r}, 'wb').write(open({str(src)!r}, 'rb').read())"],
+            timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    # every other slot taken (one block in each chunk of another file), so
+    # the next chunk made goes into a slot that the data file's chunks
+    # free: the first revalidation's list then names a new chunk
+    filler = back / "filler"
+    with open(filler, "wb") as f:
+        f.truncate(30 << 21)
+    r = run(cache + ["python3", "-c", f"import os; fd = os.open({str(filler)!r}, os.O_RDONLY); "
+                     "[os.pread(fd, 4096, k << 21) for k in range(30)]"], timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    st = data.stat()
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns - 10**9))  # behind the cache's back
+    # the first opener: its registration revalidates (two chunks, paused)
+    first = subprocess.Popen(cache + ["python3", "-c", f"import time; f = open({str(data)!r}, 'rb'); f.read(1); "
+                                      "time.sleep(3)"], stderr=subprocess.PIPE)
+    time.sleep(0.4)
+    new = b"\xab" * (64 << 10)  # an extension published by fallocate (>= 16 KB)
+    second = run(cache + ["python3", "-c", f"import os; fd = os.open({str(data)!r}, os.O_WRONLY); "
+                          f"assert os.pwrite(fd, b'\\xab' * {len(new)}, {len(old)}) == {len(new)}; "
+                          "os.fsync(fd)"], timeout=60)
+    assert second.returncode == 0, second.stderr.decode()
+    assert first.wait(timeout=60) == 0, first.stderr.read().decode()
+    log = (pool / "chelld.log").read_text()
+    assert "changed outside the cache" in log
+    r = run([CHELL, "cache", "stop", "--pool", pool, "--timeout", "60"], timeout=90)
+    assert r.returncode == 0, r.stderr.decode()
+    got = data.read_bytes()  # the kernel alone, after the write-back
+    assert len(got) == len(old) + len(new)
+    assert got[:len(old)] == old
+    assert got[len(old):] == new, "the fsync'd extension was lost: " + manager_log(pool)
