@@ -15,6 +15,7 @@
  *                        CACHE_CHUNK_BYTES. Sparse: only filled 4 KB blocks
  *                        take memory.
  *   DIR/chelld.sock, chelld.pid, chelld.lock, chelld.log (chelld/protocol.h)
+ *   DIR/modes.state      run-time mode switches and pins (chelld/modes_state.c)
  *
  * Why one file per chunk, and a new inode every time a slot is reused:
  * a mapping the kernel gave a client cannot be taken back without a kernel

@@ -26,11 +26,13 @@
 #include <unistd.h>
 
 #include "chelld/modes.h"
+#include "chelld/modes_state.h"
 #include "common/registry.h"
 
 struct rule {
 	char *dir;
 	unsigned mode;
+	bool runtime; /* set by SET_MODE: kept in the pool (modes_state.c) */
 };
 struct pin {
 	char *path;
@@ -82,11 +84,12 @@ static bool in_backing(const struct chelld_config *cfg, const char *path)
 }
 
 /* Set (or replace) the rule of dir. 0 or -ENOMEM. */
-static int set_rule(struct modes *md, const char *dir, unsigned mode)
+static int set_rule(struct modes *md, const char *dir, unsigned mode, bool runtime)
 {
 	for (uint32_t i = 0; i < md->nrules; i++)
 		if (strcmp(md->rules[i].dir, dir) == 0) {
 			md->rules[i].mode = mode;
+			md->rules[i].runtime |= runtime;
 			return 0;
 		}
 	struct rule *n = realloc(md->rules, (md->nrules + 1) * sizeof *n);
@@ -95,6 +98,7 @@ static int set_rule(struct modes *md, const char *dir, unsigned mode)
 	md->rules = n;
 	if (!(n[md->nrules].dir = strdup(dir)))
 		return -ENOMEM;
+	n[md->nrules].runtime = runtime;
 	n[md->nrules++].mode = mode;
 	return 0;
 }
@@ -135,7 +139,7 @@ static int parse_rules(const struct chelld_config *cfg, struct modes *md, char *
 				 item);
 			return -1;
 		}
-		if (md && set_rule(md, real, (unsigned)mode) < 0) {
+		if (md && set_rule(md, real, (unsigned)mode, false) < 0) {
 			snprintf(err, len, "out of memory");
 			return -1;
 		}
@@ -148,6 +152,43 @@ int modes_check(const struct chelld_config *cfg, char *err, size_t len)
 	return parse_rules(cfg, NULL, err, len);
 }
 
+static int check_path(const struct engine *c, const char *path, char *detail, size_t len,
+		      struct stat *st);
+static int pin_add(struct engine *c, const char *path, const struct stat *st, uint64_t pin_max,
+		   uint64_t *bytes, char *detail, size_t len);
+static void keep_state(struct engine *c);
+
+/* One switch or pin of the last run (modes_state.c), checked as SET_MODE
+ * and PIN check theirs: the directory may be gone or moved since. */
+static int apply_kept(struct engine *c, const struct modes_state_item *it, char *detail,
+		      size_t len)
+{
+	char path[CHELLD_PATH_MAX] = {0};
+	struct stat st;
+	if (strlen(it->path) >= sizeof path) {
+		snprintf(detail, len, "the path is too long");
+		return -1;
+	}
+	memcpy(path, it->path, strlen(it->path));
+	if (check_path(c, path, detail, len, &st) != 0)
+		return -1;
+	if (it->pin) {
+		uint64_t bytes, pin_max = c->cfg->pin_max ? c->cfg->pin_max : c->pool.capacity / 2;
+		return pin_add(c, path, &st, pin_max, &bytes, detail, len) ? -1 : 0;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		snprintf(detail, len, "not a directory");
+		return -1;
+	}
+	if (set_rule(c->modes, path, it->mode, true) < 0) {
+		snprintf(detail, len, "out of memory");
+		return -1;
+	}
+	if (it->mode == CHELLD_MODE_PASS_THROUGH)
+		c->modes->switched = true;
+	return 0;
+}
+
 int modes_init(struct engine *c, char *err, size_t len)
 {
 	struct modes *md = calloc(1, sizeof *md);
@@ -158,6 +199,7 @@ int modes_init(struct engine *c, char *err, size_t len)
 	c->modes = md;
 	if (parse_rules(c->cfg, md, err, len) < 0)
 		return -1;
+	modes_state_load(c, apply_kept);
 	for (uint32_t id = 0; id < c->pool.max_cnodes; id++)
 		if (c->files[id])
 			modes_file_init(c, c->files[id]);
@@ -378,8 +420,17 @@ static int check_path(const struct engine *c, const char *path, char *detail, si
 		snprintf(detail, len, "the path is not NUL-terminated");
 		return EINVAL;
 	}
-	if (path[0] != '/' || !realpath(path, real) || strcmp(real, path) != 0) {
-		snprintf(detail, len, "not an absolute, resolved path");
+	if (path[0] != '/') {
+		snprintf(detail, len, "not an absolute path");
+		return EINVAL;
+	}
+	if (!realpath(path, real)) {
+		int e = errno;
+		snprintf(detail, len, "%s", strerror(e));
+		return e;
+	}
+	if (strcmp(real, path) != 0) {
+		snprintf(detail, len, "not a resolved path (it resolves to %.200s)", real);
 		return EINVAL;
 	}
 	if (stat(path, st) < 0) {
@@ -410,7 +461,7 @@ bool do_set_mode(struct server *s, struct client *cl, const struct chelld_set_mo
 		rc = ENOTDIR;
 		snprintf(r.detail, sizeof r.detail, "modes are per directory");
 	}
-	if (rc == 0 && set_rule(c->modes, m->path, m->mode) < 0)
+	if (rc == 0 && set_rule(c->modes, m->path, m->mode, true) < 0)
 		rc = ENOMEM;
 	if (rc == 0 && m->mode == CHELLD_MODE_PASS_THROUGH)
 		c->modes->switched = true; /* clients connecting from now on register at open */
@@ -436,6 +487,8 @@ bool do_set_mode(struct server *s, struct client *cl, const struct chelld_set_mo
 		}
 		f->seq_run = f->seq_next = 0;
 	}
+	if (rc == 0)
+		keep_state(c);
 	chelld_log("client %llu (pid %d): mode %s for %.200s: %u file(s), %llu bytes written back, "
 		   "%u chunk(s) dropped: %s", (unsigned long long)cl->serial, (int)cl->pid,
 		   modes_name(m->mode), memchr(m->path, 0, sizeof m->path) ? m->path : "?", r.files,
@@ -458,6 +511,62 @@ static void repin(struct engine *c)
 	for (uint32_t id = 0; id < c->pool.max_cnodes; id++)
 		if (c->files[id])
 			c->files[id]->pinned = pinned_path(c, c->files[id]->path);
+}
+
+/* Pin path (checked: check_path filled st) within pin_max: 0 or an errno
+ * with detail; *bytes gets the bytes it pins. */
+static int pin_add(struct engine *c, const char *path, const struct stat *st, uint64_t pin_max,
+		   uint64_t *bytes, char *detail, size_t len)
+{
+	struct modes *md = c->modes;
+	for (uint32_t i = 0; i < md->npins; i++)
+		if (strcmp(md->pins[i].path, path) == 0) {
+			snprintf(detail, len, "already pinned");
+			return EEXIST;
+		}
+	walk_bytes = 0;
+	if (S_ISDIR(st->st_mode))
+		nftw(path, walk_one, 16, FTW_PHYS);
+	else
+		walk_bytes = S_ISREG(st->st_mode) ? (uint64_t)st->st_size : 0;
+	*bytes = walk_bytes;
+	if (md->pinned_bytes + walk_bytes > pin_max) {
+		snprintf(detail, len, "cache.pin_max is %llu bytes; %llu are pinned already",
+			 (unsigned long long)pin_max, (unsigned long long)md->pinned_bytes);
+		return ENOSPC;
+	}
+	struct pin *n = realloc(md->pins, (md->npins + 1) * sizeof *n);
+	if (!n)
+		return ENOMEM;
+	md->pins = n;
+	if (!(n[md->npins].path = strdup(path)))
+		return ENOMEM;
+	n[md->npins++].bytes = walk_bytes;
+	md->pinned_bytes += walk_bytes;
+	return 0;
+}
+
+/* Store the run-time switches and the pins in the pool (modes_state.c).
+ * A failure leaves them in force until the manager stops, and says so. */
+static void keep_state(struct engine *c)
+{
+	const struct modes *md = c->modes;
+	struct modes_state_item *it = calloc(md->nrules + md->npins + 1, sizeof *it);
+	size_t n = 0;
+	int rc = -ENOMEM;
+	if (it) {
+		for (uint32_t i = 0; i < md->nrules; i++)
+			if (md->rules[i].runtime)
+				it[n++] = (struct modes_state_item){false, md->rules[i].mode,
+								    md->rules[i].dir};
+		for (uint32_t i = 0; i < md->npins; i++)
+			it[n++] = (struct modes_state_item){true, 0, md->pins[i].path};
+		rc = modes_state_save(c, it, n);
+		free(it);
+	}
+	if (rc < 0)
+		chelld_log("cannot keep the modes and pins in the pool (%s): they hold until this "
+			   "manager stops", strerror(-rc));
 }
 
 bool do_pin(struct server *s, struct client *cl, const struct chelld_pin *m)
@@ -489,37 +598,12 @@ bool do_pin(struct server *s, struct client *cl, const struct chelld_pin *m)
 			snprintf(r.detail, sizeof r.detail, "not pinned");
 		}
 	} else if ((rc = check_path(c, m->path, r.detail, sizeof r.detail, &st)) == 0) {
-		for (uint32_t i = 0; i < md->npins && !rc; i++)
-			if (strcmp(md->pins[i].path, m->path) == 0) {
-				rc = EEXIST;
-				snprintf(r.detail, sizeof r.detail, "already pinned");
-			}
-		walk_bytes = 0;
-		if (!rc && S_ISDIR(st.st_mode))
-			nftw(m->path, walk_one, 16, FTW_PHYS);
-		else if (!rc)
-			walk_bytes = S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
-		r.bytes = walk_bytes;
-		if (!rc && md->pinned_bytes + walk_bytes > r.pin_max) {
-			rc = ENOSPC;
-			snprintf(r.detail, sizeof r.detail,
-				 "cache.pin_max is %llu bytes; %llu are pinned already",
-				 (unsigned long long)r.pin_max, (unsigned long long)md->pinned_bytes);
-		}
-		struct pin *n = rc ? NULL : realloc(md->pins, (md->npins + 1) * sizeof *n);
-		if (!rc && (!n || !(n[md->npins].path = strdup(m->path)))) {
-			if (n)
-				md->pins = n;
-			rc = ENOMEM;
-		}
-		if (!rc) {
-			md->pins = n;
-			n[md->npins++].bytes = walk_bytes;
-			md->pinned_bytes += walk_bytes;
-		}
+		rc = pin_add(c, m->path, &st, r.pin_max, &r.bytes, r.detail, sizeof r.detail);
 	}
-	if (rc == 0)
+	if (rc == 0) {
 		repin(c);
+		keep_state(c);
+	}
 	r.pinned_bytes = md->pinned_bytes;
 	chelld_log("client %llu (pid %d): %s %.200s (%llu bytes; %llu pinned): %s",
 		   (unsigned long long)cl->serial, (int)cl->pid,

@@ -5,12 +5,12 @@
  * client learns a file's mode from the flags of every OPEN_FILE, MAP and
  * INVAL reply (protocol.h, CHELLD_FILE_*).
  *
- * State is volatile: the modes and pins a manager starts with come from
- * its options (cache.mode, cache.mode_rules); SET_MODE and PIN change them
- * until it stops. A switch drains first (write-back, then revocation of
+ * The modes and pins a manager starts with come from its options
+ * (cache.mode, cache.mode_rules) and from the switches and pins of its
+ * last run, which SET_MODE and PIN keep in the pool (modes_state.c:
+ * DIR/modes.state). A switch drains first (write-back, then revocation of
  * the directory's chunks), so nothing written under the old mode is lost
- * and every client remaps under the new one. Nothing here is written to
- * the pool.
+ * and every client remaps under the new one.
  */
 #ifndef CHELLD_MODES_H
 #define CHELLD_MODES_H

@@ -422,3 +422,51 @@ def test_mode_switches_under_a_running_writer(tmp_path):
         log = (Path(str(f) + ".log")).read_bytes()
         assert log == b"".join(b"%06d:%06d\n" % (q, b) for q in range(passes)
                                for b in range(0, blocks, 16))
+
+
+def test_switches_and_pins_survive_a_restart(tmp_path):
+    """A mode switch and a pin made at run time hold after the manager is
+    stopped and started again (and after a kill -9): they are kept in the
+    pool (modes.state). A damaged line, or a directory gone since, is
+    logged with the file and line and skipped; the rest still holds."""
+    with fresh_manager() as m:
+        sub = Path(m.backing) / "sub"
+        sub.mkdir()
+        gone = Path(m.backing) / "gone"
+        gone.mkdir()
+        f = Path(m.backing) / "f"
+        f.write_bytes(pattern(1 << 20, 5))
+        for args in (("mode", str(sub.resolve()), "write-through"),
+                     ("mode", str(gone.resolve()), "read-only"), ("pin", str(f.resolve()))):
+            res = cache_cli(m, *args)
+            assert res.returncode == 0, describe(res)
+        before = cache_json(m, "status")
+        m.stop()
+        m.start()
+        after = cache_json(m, "status")
+        assert after["mode_rules"] == before["mode_rules"], (before, after)
+        assert {"dir": str(sub.resolve()), "mode": "write-through"} in after["mode_rules"]
+        assert after["pins"] == [{"path": str(f.resolve()), "bytes": 1 << 20}], after
+        # killed, a directory removed and a line damaged meanwhile
+        pid = int((Path(m.pool) / "chelld.pid").read_text().split()[0])
+        os.kill(pid, 9)
+        gone.rmdir()
+        state = Path(m.pool) / "modes.state"
+        state.write_text(state.read_text() + "mode sideways /x\n")
+        m.start()
+        st = cache_json(m, "status")
+        assert st["mode_rules"] == [{"dir": str(sub.resolve()), "mode": "write-through"}], st
+        assert st["pins"] == [{"path": str(f.resolve()), "bytes": 1 << 20}], st
+        log = (Path(m.pool) / "chelld.log").read_text()
+        assert f"modes.state line 3: mode {gone.resolve()}: No such file or directory" in log, log
+        assert "modes.state line 5: not 'mode MODE PATH' with a known MODE: ignored" in log, log
+        # an unpin is kept too; a foreign file is ignored as a whole
+        assert cache_cli(m, "unpin", str(f.resolve())).returncode == 0
+        m.stop()
+        m.start()
+        assert cache_json(m, "status")["pins"] == []
+        m.stop()
+        state.write_text("not chell\nmode read-only " + str(sub.resolve()) + "\n")
+        m.start()
+        assert cache_json(m, "status")["mode_rules"] == []
+        assert "not a modes file of this version" in (Path(m.pool) / "chelld.log").read_text()
