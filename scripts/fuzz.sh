@@ -9,6 +9,7 @@
 #                 cache_pool (meta.pool images and chunk control pages) or
 #                 warp_patterns (WARP's patterns file)
 #                 pvm_pool (pVM pool images)
+#                 modes_state (chelld's modes.state)
 #   --build-only  build out/fuzz/fuzz_<target> and stop
 #
 # The library is compiled by CMake into build-fuzz/ with
@@ -32,7 +33,7 @@ while [[ $# -gt 0 ]]; do
 	--seconds) seconds=${2:?--seconds needs a number}; shift ;;
 	--target) target=${2:?--target needs a name}; shift ;;
 	--build-only) build_only=1 ;;
-	-h | --help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "fuzz.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
 	esac
 	shift
@@ -59,6 +60,8 @@ elif [[ $target == warp_patterns ]]; then
 	incs=(-I"$repo/src/handlers/warp")
 elif [[ $target == pvm_pool ]]; then
 	libs=(chell_pvm_static chell_pmem)
+elif [[ $target == modes_state ]]; then
+	libs=(chelld_modes_state)
 fi
 echo "fuzz.sh: building ${libs[*]} with clang in $bdir" >&2
 if ! { cmake -S "$repo" -B "$bdir" -G Ninja -DCMAKE_C_COMPILER=clang \

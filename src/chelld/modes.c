@@ -52,23 +52,6 @@ struct modes {
  * default sequential_cutoff). */
 #define SEQ_STREAM (4ull << 20)
 
-static const char *const names[CHELLD_MODE_COUNT] = {
-	"write-back", "write-through", "write-around", "read-only", "pass-through",
-};
-
-int modes_parse(const char *name)
-{
-	for (int i = 0; i < CHELLD_MODE_COUNT; i++)
-		if (strcmp(name, names[i]) == 0)
-			return i;
-	return -1;
-}
-
-const char *modes_name(unsigned mode)
-{
-	return mode < CHELLD_MODE_COUNT ? names[mode] : "?";
-}
-
 static bool under(const char *path, const char *dir)
 {
 	return chell_path_under(path, dir, strlen(dir));
@@ -160,9 +143,9 @@ static void keep_state(struct engine *c);
 
 /* One switch or pin of the last run (modes_state.c), checked as SET_MODE
  * and PIN check theirs: the directory may be gone or moved since. */
-static int apply_kept(struct engine *c, const struct modes_state_item *it, char *detail,
-		      size_t len)
+static int apply_kept(void *arg, const struct modes_state_item *it, char *detail, size_t len)
 {
+	struct engine *c = arg;
 	char path[CHELLD_PATH_MAX] = {0};
 	struct stat st;
 	if (strlen(it->path) >= sizeof path) {
@@ -199,7 +182,7 @@ int modes_init(struct engine *c, char *err, size_t len)
 	c->modes = md;
 	if (parse_rules(c->cfg, md, err, len) < 0)
 		return -1;
-	modes_state_load(c, apply_kept);
+	modes_state_load(c->pool.dir, apply_kept, c);
 	for (uint32_t id = 0; id < c->pool.max_cnodes; id++)
 		if (c->files[id])
 			modes_file_init(c, c->files[id]);
@@ -561,7 +544,7 @@ static void keep_state(struct engine *c)
 								    md->rules[i].dir};
 		for (uint32_t i = 0; i < md->npins; i++)
 			it[n++] = (struct modes_state_item){true, 0, md->pins[i].path};
-		rc = modes_state_save(c, it, n);
+		rc = modes_state_save(c->pool.dir, it, n);
 		free(it);
 	}
 	if (rc < 0)

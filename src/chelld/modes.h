@@ -15,6 +15,7 @@
 #ifndef CHELLD_MODES_H
 #define CHELLD_MODES_H
 
+#include "chelld/modes_state.h"
 #include "chelld/server.h"
 
 /* Check cfg->mode_rules (DIR=MODE entries separated by ':' before a '/';
@@ -24,9 +25,7 @@ int modes_check(const struct chelld_config *cfg, char *err, size_t len);
 /* Attach the modes to the engine (the rules parsed again). 0 or -1. */
 int modes_init(struct engine *c, char *err, size_t len);
 void modes_fini(struct engine *c);
-/* "write-back" ... "pass-through" <-> enum chelld_cache_mode; -1 if unknown. */
-int modes_parse(const char *name);
-const char *modes_name(unsigned mode);
+/* modes_parse, modes_name: modes_state.h */
 
 /* A file's mode and pin from its path (a new cfile, a new path). */
 void modes_file_init(struct engine *c, struct cfile *f);

@@ -30,23 +30,39 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "chelld/modes.h"
 #include "chelld/modes_state.h"
 
 #define STATE_NAME "modes.state"
 #define STATE_MAGIC "chell-modes 1"
 
-static int state_path(const struct engine *c, const char *name, char *out, size_t len)
+static const char *const names[CHELLD_MODE_COUNT] = {
+	"write-back", "write-through", "write-around", "read-only", "pass-through",
+};
+
+int modes_parse(const char *name)
 {
-	int n = snprintf(out, len, "%s/%s", c->pool.dir, name);
+	for (int i = 0; i < CHELLD_MODE_COUNT; i++)
+		if (strcmp(name, names[i]) == 0)
+			return i;
+	return -1;
+}
+
+const char *modes_name(unsigned mode)
+{
+	return mode < CHELLD_MODE_COUNT ? names[mode] : "?";
+}
+
+static int state_path(const char *dir, const char *name, char *out, size_t len)
+{
+	int n = snprintf(out, len, "%s/%s", dir, name);
 	return n > 0 && (size_t)n < len ? 0 : -ENAMETOOLONG;
 }
 
-int modes_state_save(struct engine *c, const struct modes_state_item *items, size_t n)
+int modes_state_save(const char *dir, const struct modes_state_item *items, size_t n)
 {
 	char path[PATH_MAX], tmp[PATH_MAX];
-	if (state_path(c, STATE_NAME, path, sizeof path) < 0 ||
-	    state_path(c, STATE_NAME ".tmp", tmp, sizeof tmp) < 0)
+	if (state_path(dir, STATE_NAME, path, sizeof path) < 0 ||
+	    state_path(dir, STATE_NAME ".tmp", tmp, sizeof tmp) < 0)
 		return -ENAMETOOLONG;
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
@@ -79,7 +95,7 @@ int modes_state_save(struct engine *c, const struct modes_state_item *items, siz
 		unlink(tmp);
 		return rc;
 	}
-	int dfd = open(c->pool.dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd >= 0) {
 		if (fsync(dfd) < 0)
 			rc = -errno;
@@ -88,10 +104,10 @@ int modes_state_save(struct engine *c, const struct modes_state_item *items, siz
 	return rc;
 }
 
-int modes_state_load(struct engine *c, modes_state_apply_fn apply)
+int modes_state_load(const char *dir, modes_state_apply_fn apply, void *arg)
 {
 	char path[PATH_MAX];
-	if (state_path(c, STATE_NAME, path, sizeof path) < 0)
+	if (state_path(dir, STATE_NAME, path, sizeof path) < 0)
 		return 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
@@ -151,7 +167,7 @@ int modes_state_load(struct engine *c, modes_state_apply_fn apply)
 		}
 		it.path = rest;
 		char detail[160] = "";
-		if (apply(c, &it, detail, sizeof detail) < 0)
+		if (apply(arg, &it, detail, sizeof detail) < 0)
 			chelld_log("%s line %u: %s %.200s: %s: ignored", path, no,
 				   it.pin ? "pin" : "mode", it.path, detail);
 		else

@@ -49,3 +49,18 @@ def test_fuzz_warp_patterns_runs_clean():
     m = re.search(r"warp_patterns: (\d+) executions in", r.stdout)
     assert m, r.stdout + r.stderr[-2000:]
     assert int(m.group(1)) > 0
+
+
+MODES_STATE_SECONDS = 5
+
+
+def test_fuzz_modes_state_runs_clean():
+    """chelld's modes.state (the run-time mode switches and pins: loader,
+    save, load again; src/chelld/modes_state.c)."""
+    r = subprocess.run([str(REPO / "scripts" / "fuzz.sh"), "--target", "modes_state", "--seconds",
+                        str(MODES_STATE_SECONDS)],
+                       capture_output=True, text=True, timeout=MODES_STATE_SECONDS + 240)
+    assert r.returncode == 0, r.stdout + r.stderr[-4000:]
+    m = re.search(r"modes_state: (\d+) executions in", r.stdout)
+    assert m, r.stdout + r.stderr[-2000:]
+    assert int(m.group(1)) > 0
