@@ -90,7 +90,8 @@ static void log_cut(const struct cfile *f, const struct wb_job *j, uint64_t size
 {
 	uint64_t cut = 0, first = UINT64_MAX;
 	for (size_t i = 0; i < j->n; i++)
-		for (unsigned b = 0; b < CACHE_BLOCKS; b++) {
+		for (unsigned b = 0; j->in[i].backing_off + CACHE_CHUNK_BYTES > j->limit && b < CACHE_BLOCKS;
+		     b++) {
 			uint64_t off = j->in[i].backing_off + (uint64_t)b * CACHE_BLOCK_BYTES;
 			if (off >= j->limit && cp_bitmap_test(&j->bits[i], b)) {
 				cut++;
