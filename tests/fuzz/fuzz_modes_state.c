@@ -114,13 +114,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		fail("mkdtemp");
 	if (write_file(dir, data, size) < 0)
 		fail("cannot write the input");
-	/* lines of the input that hold something after the first */
+	/* the lines of the input ended by a newline, the magic line included */
 	unsigned lines = 0;
-	for (size_t i = 0, start = 0; i < size; i++)
-		if (data[i] == '\n') {
-			lines += start > 0 || i > 0 ? 1 : 0;
-			start = i + 1;
-		}
+	for (size_t i = 0; i < size; i++)
+		lines += data[i] == '\n';
 	struct seen *a = calloc(1, sizeof *a), *b = calloc(1, sizeof *b);
 	if (!a || !b)
 		fail("out of memory");
