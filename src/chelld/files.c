@@ -268,13 +268,10 @@ static void outside_change(struct engine *c, struct cfile *f, const struct meta_
 	 * but the slot list is checked as well). */
 	for (uint32_t i = 0; i < n; i++) {
 		const struct slot *sl = &c->slots[slots[i]];
+		if (pause)
+			test_pause(c, c->cfg->test_revalidate_pause_ms);
 		if (!sl->map || sl->cnode != f->cnode || sl->ctl->incarnation != incs[i])
 			continue; /* evicted meanwhile, or another chunk now */
-		if (pause) {
-			test_pause(c, c->cfg->test_revalidate_pause_ms);
-			if (!sl->map || sl->cnode != f->cnode || sl->ctl->incarnation != incs[i])
-				continue;
-		}
 		uint64_t chunk = sl->file_chunk;
 		int rc = chunk_revoke(c, slots[i], (uint64_t)st->st_size);
 		if (rc < 0 && rc != -ENOENT) /* ENOENT: a worker evicted it meanwhile */

@@ -135,6 +135,12 @@ int modes_check(const struct chelld_config *cfg, char *err, size_t len)
 	return parse_rules(cfg, NULL, err, len);
 }
 
+/* cache.pin_max, or half the capacity when it is 0 (the default). */
+static uint64_t pin_limit(const struct engine *c)
+{
+	return c->cfg->pin_max ? c->cfg->pin_max : c->pool.capacity / 2;
+}
+
 static int check_path(const struct engine *c, const char *path, char *detail, size_t len,
 		      struct stat *st);
 static int pin_add(struct engine *c, const char *path, const struct stat *st, uint64_t pin_max,
@@ -156,8 +162,8 @@ static int apply_kept(void *arg, const struct modes_state_item *it, char *detail
 	if (check_path(c, path, detail, len, &st) != 0)
 		return -1;
 	if (it->pin) {
-		uint64_t bytes, pin_max = c->cfg->pin_max ? c->cfg->pin_max : c->pool.capacity / 2;
-		return pin_add(c, path, &st, pin_max, &bytes, detail, len) ? -1 : 0;
+		uint64_t bytes;
+		return pin_add(c, path, &st, pin_limit(c), &bytes, detail, len) ? -1 : 0;
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		snprintf(detail, len, "not a directory");
@@ -559,7 +565,7 @@ bool do_pin(struct server *s, struct client *cl, const struct chelld_pin *m)
 	struct chelld_pin_reply r = {0};
 	struct stat st;
 	int rc = 0;
-	r.pin_max = c->cfg->pin_max ? c->cfg->pin_max : c->pool.capacity / 2;
+	r.pin_max = pin_limit(c);
 	if (!privileged(cl)) {
 		rc = EPERM;
 		snprintf(r.detail, sizeof r.detail, "only root or the manager's user");
@@ -609,7 +615,7 @@ bool do_rule(struct server *s, struct client *cl, const struct chelld_rule *m)
 		r.bytes = md->pinned_bytes;
 		r.seq_cutoff = c->cfg->seq_cutoff;
 		r.file_max = c->cfg->file_max;
-		r.pin_max = c->cfg->pin_max ? c->cfg->pin_max : c->pool.capacity / 2;
+		r.pin_max = pin_limit(c);
 		r.seq_bypassed = md->seq_bypassed;
 	} else if (m->index - 1 < md->nrules) {
 		r.kind = CHELLD_RULE_MODE;
