@@ -13,6 +13,7 @@
 - A process outside Chell sees a buffered write at its own open.
 - SIGKILLed writers with a DRAM buffer: every fsync'd byte is there after.
 """
+import hashlib
 import json
 import os
 import random
@@ -570,3 +571,107 @@ def test_no_buffer_file_left_when_it_cannot_be_set_up(workdir):
     assert res.returncode == 0, describe(res)
     left = warp_buffers() - before
     assert not left, f"buffer files left behind: {sorted(left)}"
+
+
+# ---------------------------------------------------------------------------
+# light files (docs/WARP.md "Light files"): no buffer file for a file a
+# process opened read-only while nobody buffers it
+# ---------------------------------------------------------------------------
+
+LIGHT = r"""
+import os, sys
+p = sys.argv[1]
+st = os.stat(p)
+name = f"/dev/shm/chell-warp.{st.st_dev:x}.{st.st_ino}"
+r = os.open(p, os.O_RDONLY)
+a = os.pread(r, 4, 0)
+light = os.path.exists(name)
+w = os.open(p, os.O_RDWR)             # a writable description: the records move to a buffer file
+promoted = os.path.exists(name)
+os.pwrite(w, b"ZZZZ", 8192)
+b = os.pread(r, 4, 8192)              # through the read-only description, after the move
+os.close(w)
+os.close(r)
+print(a.decode(), light, promoted, b.decode(), os.path.exists(name))
+"""
+
+
+def test_light_file_then_writable_open_promotes(workdir, tmp_path):
+    """A read-only open makes no buffer file; a writable open of the same
+    file in the same process moves the records to one (so every process
+    sharing a writable description shares the buffer); the last close
+    removes it; the bytes are the kernel's throughout."""
+    f = workdir / "f"
+    f.write_bytes(b"A" * 65536)
+    st = tmp_path / "st"
+    st.mkdir()
+    res = run(chell_cmd("warp", [workdir], ["python3", "-c", LIGHT, f],
+                        ["--set", f"stats.file={st}/stats.%p.json"]), env=dict(BASE_ENV), timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    assert res.stdout.decode().split() == ["AAAA", "False", "True", "ZZZZ", "False"], describe(res)
+    t = stat_json(st)["total"]
+    assert t["light_files"] >= 1 and t["light_promotions"] >= 1, t
+    assert f.read_bytes()[8192:8196] == b"ZZZZ"
+
+
+HOLDER = r"""
+import hashlib, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+os.pread(fd, 4096, 0)
+print("ready", os.getpid(), fd, flush=True)
+sys.stdin.readline()                  # the writer has finished
+data = b""
+while len(data) < os.fstat(fd).st_size:
+    data += os.pread(fd, 1 << 20, len(data))
+print(hashlib.sha256(data).hexdigest(), flush=True)
+"""
+
+
+def randwrite_under_warp(workdir, st):
+    fb = prog("chell_filebench")
+    res = run(chell_cmd("warp", [workdir], [fb, "randwrite", "--dir", workdir, "--seconds", "1.5",
+                                            "--iosize", "4k", "--file-size", "8m"],
+                        ["--set", "tier.model=pcm", "--set", f"stats.file={st}/stats.%p.json"]),
+              env=dict(BASE_ENV), timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    return stat_json(st)["total"]
+
+
+def test_light_reader_keeps_a_writer_from_buffering(workdir, tmp_path):
+    """Why light files are safe: a light reader in one process holds a
+    read-only description, so a writer in another process cannot take the
+    lease and buffers nothing while the reader has the file open; the
+    reader, which has no buffer file, reads every byte the writer wrote.
+    Control: the same writer alone takes the lease and buffers (so the
+    first half of the test can fail)."""
+    st0 = tmp_path / "st0"
+    st0.mkdir()
+    alone = randwrite_under_warp(workdir, st0)
+    assert alone["leases"] >= 1 and alone["buffered_writes"] > 0, alone
+
+    f = workdir / "largefile1"           # chell_filebench's file: O_TRUNC keeps the inode
+    f.write_bytes(b"\0" * (8 << 20))
+    st_r = tmp_path / "st_r"
+    st_r.mkdir()
+    holder = subprocess.Popen(chell_cmd("warp", [workdir], ["python3", "-c", HOLDER, f],
+                                        ["--set", f"stats.file={st_r}/stats.%p.json"]),
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=dict(BASE_ENV))
+    try:
+        ready = holder.stdout.readline().split()
+        assert ready[:1] == [b"ready"], ready
+        # the file as the kernel has it, through the holder's descriptor
+        # (chell_filebench removes its file when it is done)
+        kernel_view = open(f"/proc/{int(ready[1])}/fd/{int(ready[2])}", "rb")
+        st_w = tmp_path / "st_w"
+        st_w.mkdir()
+        t = randwrite_under_warp(workdir, st_w)
+        out, err = holder.communicate(b"go\n", timeout=60)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+    assert holder.returncode == 0, err.decode()
+    assert t["leases"] == 0 and t["buffered_writes"] == 0, t
+    with kernel_view:
+        assert out.decode().strip() == hashlib.sha256(kernel_view.read()).hexdigest()
+    assert stat_json(st_r)["total"]["light_files"] >= 1

@@ -176,17 +176,6 @@ static void made_holes(struct mapped_local *l)
 	check_hole_gen(l);
 }
 
-/* direct.map_after: may this read go to the kernel instead of mapping the
- * file's first chunk? Takes one from the budget (0 once a chunk is mapped). */
-static bool kernel_read_first(struct direct_map *m)
-{
-	uint32_t left = atomic_load_explicit(&m->kernel_reads_left, memory_order_relaxed);
-	while (left && !atomic_compare_exchange_weak_explicit(&m->kernel_reads_left, &left, left - 1,
-							      memory_order_relaxed, memory_order_relaxed))
-		;
-	return left != 0;
-}
-
 /* May a read of [p, p+len) in a possibly sparse chunk use the mapping?
  * Only if the kernel sees data all the way (so no fault allocates a page). */
 static bool range_is_data(chell_ctx *c, uint64_t p, size_t len)
@@ -219,8 +208,9 @@ static ssize_t transfer(chell_ctx *c, const struct iovec *iov, int cnt, uint64_t
 		check_hole_gen(L(c)); /* before any chunk's sparse flag is looked at */
 	size_t done = 0, chunk = (size_t)1 << direct_chunk_shift;
 	bool nt = to_file && m->map_sync == 2 && n >= direct_nt_threshold;
-	bool unmapped = !to_file && unlikely(atomic_load_explicit(&m->kernel_reads_left, memory_order_relaxed)) &&
-			kernel_read_first(m);
+	/* direct.map_after: the kernel serves the file's first reads (the
+	 * budget is 0 once a chunk is mapped) */
+	bool unmapped = !to_file && mapped_budget_take(&m->kernel_reads_left);
 	mapped_read_by_kernel = unmapped;
 	for (int i = 0; i < cnt && done < n; i++) {
 		size_t vlen = iov[i].iov_len < n - done ? iov[i].iov_len : n - done, vdone = 0;

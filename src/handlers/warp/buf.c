@@ -18,6 +18,19 @@
  * by a killed process is written back first (if it still belongs to the
  * same tier file: device, inode and birth time match), then reset. The
  * last user writes everything back and removes the file.
+ *
+ * Light files (warp.outside=lease only): a process whose first description
+ * of a file is read-only, while no buffer file exists for it, keeps the
+ * header and node records in private memory instead (no file made, sized,
+ * locked, mapped and removed per open: docs/WARP.md, "Light files"). That
+ * is safe because nothing of the file can be buffered meanwhile: buffering
+ * needs the write lease, the kernel grants it only while the leased
+ * description is the file's only open one, and the light process holds a
+ * read-only one (read-only descriptions are never leased). A buffer file
+ * that exists (a live user, or dirty blocks a killed one left) is joined
+ * as before. When a writable description of the file attaches in the same
+ * process, the light records move to the buffer file (promote), so a
+ * writable description is always shared through it, across fork and exec.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -94,6 +107,14 @@ void warp_files_after_fork(void)
 			w->lfd_ofd = NULL;
 		}
 		atomic_store(&w->detach_ofd, NULL);
+		if (atomic_load(&w->light)) {
+			/* the child's own copy of the records: a lock another
+			 * thread of the parent held at the fork is free here */
+			memset(&w->hdr->lock, 0, sizeof(w->hdr->lock));
+			memset(&w->hdr->koff_lock, 0, sizeof(w->hdr->koff_lock));
+			warp_lease_after_fork(w);
+			continue;
+		}
 		char path[CHELL_FD_PATH_MAX], name[96];
 		int n;
 		if (is_file(w->bfd, w->bdev, w->bino)) {
@@ -195,7 +216,7 @@ static void init_hdr(struct warp_file *w, int64_t bs, int64_t bn)
 
 /* Alone on the buffer file (LOCK_EX): write back what a killed user left,
  * if it is this tier file's, and start afresh. */
-static void recover(struct warp_file *w, int fd, int64_t bs, int64_t bn)
+static void recover(struct warp_file *w, int fd, int64_t bs, int64_t bn, bool fresh)
 {
 	struct warp_hdr *h = w->hdr;
 	if (h->magic == WARP_MAGIC && h->version == WARP_VERSION && atomic_load(&h->dirty_blocks)) {
@@ -223,16 +244,21 @@ static void recover(struct warp_file *w, int fd, int64_t bs, int64_t bn)
 				  "dropped (%llu blocks)", (unsigned long long)atomic_load(&h->dirty_blocks));
 		}
 	}
-	/* empty the data and bitmaps, keep the size (sparse) */
-	CHELL_SC(SYS_fallocate, w->bfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, WARP_MAP_BYTES, 0, 0);
+	/* empty the data and bitmaps, keep the size (sparse); a file we just
+	 * made has nothing to empty (the punch walks the whole 64 GiB range
+	 * and every mapping of it: a sixth of a light open's cost) */
+	if (!fresh)
+		CHELL_SC(SYS_fallocate, w->bfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, WARP_MAP_BYTES, 0, 0);
 	init_hdr(w, bs, bn);
 }
 
 static void file_free(struct warp_file *w)
 {
 	warp_tier_unmap_all(w);
-	if (w->map)
+	if (w->map && w->map != w->light_map)
 		munmap(w->map, WARP_MAP_BYTES);
+	if (w->light_map)
+		munmap(w->light_map, WARP_LIGHT_BYTES);
 	if (w->bfd >= 0)
 		chell_internal_close(w->bfd);
 	if (w->rfd >= 0 && w->rfd != w->wfd && w->rfd != w->lfd)
@@ -244,9 +270,44 @@ static void file_free(struct warp_file *w)
 	free(w);
 }
 
+/* The regions of a buffer laid out from base (buf.h: header, node
+ * records, bitmaps, data; a light file has no data area). */
+static void set_layout(struct warp_file *w, unsigned char *base, bool with_data)
+{
+	w->hdr = (struct warp_hdr *)base;
+	w->nodes = (struct warp_node *)(base + WARP_NODES_OFF);
+	w->valid = (_Atomic uint64_t *)(base + WARP_VALID_OFF);
+	w->dirty = (_Atomic uint64_t *)(base + WARP_DIRTY_OFF);
+	w->data = with_data ? base + WARP_DATA_OFF : NULL;
+	atomic_thread_fence(memory_order_release);
+	w->map = base;
+}
+
+/* A light file's records: private, zero-filled, no buffer file. Returns
+ * false if they cannot be had (the caller then makes a buffer file). */
+static bool light_open(struct warp_file *w, int fd)
+{
+	void *m = REAL(mmap64)(NULL, WARP_LIGHT_BYTES, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return false;
+	w->light_map = m;
+	w->light = 1;
+	atomic_store(&w->kernel_reads_left, warp_map_after);
+	set_layout(w, m, false);
+	init_hdr(w, 0, 0);
+	int saved = warp_call_fd;
+	warp_call_fd = fd;
+	warp_patterns_apply(w); /* what earlier runs learnt, as a fresh buffer gets */
+	warp_call_fd = saved;
+	WCTR(light_files, 1);
+	return true;
+}
+
 /* Open and map the buffer file of (dev, ino); fd is a descriptor of the
- * tier file. */
-static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool create)
+ * tier file. With `readonly` (fd's description is read-only), a file with
+ * no buffer file yet is light (the header comment). */
+static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool create, bool readonly)
 {
 	struct warp_file *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -268,6 +329,13 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	}
 	char name[96];
 	buf_name(name, sizeof(name), dev, ino);
+	if (create && readonly && warp_lease_mode && fd >= 0) {
+		int b = chell_internal_openat(AT_FDCWD, name, O_RDONLY | O_CLOEXEC, 0);
+		if (b >= 0)
+			sys_close(b); /* a buffer file exists: joined below */
+		else if (b == -ENOENT && light_open(w, fd))
+			return w;
+	}
 	bool mine = false; /* we hold LOCK_EX on the buffer file that has the name */
 	for (int attempt = 0; attempt < 8; attempt++) {
 		int b = chell_internal_openat(AT_FDCWD, name, O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0600);
@@ -290,18 +358,14 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 			 * alone on it (a small RLIMIT_FSIZE refuses the sizing, a
 			 * mapping fails): the last user removes it, which is us */
 			mine = alone;
+			bool fresh = a.st_size == 0;
 			if ((uint64_t)a.st_size < WARP_MAP_BYTES && size_buffer(w->bfd) < 0)
 				break;
 			void *m = REAL(mmap64)(NULL, WARP_MAP_BYTES, PROT_READ | PROT_WRITE,
 					       MAP_SHARED | MAP_NORESERVE, w->bfd, 0);
 			if (m == MAP_FAILED)
 				break;
-			w->map = m;
-			w->hdr = (struct warp_hdr *)w->map;
-			w->nodes = (struct warp_node *)(w->map + WARP_NODES_OFF);
-			w->valid = (_Atomic uint64_t *)(w->map + WARP_VALID_OFF);
-			w->dirty = (_Atomic uint64_t *)(w->map + WARP_DIRTY_OFF);
-			w->data = w->map + WARP_DATA_OFF;
+			set_layout(w, m, true);
 			int64_t bs = 0, bn = 0;
 			if (fd >= 0)
 				birth(fd, &bs, &bn);
@@ -311,7 +375,7 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 				if (fd >= 0) {
 					int saved = warp_call_fd;
 					warp_call_fd = fd;
-					recover(w, fd, bs, bn);
+					recover(w, fd, bs, bn, fresh);
 					warp_patterns_apply(w); /* a fresh start: what earlier runs learnt */
 					warp_call_fd = saved;
 				}
@@ -339,9 +403,58 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	return NULL;
 }
 
+/* A light file gets a writable description: its records move to the
+ * buffer file (made, or joined if another process has one), so that every
+ * process sharing a writable description of the file shares the buffer.
+ * Under files_lock. Nothing can be buffered during the move: this process
+ * still holds the read-only description it went light with, so no one can
+ * take the lease. The light records stay mapped until the file is freed
+ * (a thread that read the old pointers may still use them: they are then
+ * only counters and normal/mapped states, never buffered ones). */
+static int promote(struct warp_file *w, int fd)
+{
+	struct warp_file *n = file_open(fd, w->dev, w->ino, true, false);
+	if (!n)
+		return -1;
+	struct warp_hdr *old = w->hdr;
+	chell_lock_acquire(&old->lock);
+	/* alone on the new buffer file: it is fresh, and what this process
+	 * learnt is the best start; else the others' states stand */
+	if (sys_flock(n->bfd, LOCK_EX | LOCK_NB) == 0) {
+		uint32_t nn = warp_nnodes(w);
+		for (uint32_t k = 0; k < nn; k++) {
+			struct warp_node *f = &w->nodes[k], *t = &n->nodes[k];
+			atomic_store(&t->state, atomic_load(&f->state));
+			t->cand = f->cand;
+			t->streak = f->streak;
+			atomic_store(&t->want, atomic_load(&f->want));
+			t->succ1 = f->succ1;
+			t->last_use = f->last_use;
+			t->st = f->st;
+		}
+		memcpy(n->hdr->xf, old->xf, sizeof(old->xf));
+		atomic_store(&n->hdr->last_ckpt, atomic_load(&old->last_ckpt));
+		sys_flock(n->bfd, LOCK_SH);
+	}
+	if (atomic_load(&old->no_buffer))
+		atomic_store(&n->hdr->no_buffer, 1);
+	w->bfd = n->bfd;
+	w->bdev = n->bdev;
+	w->bino = n->bino;
+	set_layout(w, n->map, true);
+	atomic_store(&w->kernel_reads_left, 0); /* buffered nodes may come: reads see them */
+	atomic_store(&w->light, 0);
+	chell_lock_release(&old->lock);
+	free(n); /* its buffer file is w's now; it has nothing else */
+	WCTR(light_promotions, 1);
+	return 0;
+}
+
 /* The process's warp_file of (dev, ino), a new reference; opened (and
- * listed) on first use: file_open(fd, dev, ino, create). */
-static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool create)
+ * listed) on first use: file_open(fd, dev, ino, create, readonly). A
+ * writable description (readonly false, create true) promotes a light
+ * one; if that fails it is not served (NULL). */
+static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool create, bool readonly)
 {
 	pthread_mutex_lock(&files_lock);
 	struct warp_file *w;
@@ -349,6 +462,10 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 		if (w->dev == dev && w->ino == ino)
 			break;
 	if (w) {
+		if (atomic_load(&w->light) && create && !readonly && promote(w, fd) < 0) {
+			pthread_mutex_unlock(&files_lock);
+			return NULL;
+		}
 		w->refs++;
 		pthread_mutex_unlock(&files_lock);
 		return w;
@@ -360,7 +477,7 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 		pthread_mutex_unlock(&files_lock);
 		return NULL;
 	}
-	w = file_open(fd, dev, ino, create);
+	w = file_open(fd, dev, ino, create, readonly);
 	if (w) {
 		w->next = files;
 		files = w;
@@ -369,9 +486,9 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 	return w;
 }
 
-struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
+struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino, bool readonly)
 {
-	return file_reference(fd, dev, ino, true);
+	return file_reference(fd, dev, ino, true, readonly);
 }
 
 struct warp_file *warp_file_listed(uint64_t dev, uint64_t ino)
@@ -389,7 +506,7 @@ struct warp_file *warp_file_listed(uint64_t dev, uint64_t ino)
 
 struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino)
 {
-	return file_reference(-1, dev, ino, false);
+	return file_reference(-1, dev, ino, false, true);
 }
 
 void warp_file_put(struct warp_file *w)
@@ -474,6 +591,10 @@ void warp_files_each(void (*fn)(struct warp_file *w, void *arg), void *arg)
  * and removes it; others leave it to whoever is last. */
 void warp_buf_last_close(struct warp_file *w)
 {
+	if (w->hdr && atomic_load(&w->light)) {
+		warp_patterns_keep(w); /* nothing was buffered; no file to remove */
+		return;
+	}
 	if (!w->hdr || sys_flock(w->bfd, LOCK_EX | LOCK_NB) < 0)
 		return;
 	warp_patterns_keep(w);

@@ -42,9 +42,13 @@
 
 bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 {
-	struct warp_hdr *h = w->hdr;
 	if (!warp_lease_mode)
 		return true;
+	/* a light file never buffers (buf.c); once promoted, hdr is the
+	 * buffer file's for good (set before light is cleared) */
+	if (atomic_load(&w->light))
+		return false;
+	struct warp_hdr *h = w->hdr;
 	if (atomic_load(&h->leased))
 		return w->lfd >= 0; /* only a holder of the leased description buffers */
 	if (chell_fdt_private())

@@ -60,6 +60,7 @@ static const unsigned char *map_node(struct warp_file *w, int fd, uint64_t k, ui
 		if (p == MAP_FAILED)
 			goto out;
 		WSTAT(mmaps, 1);
+		atomic_store(&w->kernel_reads_left, 0); /* mapped: no more kernel-first reads */
 		atomic_store(&e->base, (unsigned char *)p);
 		base = p;
 	}

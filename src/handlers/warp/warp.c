@@ -39,6 +39,7 @@ uint64_t warp_budget;
 uint64_t warp_checkpoint_ns;
 uint64_t warp_idle_ns;
 uint32_t warp_flip_ppm;
+uint32_t warp_map_after = 8;
 int warp_lease_mode = 1;
 _Atomic uint64_t *warp_tree_bytes;
 struct warp_counters warp_ctr;
@@ -81,6 +82,8 @@ static int warp_proc_init(void)
 		return -1;
 	}
 	warp_flip_ppm = (uint32_t)flip;
+	uint64_t after = chell_setting_uint("warp.map_after");
+	warp_map_after = after > UINT32_MAX ? UINT32_MAX : (uint32_t)after;
 	warp_lease_mode = strcmp(chell_setting("warp.outside"), "trust") != 0;
 	return mapped_copy_init();
 }
@@ -264,7 +267,8 @@ static inline void tier_done(struct warp_hdr *h, _Atomic uint32_t *ops32)
 
 /* One piece inside node k: the bytes moved (short at end of file), or
  * -errno if none. */
-static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64_t p, size_t len, int to_file)
+static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64_t p, size_t len, int to_file,
+		     bool unmapped)
 {
 	uint64_t k = node_of(w, p);
 	if (unlikely(warp_flip_ppm))
@@ -290,7 +294,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 					WCTR(kernel_writes, 1);
 				}
 			} else {
-				const unsigned char *a = s == WARP_MAPPED ? warp_tier_addr(w, c->fd, p, atomic_load_explicit(
+				const unsigned char *a = s == WARP_MAPPED && !unmapped ? warp_tier_addr(w, c->fd, p, atomic_load_explicit(
 							(_Atomic uint32_t *)&L(c)->inode->hole_gen, memory_order_acquire)) : NULL;
 				int fault = 0;
 				if (a && mapped_copy_out(u, a, len, &fault)) {
@@ -352,6 +356,11 @@ static ssize_t transfer_(chell_ctx *c, const struct iovec *iov, int cnt, uint64_
 {
 	struct warp_file *w = W(c);
 	size_t done = 0, nb = (size_t)1 << w->hdr->node_shift;
+	/* warp.map_after: a light file's first reads are the kernel's (no node
+	 * of it can be buffered, so the kernel reads every byte and touches
+	 * atime itself) */
+	bool unmapped = !to_file && mapped_budget_take(&w->kernel_reads_left);
+	mapped_read_by_kernel = unmapped;
 	for (int i = 0; i < cnt && done < n; i++) {
 		size_t vlen = iov[i].iov_len < n - done ? iov[i].iov_len : n - done, vdone = 0;
 		while (vdone < vlen) {
@@ -359,7 +368,7 @@ static ssize_t transfer_(chell_ctx *c, const struct iovec *iov, int cnt, uint64_
 			size_t len = nb - (size_t)(p & (nb - 1));
 			if (len > vlen - vdone)
 				len = vlen - vdone;
-			ssize_t r = piece(c, w, (unsigned char *)iov[i].iov_base + vdone, p, len, to_file);
+			ssize_t r = piece(c, w, (unsigned char *)iov[i].iov_base + vdone, p, len, to_file, unmapped);
 			if (r < 0)
 				return done ? (ssize_t)done : r;
 			done += (size_t)r;
@@ -569,7 +578,7 @@ static void settle(chell_ctx *c)
 
 static void *wfile_get(chell_ctx *c, const struct stat *st)
 {
-	return warp_file_get(c->fd, st->st_dev, st->st_ino);
+	return warp_file_get(c->fd, st->st_dev, st->st_ino, (status(c) & O_ACCMODE) == O_RDONLY);
 }
 
 static void wfile_put(void *w)
@@ -639,7 +648,7 @@ static struct warp_file *file_of(chell_ctx *c)
 {
 	if (D(c)->active && L(c)) {
 		struct warp_file *w = W(c);
-		return warp_file_get(c->fd, w->dev, w->ino);
+		return warp_file_get(c->fd, w->dev, w->ino, true); /* attached already: never promotes */
 	}
 	struct stat st;
 	if (sys_fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode))

@@ -95,12 +95,23 @@ struct warp_hdr {
 #define WARP_DIRTY_OFF (WARP_VALID_OFF + WARP_MAX_BLOCKS / 8)
 #define WARP_DATA_OFF (((WARP_DIRTY_OFF + WARP_MAX_BLOCKS / 8) + (2ull << 20) - 1) & ~((2ull << 20) - 1))
 #define WARP_MAP_BYTES (WARP_DATA_OFF + (uint64_t)WARP_MAX_BLOCKS * WARP_BLK)
+/* a light file's private records: the same layout without the data area */
+#define WARP_LIGHT_BYTES WARP_DATA_OFF
 
 /* This process's view of one file (shared by its descriptors of it). */
 struct warp_file {
 	uint64_t dev, ino;
 	int refs;                  /* chell_files of this process on it (warp_files_lock) */
-	int bfd;                   /* the buffer file (internal descriptor) */
+	int bfd;                   /* the buffer file (internal descriptor); -1 while light */
+	/* Light (buf.c): only read-only descriptions attached, no buffer file;
+	 * hdr and nodes are in light_map, private memory, and nothing of the
+	 * file can be buffered. Cleared once (promote), never set again. */
+	_Atomic int light;
+	unsigned char *light_map;  /* WARP_LIGHT_BYTES, kept until the file is freed */
+	/* warp.map_after: reads the kernel serves before a read-mapped node is
+	 * mapped (light files only: no buffered node, so every byte of such a
+	 * read comes from the kernel); 0 once any node is mapped */
+	_Atomic uint32_t kernel_reads_left;
 	uint64_t bdev, bino;       /* ... its identity (a forked child checks bfd is still it) */
 	unsigned char *map;        /* the buffer file, WARP_MAP_BYTES */
 	struct warp_hdr *hdr;
@@ -138,10 +149,13 @@ extern uint64_t warp_budget;        /* warp.buffer_budget, bytes */
 extern uint64_t warp_checkpoint_ns; /* warp.checkpoint_ms */
 extern uint64_t warp_idle_ns;       /* warp.idle_ms */
 extern uint32_t warp_flip_ppm;      /* warp.test_flip */
+extern uint32_t warp_map_after;     /* warp.map_after */
 extern int warp_lease_mode;         /* warp.outside=lease */
 extern _Atomic uint64_t *warp_tree_bytes; /* buffer bytes of the tree (shared area) */
 
-struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino);
+/* The process's warp_file of (dev, ino) for a description being attached
+ * (fd; readonly: it is opened read-only, which may make the file light). */
+struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino, bool readonly);
 void warp_file_put(struct warp_file *w);
 /* The shared buffer file of (dev, ino) if one exists, for path calls by a
  * process that has the file open nowhere (truncate, O_TRUNC). */
@@ -292,6 +306,9 @@ struct warp_counters {
 	_Atomic uint64_t buffer_bytes_max, recovered_blocks;
 	_Atomic uint64_t accesses, accurate, prefetch_used;
 	_Atomic uint64_t leases, lease_breaks;
+	/* files attached light (no buffer file), and light files that a
+	 * writable description moved to a buffer file */
+	_Atomic uint64_t light_files, light_promotions;
 };
 extern struct warp_counters warp_ctr;
 /* this thread is WARP's background thread (ckpt.c: loop) */

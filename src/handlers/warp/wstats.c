@@ -50,6 +50,8 @@ static void more(char *json, size_t *n, size_t cap)
 		{"writeback_extents", atomic_load(&c->writeback_extents)},
 		{"writeback_bg_bytes", atomic_load(&c->writeback_bg_bytes)},
 		{"leases", atomic_load(&c->leases)},
+		{"light_files", atomic_load(&c->light_files)},
+		{"light_promotions", atomic_load(&c->light_promotions)},
 		{"prefetch_issued", pc.posted},
 		{"prefetch_used", used},
 		{"prefetch_wasted", pc.posted > used ? pc.posted - used : 0},
