@@ -296,6 +296,10 @@ static bool light_open(struct warp_file *w, int fd)
 	atomic_store(&w->kernel_reads_left, warp_map_after);
 	set_layout(w, m, false);
 	init_hdr(w, 0, 0);
+	/* the first node records are read (state) before they are written: a
+	 * store now makes their page at once, instead of the zero page's read
+	 * fault and then a copy-on-write fault */
+	atomic_store(&w->nodes[0].want, 0);
 	int saved = warp_call_fd;
 	warp_call_fd = fd;
 	warp_patterns_apply(w); /* what earlier runs learnt, as a fresh buffer gets */
