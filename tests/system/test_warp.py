@@ -586,21 +586,19 @@ name = f"/dev/shm/chell-warp.{st.st_dev:x}.{st.st_ino}"
 r = os.open(p, os.O_RDONLY)
 a = os.pread(r, 4, 0)
 light = os.path.exists(name)
-w = os.open(p, os.O_RDWR)             # a writable description: the records move to a buffer file
-promoted = os.path.exists(name)
+w = os.open(p, os.O_RDWR)             # a writable description of the same light file
 os.pwrite(w, b"ZZZZ", 8192)
-b = os.pread(r, 4, 8192)              # through the read-only description, after the move
+b = os.pread(r, 4, 8192)
+still = os.path.exists(name)
 os.close(w)
 os.close(r)
-print(a.decode(), light, promoted, b.decode(), os.path.exists(name))
+print(a.decode(), light, still, b.decode(), os.path.exists(name))
 """
 
 
-def test_light_file_then_writable_open_promotes(workdir, tmp_path):
-    """A read-only open makes no buffer file; a writable open of the same
-    file in the same process moves the records to one (so every process
-    sharing a writable description shares the buffer); the last close
-    removes it; the bytes are the kernel's throughout."""
+def test_light_files_make_no_buffer_file(workdir, tmp_path):
+    """Read-only and read-write opens of a file nobody buffers make no
+    buffer file (they are light), and the bytes are the kernel's."""
     f = workdir / "f"
     f.write_bytes(b"A" * 65536)
     st = tmp_path / "st"
@@ -608,10 +606,68 @@ def test_light_file_then_writable_open_promotes(workdir, tmp_path):
     res = run(chell_cmd("warp", [workdir], ["python3", "-c", LIGHT, f],
                         ["--set", f"stats.file={st}/stats.%p.json"]), env=dict(BASE_ENV), timeout=TIMEOUT)
     assert res.returncode == 0, describe(res)
-    assert res.stdout.decode().split() == ["AAAA", "False", "True", "ZZZZ", "False"], describe(res)
+    assert res.stdout.decode().split() == ["AAAA", "False", "False", "ZZZZ", "False"], describe(res)
     t = stat_json(st)["total"]
-    assert t["light_files"] >= 1 and t["light_promotions"] >= 1, t
+    assert t["light_files"] >= 1 and t["light_promotions"] == 0, t
     assert f.read_bytes()[8192:8196] == b"ZZZZ"
+
+
+FORKED = r"""
+import os, random, sys, time
+p, seconds = sys.argv[1], float(sys.argv[2])
+size = 8 << 20
+fd = os.open(p, os.O_RDWR)            # light: no buffer file exists
+def writes(seed, n=None):
+    rnd, t, i = random.Random(seed), time.time(), 0
+    while (n is None and time.time() - t < seconds) or (n is not None and i < n):
+        yield i, rnd.randrange(size // 4096) * 4096, bytes([i % 251 + 1]) * 4096
+        i += 1
+rd, wr = os.pipe()
+pid = os.fork()
+if pid == 0:                          # shares fd's description with the light parent
+    n = 0
+    for n, off, data in writes(1):
+        os.pwrite(fd, data, off)
+    os.write(wr, f"{os.getpid()} {n + 1}".encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+child, n = os.read(rd, 100).decode().split()
+expect = bytearray(b"\0" * size)
+for i, off, data in writes(1, int(n)):
+    expect[off:off + 4096] = data
+assert os.pread(fd, size, 0) == expect, "the parent does not read the child's writes"
+for i, off, data in writes(2):        # alone with the description now: may be buffered
+    os.pwrite(fd, data, off)
+    expect[off:off + 4096] = data
+assert os.pread(fd, size, 0) == expect, "the parent does not read its own writes"
+os.close(fd)
+print(child)
+"""
+
+
+def test_shared_light_description_is_not_leased(workdir, tmp_path):
+    """A writable description of a light file shared by fork: the child's
+    writes are not buffered (the lease needs the description's only
+    descriptor, and the parent, light, would not see a buffer), and the
+    parent reads every byte the child wrote; once the child is gone the
+    parent's own random writes take the lease and are buffered (the rule
+    refuses only while the description is shared)."""
+    f = workdir / "f"
+    f.write_bytes(b"\0" * (8 << 20))
+    st = tmp_path / "st"
+    st.mkdir()
+    res = run(chell_cmd("warp", [workdir], ["python3", "-c", FORKED, f, "2"],
+                        ["--set", "tier.model=pcm", "--set", f"stats.file={st}/stats.%p.json"]),
+              env=dict(BASE_ENV), timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    child = res.stdout.decode().split()[-1]
+    per = {p.name.split(".")[1]: json.loads(p.read_text()) for p in st.glob("stats.*.json")}
+    assert child in per, (child, sorted(per))
+    c = per.pop(child)
+    assert c.get("leases", 0) == 0 and c.get("buffered_writes", 0) == 0, c
+    parent = [v for v in per.values() if v.get("light_files")]
+    assert parent and parent[0]["leases"] >= 1 and parent[0]["buffered_writes"] > 0, per
+    assert parent[0]["light_promotions"] >= 1, parent[0]
 
 
 HOLDER = r"""
@@ -648,6 +704,7 @@ def test_light_reader_keeps_a_writer_from_buffering(workdir, tmp_path):
     st0.mkdir()
     alone = randwrite_under_warp(workdir, st0)
     assert alone["leases"] >= 1 and alone["buffered_writes"] > 0, alone
+    assert alone["light_promotions"] >= 1, alone  # it started light: no buffer file
 
     f = workdir / "largefile1"           # chell_filebench's file: O_TRUNC keeps the inode
     f.write_bytes(b"\0" * (8 << 20))

@@ -19,18 +19,24 @@
  * same tier file: device, inode and birth time match), then reset. The
  * last user writes everything back and removes the file.
  *
- * Light files (warp.outside=lease only): a process whose first description
- * of a file is read-only, while no buffer file exists for it, keeps the
+ * Light files (warp.outside=lease only; docs/WARP.md "Light files"): a
+ * process that attaches a file for which no buffer file exists keeps the
  * header and node records in private memory instead (no file made, sized,
- * locked, mapped and removed per open: docs/WARP.md, "Light files"). That
- * is safe because nothing of the file can be buffered meanwhile: buffering
- * needs the write lease, the kernel grants it only while the leased
- * description is the file's only open one, and the light process holds a
- * read-only one (read-only descriptions are never leased). A buffer file
- * that exists (a live user, or dirty blocks a killed one left) is joined
- * as before. When a writable description of the file attaches in the same
- * process, the light records move to the buffer file (promote), so a
- * writable description is always shared through it, across fork and exec.
+ * locked, mapped and removed per open). Nothing of a light file is
+ * buffered: buffering needs the write lease, and
+ *  - the lease is granted only while its description is the file's only
+ *    open one, so any other description a light process holds keeps
+ *    everyone from buffering;
+ *  - a light process that wants the lease moves its records to the buffer
+ *    file first (warp_file_promote), and it takes the lease through a
+ *    description that a light file was attached through (warp_ofd's
+ *    light_seen) only while it holds the description's only descriptor,
+ *    with forks held off (lease.c): so no other process, light or not,
+ *    shares it;
+ *  - a description that escapes to a process Chell does not serve is
+ *    promoted first, so that "buffering off" reaches the buffer file.
+ * A buffer file that exists (a live user, or dirty blocks a killed one
+ * left) is joined as before.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -94,6 +100,8 @@ void warp_files_after_fork(void)
 			w->wfd = -1;
 		if (!is_file(w->lfd, w->dev, w->ino))
 			w->lfd = -1;
+		if (!is_file(w->probe_fd, w->dev, w->ino))
+			w->probe_fd = -1;
 		file_free(w);
 	}
 	reaped = NULL;
@@ -107,6 +115,8 @@ void warp_files_after_fork(void)
 			w->lfd_ofd = NULL;
 		}
 		atomic_store(&w->detach_ofd, NULL);
+		if (!is_file(w->probe_fd, w->dev, w->ino))
+			w->probe_fd = -1; /* never closed: the number is someone else's */
 		if (atomic_load(&w->light)) {
 			/* the child's own copy of the records: a lock another
 			 * thread of the parent held at the fork is free here */
@@ -267,6 +277,8 @@ static void file_free(struct warp_file *w)
 		chell_internal_close(w->wfd);
 	if (w->lfd >= 0)
 		chell_internal_close(w->lfd);
+	if (w->probe_fd >= 0)
+		chell_internal_close(w->probe_fd);
 	free(w);
 }
 
@@ -309,9 +321,9 @@ static bool light_open(struct warp_file *w, int fd)
 }
 
 /* Open and map the buffer file of (dev, ino); fd is a descriptor of the
- * tier file. With `readonly` (fd's description is read-only), a file with
- * no buffer file yet is light (the header comment). */
-static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool create, bool readonly)
+ * tier file. With `light`, a file with no buffer file yet is light (the
+ * header comment). */
+static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool create, bool light)
 {
 	struct warp_file *w = calloc(1, sizeof(*w));
 	if (!w)
@@ -319,7 +331,7 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	w->dev = dev;
 	w->ino = ino;
 	w->refs = 1;
-	w->bfd = w->rfd = w->wfd = -1;
+	w->bfd = w->rfd = w->wfd = w->probe_fd = -1;
 	atomic_store(&w->prev_node, WARP_NODE_NONE);
 	w->lfd = -1;
 	if (fd >= 0 && !warp_lease_mode) {
@@ -333,7 +345,7 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	}
 	char name[96];
 	buf_name(name, sizeof(name), dev, ino);
-	if (create && readonly && warp_lease_mode && fd >= 0) {
+	if (light && create && warp_lease_mode && fd >= 0) {
 		int b = chell_internal_openat(AT_FDCWD, name, O_RDONLY | O_CLOEXEC, 0);
 		if (b >= 0)
 			sys_close(b); /* a buffer file exists: joined below */
@@ -407,21 +419,24 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
 	return NULL;
 }
 
-/* A light file gets a writable description: its records move to the
- * buffer file (made, or joined if another process has one), so that every
- * process sharing a writable description of the file shares the buffer.
- * Under files_lock. Nothing can be buffered during the move: this process
- * still holds the read-only description it went light with, so no one can
- * take the lease. The light records stay mapped until the file is freed
- * (a thread that read the old pointers may still use them: they are then
- * only counters and normal/mapped states, never buffered ones). */
-static int promote(struct warp_file *w, int fd)
+/* A light file's records move to the buffer file (warp.h). Nothing of the
+ * file is buffered meanwhile: buffering starts only once the lease is
+ * taken, after this. The light records stay mapped until the file is
+ * freed: a thread that read the old pointers may still count itself there
+ * (tier_ops: warp_set_state waits for those too) or wait on the old locks
+ * (taken here, so a holder finishes first; warp_lock and warp_koff_lock
+ * then move on to the new ones). */
+int warp_file_promote(struct warp_file *w, int fd)
 {
+	if (!atomic_load(&w->light))
+		return 0;
 	struct warp_file *n = file_open(fd, w->dev, w->ino, true, false);
 	if (!n)
 		return -1;
+	warp_tier_probe_close(w); /* a description of ours would keep the lease away */
 	struct warp_hdr *old = w->hdr;
 	chell_lock_acquire(&old->lock);
+	chell_lock_acquire(&old->koff_lock);
 	/* alone on the new buffer file: it is fresh, and what this process
 	 * learnt is the best start; else the others' states stand */
 	if (sys_flock(n->bfd, LOCK_EX | LOCK_NB) == 0) {
@@ -438,6 +453,7 @@ static int promote(struct warp_file *w, int fd)
 		}
 		memcpy(n->hdr->xf, old->xf, sizeof(old->xf));
 		atomic_store(&n->hdr->last_ckpt, atomic_load(&old->last_ckpt));
+		atomic_store(&n->hdr->lease_try, atomic_load(&old->lease_try));
 		sys_flock(n->bfd, LOCK_SH);
 	}
 	if (atomic_load(&old->no_buffer))
@@ -446,19 +462,28 @@ static int promote(struct warp_file *w, int fd)
 	w->bdev = n->bdev;
 	w->bino = n->bino;
 	set_layout(w, n->map, true);
-	atomic_store(&w->kernel_reads_left, 0); /* buffered nodes may come: reads see them */
+	atomic_store(&w->kernel_reads_left, 0); /* buffered nodes may come: reads must see them */
 	atomic_store(&w->light, 0);
+	chell_lock_release(&old->koff_lock);
 	chell_lock_release(&old->lock);
 	free(n); /* its buffer file is w's now; it has nothing else */
 	WCTR(light_promotions, 1);
 	return 0;
 }
 
+void warp_files_lock(void)
+{
+	pthread_mutex_lock(&files_lock);
+}
+
+void warp_files_unlock(void)
+{
+	pthread_mutex_unlock(&files_lock);
+}
+
 /* The process's warp_file of (dev, ino), a new reference; opened (and
- * listed) on first use: file_open(fd, dev, ino, create, readonly). A
- * writable description (readonly false, create true) promotes a light
- * one; if that fails it is not served (NULL). */
-static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool create, bool readonly)
+ * listed) on first use: file_open(fd, dev, ino, create, light: create). */
+static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool create)
 {
 	pthread_mutex_lock(&files_lock);
 	struct warp_file *w;
@@ -466,10 +491,6 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 		if (w->dev == dev && w->ino == ino)
 			break;
 	if (w) {
-		if (atomic_load(&w->light) && create && !readonly && promote(w, fd) < 0) {
-			pthread_mutex_unlock(&files_lock);
-			return NULL;
-		}
 		w->refs++;
 		pthread_mutex_unlock(&files_lock);
 		return w;
@@ -481,7 +502,7 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 		pthread_mutex_unlock(&files_lock);
 		return NULL;
 	}
-	w = file_open(fd, dev, ino, create, readonly);
+	w = file_open(fd, dev, ino, create, create);
 	if (w) {
 		w->next = files;
 		files = w;
@@ -490,9 +511,9 @@ static struct warp_file *file_reference(int fd, uint64_t dev, uint64_t ino, bool
 	return w;
 }
 
-struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino, bool readonly)
+struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino)
 {
-	return file_reference(fd, dev, ino, true, readonly);
+	return file_reference(fd, dev, ino, true);
 }
 
 struct warp_file *warp_file_listed(uint64_t dev, uint64_t ino)
@@ -510,7 +531,7 @@ struct warp_file *warp_file_listed(uint64_t dev, uint64_t ino)
 
 struct warp_file *warp_file_lookup(uint64_t dev, uint64_t ino)
 {
-	return file_reference(-1, dev, ino, false, true);
+	return file_reference(-1, dev, ino, false);
 }
 
 void warp_file_put(struct warp_file *w)
@@ -878,8 +899,17 @@ int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s)
 		if (mapped_tick() < atomic_load(&w->hdr->refuse_until))
 			return -EAGAIN;
 		atomic_store(&n->state, (uint8_t)s);
+		/* a call that read the light records' pointers before the file
+		 * was promoted counts itself there (warp_file_promote) */
+		struct warp_hdr *lh = NULL;
+		struct warp_node *ln = NULL;
+		if (w->light_map && w->light_map != w->map) {
+			lh = (struct warp_hdr *)w->light_map;
+			ln = (struct warp_node *)(w->light_map + WARP_NODES_OFF) + k;
+		}
 		int spins = 0;
-		while (atomic_load(&n->tier_ops) != 0 || atomic_load(&w->hdr->tier_ops) != 0) {
+		while (atomic_load(&n->tier_ops) != 0 || atomic_load(&w->hdr->tier_ops) != 0 ||
+		       (lh && (atomic_load(&ln->tier_ops) != 0 || atomic_load(&lh->tier_ops) != 0))) {
 			if (++spins > WAIT_TIER_SPINS) {
 				atomic_store(&n->state, (uint8_t)cur);
 				atomic_store(&w->hdr->refuse_until, mapped_tick() + 1000000000ull);
@@ -915,7 +945,7 @@ uint32_t warp_nnodes(struct warp_file *w)
 
 int warp_flush_all(struct warp_file *w, bool drop)
 {
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	int r = warp_writeback(w, warp_wfd(w), 0, WARP_MAX_BLOCKS);
 	if (r == 0 && drop)
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
@@ -927,7 +957,7 @@ int warp_disable_buffer(struct warp_file *w)
 {
 	if (w->lfd >= 0)
 		warp_lease_release(w); /* written back, nothing buffered */
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	atomic_store(&w->hdr->no_buffer, 1);
 	int r = warp_writeback(w, warp_wfd(w), 0, WARP_MAX_BLOCKS);
 	if (r == 0) {

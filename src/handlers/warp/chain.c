@@ -36,7 +36,7 @@ static void record(struct warp_file_id from, uint64_t ctx, struct warp_file_id t
 		warp_learn_link(from, ctx, to, node);
 		return;
 	}
-	chell_lock_acquire(&f->hdr->lock);
+	warp_lock(f);
 	warp_xfile_record(f->hdr->xf, ctx, to, node);
 	chell_lock_release(&f->hdr->lock);
 	warp_file_put(f);
@@ -59,7 +59,7 @@ uint32_t warp_chain_enter(struct warp_file *w, uint32_t k)
 	uint64_t ctx = warp_context_hash();
 	struct warp_file_id me = {w->dev, w->ino};
 	struct warp_xfile mine = {0};
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	const struct warp_xfile *x = warp_xfile_predict(w->hdr->xf, ctx);
 	if (x)
 		mine = *x;

@@ -52,7 +52,7 @@ void warp_checkpoint(struct warp_file *w)
 	if (hi > WARP_MAX_BLOCKS || nn == WARP_MAX_NODES)
 		hi = WARP_MAX_BLOCKS; /* blocks past the last node with a record */
 	for (uint64_t b = 0; b < hi && atomic_load(&h->dirty_blocks);) {
-		chell_lock_acquire(&h->lock);
+		h = warp_lock(w);
 		uint64_t a = now_ns();
 		int e = warp_writeback_step(w, w->wfd, &b, hi, WB_STEP_BLOCKS);
 		held += now_ns() - a;
@@ -74,7 +74,7 @@ void warp_checkpoint(struct warp_file *w)
 	double waited = wb_all > wb_bg ? (double)(wb_all - wb_bg) / (double)wb_all : 0.0;
 	fc.byte_w[WARP_BUFFERED] -= (1.0 - waited) * fc.wb_byte;
 	fc.wb_byte *= waited;
-	chell_lock_acquire(&h->lock);
+	h = warp_lock(w);
 	uint64_t t1 = now_ns();
 	nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
@@ -132,7 +132,7 @@ static void idle_reclaim(struct warp_file *w, uint64_t now)
 	struct warp_hdr *h = w->hdr;
 	if (!atomic_load(&h->valid_blocks))
 		return;
-	chell_lock_acquire(&h->lock);
+	h = warp_lock(w);
 	uint32_t nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
@@ -243,7 +243,7 @@ void warp_maybe_flip(chell_ctx *c, struct warp_file *w, uint64_t k)
 	enum warp_state s = (enum warp_state)((x >> 32) % WARP_NSTATES);
 	if (s == WARP_BUFFERED && !warp_lease_ok(w, c))
 		return;
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	if (warp_set_state(w, k, s) == 0)
 		WCTR(flips, 1);
 	chell_lock_release(&w->hdr->lock);

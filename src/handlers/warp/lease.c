@@ -32,6 +32,7 @@
  * application uses for signal-driven I/O or leases of its own (F_SETOWN,
  * F_SETSIG, O_ASYNC, F_SETLEASE) is never leased by warp (warp_fcntl).
  */
+#include <pthread.h>
 #include <signal.h>
 
 #include "warp.h"
@@ -40,30 +41,29 @@
  * system call on the data path) */
 #define LEASE_RETRY_NS (warp_checkpoint_ns ? warp_checkpoint_ns : 100000000ull)
 
-bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
+/* Held by a lease being taken through a description a light file was
+ * attached through (from the only-holder check until the lease is held),
+ * and by a fork from its prepare to its end: so a fork never shares the
+ * description in between (lease_ok). Nothing else is taken under it but
+ * the files lock and the records' lock; Chell's background threads never
+ * take it (a fork's prepare waits for them). */
+static pthread_mutex_t fork_gate = PTHREAD_MUTEX_INITIALIZER;
+
+void warp_lease_fork_event(enum chell_op ev)
 {
-	if (!warp_lease_mode)
-		return true;
-	/* a light file never buffers (buf.c); once promoted, hdr is the
-	 * buffer file's for good (set before light is cleared) */
-	if (atomic_load(&w->light))
-		return false;
-	struct warp_hdr *h = w->hdr;
-	if (atomic_load(&h->leased))
-		return w->lfd >= 0; /* only a holder of the leased description buffers */
-	if (chell_fdt_private())
-		return false; /* a duplicate made here would be in this thread's table only */
-	int st = mapped_status(c);
-	if ((st & O_ACCMODE) == O_RDONLY || (st & (O_ASYNC | O_DIRECT)) || atomic_load(&h->no_buffer))
-		return false;
-	if (w->lfd >= 0 && w->lfd_ofd != c->f->ofd)
-		return false; /* our duplicate is of another description (kept: POSIX locks) */
-	uint64_t now = mapped_tick(), last = atomic_load(&h->lease_try);
-	if (now - last < LEASE_RETRY_NS || !atomic_compare_exchange_strong(&h->lease_try, &last, now))
-		return false;
-	/* the application's own signal-driven I/O set-up stays untouched */
-	if (sys_fcntl(c->fd, F_GETOWN, 0) != 0 || sys_fcntl(c->fd, F_GETSIG, 0) != 0)
-		return false;
+	if (ev == CHELL_EV_FORK_PREPARE) {
+		pthread_mutex_lock(&fork_gate);
+	} else if (ev == CHELL_EV_FORK_PARENT) {
+		pthread_mutex_unlock(&fork_gate);
+	} else if (ev == CHELL_EV_FORK_CHILD) {
+		pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+		fork_gate = fresh;
+	}
+}
+
+/* Take the lease through c's description (lease_ok). */
+static bool take(struct warp_file *w, chell_ctx *c)
+{
 	int d = w->lfd;
 	if (d < 0) {
 		/* made above the application's limit at once: moving a low one
@@ -77,7 +77,7 @@ bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 		sys_fcntl(d, F_SETFD, FD_CLOEXEC);
 		chell_internal_fd(d, -1);
 	}
-	chell_lock_acquire(&h->lock);
+	struct warp_hdr *h = warp_lock(w);
 	bool ok = false;
 	if (!atomic_load(&h->leased)) {
 		sys_fcntl(d, F_SETSIG, SIGWINCH);
@@ -103,13 +103,58 @@ bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
 	return ok;
 }
 
+bool warp_lease_ok(struct warp_file *w, chell_ctx *c)
+{
+	if (!warp_lease_mode)
+		return true;
+	struct warp_hdr *h = w->hdr;
+	bool light = atomic_load(&w->light);
+	if (!light && atomic_load(&h->leased))
+		return w->lfd >= 0; /* only a holder of the leased description buffers */
+	if (chell_fdt_private())
+		return false; /* a duplicate made here would be in this thread's table only */
+	int st = mapped_status(c);
+	if ((st & O_ACCMODE) == O_RDONLY || (st & (O_ASYNC | O_DIRECT)) || atomic_load(&h->no_buffer))
+		return false;
+	if (w->lfd >= 0 && w->lfd_ofd != c->f->ofd)
+		return false; /* our duplicate is of another description (kept: POSIX locks) */
+	uint64_t now = mapped_tick(), last = atomic_load(&h->lease_try);
+	if (now - last < LEASE_RETRY_NS || !atomic_compare_exchange_strong(&h->lease_try, &last, now))
+		return false;
+	/* the application's own signal-driven I/O set-up stays untouched */
+	if (sys_fcntl(c->fd, F_GETOWN, 0) != 0 || sys_fcntl(c->fd, F_GETSIG, 0) != 0)
+		return false;
+	struct warp_ofd *wo = (struct warp_ofd *)c->f->ofd->priv[c->layer];
+	bool seen = atomic_load(&wo->light_seen);
+	if (!light && !seen)
+		return take(w, c);
+	/* A light file (buf.c) or a description a light file was attached
+	 * through: another process may hold this description with the file
+	 * light (a fork shared it), and would not see what is buffered. The
+	 * lease is taken only while this process holds the description's only
+	 * descriptor, anywhere (refs: every process of the tree), with forks
+	 * held off (fork_gate) until it is taken. Then no other process holds
+	 * it, and none can get it but through this one, whose file is
+	 * promoted first. */
+	bool ok = false;
+	pthread_mutex_lock(&fork_gate);
+	if (!seen || atomic_load((_Atomic uint32_t *)&c->f->ofd->refs) == 1) {
+		warp_files_lock();
+		int promoted = warp_file_promote(w, c->fd);
+		warp_files_unlock();
+		if (promoted == 0)
+			ok = take(w, c);
+	}
+	pthread_mutex_unlock(&fork_gate);
+	return ok;
+}
+
 void warp_lease_release(struct warp_file *w)
 {
-	struct warp_hdr *h = w->hdr;
 	/* any descriptor of the leased description will do (a process that
 	 * shares it without a duplicate of ours: the call's) */
 	int fd = warp_own(w->lfd) >= 0 ? w->lfd : warp_call_fd;
-	chell_lock_acquire(&h->lock);
+	struct warp_hdr *h = warp_lock(w);
 	if (atomic_load(&h->leased) && fd >= 0) {
 		/* everything to the tier, nothing buffered: then the lease goes */
 		warp_writeback(w, fd, 0, WARP_MAX_BLOCKS);
@@ -140,7 +185,7 @@ void warp_lease_detach(struct warp_file *w, struct chell_ofd *ofd)
 		return;
 	}
 	warp_lease_release(w);
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	if (w->rfd == w->lfd)
 		w->rfd = -1;
 	if (w->wfd == w->lfd)

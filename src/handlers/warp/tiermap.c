@@ -24,19 +24,50 @@ static void clear_dense(struct mapped_chunk *e, void *arg)
 	atomic_fetch_and(&e->flags, ~WARP_DENSE);
 }
 
+/* Under tier_lock: a light file's probe descriptor (warp.h), opened now if
+ * need be; -1 if there is none to use on this thread. */
+static int probe_fd(struct warp_file *w, int fd)
+{
+	if (w->probe_fd < 0 && !chell_fdt_private()) {
+		char path[CHELL_FD_PATH_MAX];
+		chell_fd_path(path, fd);
+		int t = chell_internal_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC | O_NOATIME, 0);
+		if (t == -EPERM)
+			t = chell_internal_openat(AT_FDCWD, path, O_RDONLY | O_CLOEXEC, 0);
+		w->probe_fd = t >= 0 ? chell_internal_fd(t, 1) : -1;
+	}
+	return warp_own(w->probe_fd);
+}
+
+void warp_tier_probe_close(struct warp_file *w)
+{
+	pthread_mutex_lock(&tier_lock);
+	if (w->probe_fd >= 0)
+		chell_internal_close(w->probe_fd);
+	w->probe_fd = -1;
+	pthread_mutex_unlock(&tier_lock);
+}
+
 static bool dense(struct warp_file *w, int fd, uint64_t lo, uint64_t node_bytes)
 {
 	struct stat st;
 	if (sys_fstat(fd, &st) < 0 || (uint64_t)st.st_size <= lo)
 		return false;
 	uint64_t hi = lo + node_bytes < (uint64_t)st.st_size ? lo + node_bytes : (uint64_t)st.st_size;
+	if (atomic_load(&w->light)) {
+		/* no koff_lock is shared with the other processes that may hold
+		 * the application's description: probe through our own */
+		int p = probe_fd(w, fd);
+		off_t hole = p >= 0 ? sys_lseek(p, (off_t)lo, SEEK_HOLE) : -1;
+		return hole >= 0 && (uint64_t)hole >= hi;
+	}
 	/* The probe moves the kernel's offset of fd's description: Chell keeps
 	 * warp's offsets itself, but an append reads the kernel's back right
 	 * after its write (warp.c: append), in any process sharing the
 	 * description; koff_lock keeps the probe out of that window. */
-	chell_lock_acquire(&w->hdr->koff_lock);
+	struct warp_hdr *h = warp_koff_lock(w);
 	off_t hole = sys_lseek(fd, (off_t)lo, SEEK_HOLE);
-	chell_lock_release(&w->hdr->koff_lock);
+	chell_lock_release(&h->koff_lock);
 	return hole >= 0 && (uint64_t)hole >= hi;
 }
 

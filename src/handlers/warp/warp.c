@@ -45,14 +45,6 @@ _Atomic uint64_t *warp_tree_bytes;
 struct warp_counters warp_ctr;
 
 
-/* Per-OFD state: the base's, and the state nodes start in (the open's
- * access mode, warp.md §III: read-only opens read-mapped, write-only ones
- * write-buffered). */
-struct warp_ofd {
-	struct mapped_ofd m;
-	uint32_t hint; /* enum warp_state for nodes never accessed */
-};
-
 static struct mapped_ops warp_mapped;
 
 static inline struct warp_file *W(chell_ctx *c)
@@ -103,7 +95,7 @@ static void want_buffered(chell_ctx *c, struct warp_file *w, uint64_t k)
 	struct warp_node *nd = &w->nodes[k];
 	if (!warp_lease_ok(w, c))
 		return;
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	if (atomic_load(&nd->want) && warp_set_state(w, k, WARP_BUFFERED) == 0)
 		atomic_store(&nd->want, 0);
 	chell_lock_release(&w->hdr->lock);
@@ -120,7 +112,7 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 		uint32_t hint = WD(c)->hint;
 		if (hint != WARP_NORMAL && atomic_load(&nd->state) == WARP_NORMAL &&
 		    (hint != WARP_BUFFERED || warp_lease_ok(w, c))) {
-			chell_lock_acquire(&w->hdr->lock);
+			warp_lock(w);
 			if (!nd->last_use)
 				warp_set_state(w, k, (enum warp_state)hint);
 			chell_lock_release(&w->hdr->lock);
@@ -252,7 +244,7 @@ static ssize_t buf_write(struct warp_file *w, const unsigned char *u, uint64_t p
 /* Leave buffered for node k (the budget, a failed fill, a fault). */
 static void demote(struct warp_file *w, uint64_t k)
 {
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	warp_set_state(w, k, WARP_NORMAL);
 	chell_lock_release(&w->hdr->lock);
 }
@@ -313,7 +305,7 @@ static ssize_t piece(chell_ctx *c, struct warp_file *w, unsigned char *u, uint64
 			return r;
 		}
 		tier_done(h, ops32);
-		chell_lock_acquire(&h->lock);
+		h = warp_lock(w);
 		if (warp_state_of(w, k) != WARP_BUFFERED) {
 			chell_lock_release(&h->lock);
 			continue; /* changed meanwhile: the tier path */
@@ -398,7 +390,7 @@ static void drop_past(struct warp_file *w, uint64_t len);
 static void shrink_back(chell_ctx *c, struct warp_file *w, uint64_t grown_to, uint64_t end)
 {
 	struct mapped_inode *in = L(c)->inode;
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	chell_lock_acquire(&in->lock);
 	if (isize(in) == grown_to && sys_ftruncate(c->fd, (off_t)end) == 0) {
 		isize_set(in, end);
@@ -493,7 +485,7 @@ static ssize_t append(chell_ctx *c, const struct iovec *iov, int cnt, off_t off,
 {
 	struct warp_file *w = W(c);
 	struct mapped_inode *in = L(c)->inode;
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	settle_eof(c, w);
 	/* at the description's offset (off -1), the kernel moves it and ours
 	 * follows, read back before any hole probe can move it (koff_lock) */
@@ -522,7 +514,7 @@ static ssize_t kernel_io(chell_ctx *c, const struct iovec *iov, int cnt, off_t o
 	struct mapped_inode *in = L(c)->inode;
 	_Atomic uint64_t *offp = OFFSET(c);
 	WSTAT(kernel_fallbacks, 1);
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	uint64_t pos = off >= 0 ? (uint64_t)off : atomic_load(offp);
 	if (off < 0 && write)
 		while (!atomic_compare_exchange_weak(offp, &pos, pos + (uint64_t)total))
@@ -578,7 +570,10 @@ static void settle(chell_ctx *c)
 
 static void *wfile_get(chell_ctx *c, const struct stat *st)
 {
-	return warp_file_get(c->fd, st->st_dev, st->st_ino, (status(c) & O_ACCMODE) == O_RDONLY);
+	struct warp_file *w = warp_file_get(c->fd, st->st_dev, st->st_ino);
+	if (w && atomic_load(&w->light) && (status(c) & O_ACCMODE) != O_RDONLY)
+		atomic_store(&WD(c)->light_seen, 1); /* warp_ofd: the lease checks it */
+	return w;
 }
 
 static void wfile_put(void *w)
@@ -604,6 +599,7 @@ static struct mapped_ops warp_mapped = {
 
 static void warp_proc_event(enum chell_op ev, long arg)
 {
+	warp_lease_fork_event(ev);
 	if (ev == CHELL_EV_FORK_CHILD) {
 		warp_files_after_fork();
 		warp_tier_after_fork();
@@ -648,7 +644,7 @@ static struct warp_file *file_of(chell_ctx *c)
 {
 	if (D(c)->active && L(c)) {
 		struct warp_file *w = W(c);
-		return warp_file_get(c->fd, w->dev, w->ino, true); /* attached already: never promotes */
+		return warp_file_get(c->fd, w->dev, w->ino);
 	}
 	struct stat st;
 	if (sys_fstat(c->fd, &st) < 0 || !S_ISREG(st.st_mode))
@@ -679,7 +675,7 @@ static int warp_open(chell_ctx *c, int dirfd, const char *path, int flags, mode_
 		w = file_by_path(dirfd, path, 0);
 	if (!w)
 		return chell_down_open(c, dirfd, path, flags, mode);
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	int r = chell_down_open(c, dirfd, path, flags, mode);
 	if (r >= 0)
 		drop_past(w, 0);
@@ -732,8 +728,16 @@ static void warp_detach(chell_ctx *c)
  * kernel's from now on. */
 static void warp_escape(chell_ctx *c)
 {
-	if (D(c)->active && L(c))
+	if (D(c)->active && L(c)) {
+		/* "buffering off" must reach a process that may get the
+		 * description and join the buffer file: a light file's records
+		 * go there first (if that fails the description stays a light
+		 * one's: light_seen keeps it from being leased alone) */
+		warp_files_lock();
+		warp_file_promote(W(c), c->fd);
+		warp_files_unlock();
 		disable(c, W(c));
+	}
 	mapped_go_kernel(c, &warp_mapped);
 }
 
@@ -767,7 +771,7 @@ static int warp_sync_file_range(chell_ctx *c, off_t off, off_t n, unsigned int f
 		struct warp_file *w = W(c);
 		uint64_t lo = (uint64_t)off >> WARP_BLK_SHIFT;
 		uint64_t hi = n == 0 ? WARP_MAX_BLOCKS : ((uint64_t)off + (uint64_t)n + WARP_BLK - 1) >> WARP_BLK_SHIFT;
-		chell_lock_acquire(&w->hdr->lock);
+		warp_lock(w);
 		warp_writeback(w, warp_wfd_or(w, c->fd), lo, hi);
 		chell_lock_release(&w->hdr->lock);
 	}
@@ -779,7 +783,7 @@ static int warp_ftruncate(chell_ctx *c, off_t len)
 	if (!D(c)->active || !L(c)) {
 		struct warp_file *w = len >= 0 ? file_of(c) : NULL;
 		if (w)
-			chell_lock_acquire(&w->hdr->lock);
+			warp_lock(w);
 		int r = chell_down_ftruncate(c, len);
 		if (w) {
 			if (r == 0)
@@ -791,7 +795,7 @@ static int warp_ftruncate(chell_ctx *c, off_t len)
 	}
 	struct warp_file *w = W(c);
 	struct mapped_inode *in = L(c)->inode;
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	chell_lock_acquire(&in->lock);
 	uint64_t before = isize(in);
 	int r = chell_down_ftruncate(c, len);
@@ -811,7 +815,7 @@ static int warp_truncate(chell_ctx *c, const char *path, off_t len)
 	/* with leases: it breaks the tree's lease, see warp_open */
 	struct warp_file *w = len >= 0 && !warp_lease_mode ? file_by_path(AT_FDCWD, path, 0) : NULL;
 	if (w)
-		chell_lock_acquire(&w->hdr->lock);
+		warp_lock(w);
 	int r = chell_down_truncate(c, path, len);
 	if (w) {
 		if (r == 0)
@@ -841,7 +845,7 @@ static int warp_fallocate(chell_ctx *c, int mode, off_t off, off_t len)
 	}
 	struct warp_file *w = W(c);
 	struct mapped_inode *in = L(c)->inode;
-	chell_lock_acquire(&w->hdr->lock);
+	warp_lock(w);
 	int e = warp_writeback(w, warp_wfd_or(w, c->fd), 0, WARP_MAX_BLOCKS);
 	if (e == 0)
 		warp_invalidate(w, 0, WARP_MAX_BLOCKS);
@@ -881,7 +885,7 @@ static int warp_fcntl(chell_ctx *c, int cmd, unsigned long arg)
 		struct warp_file *w = W(c);
 		disable(c, w);
 		warp_tier_retire(w);
-		chell_lock_acquire(&w->hdr->lock);
+		warp_lock(w);
 		/* (on a thread with a table of its own the numbers are not ours
 		 * to close: the reopens stay, and the application's lease is
 		 * then refused, as for any other open of the file) */

@@ -98,16 +98,38 @@ struct warp_hdr {
 /* a light file's private records: the same layout without the data area */
 #define WARP_LIGHT_BYTES WARP_DATA_OFF
 
+/* Per-OFD state (ofd->priv, shared by every process holding the
+ * description): the base's, and the state nodes start in (the open's
+ * access mode, warp.md §III: read-only opens read-mapped, write-only ones
+ * write-buffered). */
+struct warp_ofd {
+	struct mapped_ofd m;
+	uint32_t hint; /* enum warp_state for nodes never accessed */
+	/* A process attached this writable description to a light file (buf.c).
+	 * Another process sharing it may still be light for the file (it got
+	 * the description by fork, before the attach's process promoted), so
+	 * the lease is taken through it only while the taker holds its only
+	 * descriptor (lease.c). Set once, never cleared. */
+	_Atomic uint32_t light_seen;
+};
+
 /* This process's view of one file (shared by its descriptors of it). */
 struct warp_file {
 	uint64_t dev, ino;
 	int refs;                  /* chell_files of this process on it (warp_files_lock) */
 	int bfd;                   /* the buffer file (internal descriptor); -1 while light */
-	/* Light (buf.c): only read-only descriptions attached, no buffer file;
-	 * hdr and nodes are in light_map, private memory, and nothing of the
-	 * file can be buffered. Cleared once (promote), never set again. */
+	/* Light (buf.c): no buffer file; hdr and nodes are in light_map,
+	 * private memory, and nothing of the file is buffered. Cleared once
+	 * (warp_file_promote), never set again. */
 	_Atomic int light;
 	unsigned char *light_map;  /* WARP_LIGHT_BYTES, kept until the file is freed */
+	/* A light file's hole probes (tiermap.c) go through a read-only
+	 * description of Chell's own, opened at the first probe: the
+	 * application's may be shared with another process whose light
+	 * records (and koff_lock) are its own, and a probe moves the offset an
+	 * append there reads back. Closed when the file is promoted (it would
+	 * keep the lease from being granted) or freed. -1: none. */
+	int probe_fd;
 	/* warp.map_after: reads the kernel serves before a read-mapped node is
 	 * mapped (light files only: no buffered node, so every byte of such a
 	 * read comes from the kernel); 0 once any node is mapped */
@@ -154,8 +176,16 @@ extern int warp_lease_mode;         /* warp.outside=lease */
 extern _Atomic uint64_t *warp_tree_bytes; /* buffer bytes of the tree (shared area) */
 
 /* The process's warp_file of (dev, ino) for a description being attached
- * (fd; readonly: it is opened read-only, which may make the file light). */
-struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino, bool readonly);
+ * (fd); light if no buffer file exists for it (buf.c). */
+struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino);
+/* A light file's records move to the buffer file (made or joined through
+ * fd, a descriptor of the tier file): before it may be buffered (the
+ * lease), and before a description of it escapes. 0, or -1 (stays light).
+ * With warp_files_lock held; never with the records' lock held. */
+int warp_file_promote(struct warp_file *w, int fd);
+/* The process's lock of its file list (warp_file_promote's callers). */
+void warp_files_lock(void);
+void warp_files_unlock(void);
 void warp_file_put(struct warp_file *w);
 /* The shared buffer file of (dev, ino) if one exists, for path calls by a
  * process that has the file open nowhere (truncate, O_TRUNC). */
@@ -174,6 +204,33 @@ static inline enum warp_state warp_state_of(struct warp_file *w, uint64_t node)
 		return WARP_NORMAL;
 	return (enum warp_state)atomic_load_explicit(&w->nodes[node].state, memory_order_acquire);
 }
+/* The records' lock (hdr->lock) of the records that are w's now. A light
+ * file's records move once, under their lock (buf.c: promote): a caller
+ * that waited on the old lock takes the new one instead. While it is held
+ * the records cannot move, so w->hdr stays the returned header until the
+ * lock is released (chell_lock_release(&w->hdr->lock) is then right). */
+static inline struct warp_hdr *warp_lock(struct warp_file *w)
+{
+	for (;;) {
+		struct warp_hdr *h = __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE);
+		chell_lock_acquire(&h->lock);
+		if (h == __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE))
+			return h;
+		chell_lock_release(&h->lock);
+	}
+}
+/* The same for hdr->koff_lock (promote takes the old one too). */
+static inline struct warp_hdr *warp_koff_lock(struct warp_file *w)
+{
+	for (;;) {
+		struct warp_hdr *h = __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE);
+		chell_lock_acquire(&h->koff_lock);
+		if (h == __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE))
+			return h;
+		chell_lock_release(&h->koff_lock);
+	}
+}
+
 static inline uint32_t warp_succ(const struct warp_node *n)
 {
 	return n->succ1 ? n->succ1 - 1 : WARP_NODE_NONE;
@@ -272,6 +329,8 @@ bool warp_lease_poll(struct warp_file *w);
  * release what this process took. */
 void warp_lease_after_fork(struct warp_file *w);
 void warp_lease_proc_end(void);
+/* Fork events: a lease is never taken across a fork (lease_ok). */
+void warp_lease_fork_event(enum chell_op ev);
 
 /* ---- tiermap.c: mapped reads */
 /* Address of `off` in the tier's mapping if its node may be read through
@@ -280,6 +339,8 @@ const unsigned char *warp_tier_addr(struct warp_file *w, int fd, uint64_t off, u
 void warp_tier_unmap_all(struct warp_file *w);
 void warp_tier_retire(struct warp_file *w);
 void warp_tier_after_fork(void);
+/* The light file's probe descriptor goes (promotion, release). */
+void warp_tier_probe_close(struct warp_file *w);
 
 /* ---- ckpt.c */
 int warp_ckpt_start(void);
