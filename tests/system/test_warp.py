@@ -200,6 +200,10 @@ WARP_RUNS = [
     (5, TRUST + FLIP, ["--max-size", "8192", "--files", "2"], False),
     (6, FLIP, [], False),
     (7, TRUST + FLIP, ["--no-fork"], False),
+    # lease mode in one process (threads, exec): light files promoted to
+    # the buffer file by the flips to buffered while other threads move
+    # bytes of them (docs/WARP.md, "Light files")
+    (8, FLIP, ["--no-fork"], False),
     # the edge classes too: byte-range locks, RWF flags, in-kernel copies,
     # limits, bad buffers, unshared tables
     (21, TRUST + FLIP, [], True),
@@ -732,3 +736,59 @@ def test_light_reader_keeps_a_writer_from_buffering(workdir, tmp_path):
     with kernel_view:
         assert out.decode().strip() == hashlib.sha256(kernel_view.read()).hexdigest()
     assert stat_json(st_r)["total"]["light_files"] >= 1
+
+
+THREADED = r"""
+import os, random, sys, threading, time
+p, seconds = sys.argv[1], float(sys.argv[2])
+size, blk = 8 << 20, 4096
+fd = os.open(p, os.O_RDWR)            # light at first, one description for both threads
+last = [{}, {}]
+
+def writer(i):
+    rnd, t, n = random.Random(i), time.time(), 0
+    while time.time() - t < seconds:
+        b = rnd.randrange(size // blk // 2) * 2 + i      # thread i owns blocks b % 2 == i
+        data = (b"%d:%d;" % (i, n)) * (blk // 8)
+        data = data[:blk].ljust(blk, b".")
+        os.pwrite(fd, data, b * blk)
+        last[i][b] = data
+        n += 1
+        if n % 64 == 0:                                  # and read some back meanwhile
+            r = os.pread(fd, blk, b * blk)
+            assert r == data, f"thread {i} block {b}: read back differs"
+
+ts = [threading.Thread(target=writer, args=(i,)) for i in (0, 1)]
+for t in ts: t.start()
+for t in ts: t.join()
+os.close(fd)
+print(sum(len(x) for x in last))
+with open(sys.argv[3], "w") as out:
+    for i in (0, 1):
+        for b, data in last[i].items():
+            out.write(f"{b} {data[:32].decode()}\n")
+"""
+
+
+def test_light_file_promoted_while_threads_write(workdir, tmp_path):
+    """Two threads write one description of a light file at random (pcm
+    model): the model picks buffered, the file is promoted to the buffer
+    file and leased while the other thread keeps writing, and every
+    block's last write is what the kernel has after the close."""
+    f = workdir / "f"
+    f.write_bytes(b"\0" * (8 << 20))
+    st, log = tmp_path / "st", tmp_path / "log"
+    st.mkdir()
+    res = run(chell_cmd("warp", [workdir], ["python3", "-c", THREADED, f, "2", log],
+                        ["--set", "tier.model=pcm", "--set", f"stats.file={st}/stats.%p.json"]),
+              env=dict(BASE_ENV), timeout=TIMEOUT)
+    assert res.returncode == 0, describe(res)
+    t = stat_json(st)["total"]
+    assert t["light_promotions"] >= 1 and t["leases"] >= 1 and t["buffered_writes"] > 0, t
+    data = f.read_bytes()
+    lines = log.read_text().splitlines()
+    assert lines
+    for line in lines:
+        b, head = line.split(" ", 1)
+        got = data[int(b) * 4096:int(b) * 4096 + 32].decode(errors="replace")
+        assert got == head, f"block {b}: the kernel has {got!r}, the last write was {head!r}"
