@@ -60,6 +60,11 @@ static void file_release(struct warp_file *w);
 static void file_free(struct warp_file *w);
 static void buf_name(char *out, size_t n, uint64_t dev, uint64_t ino);
 static pthread_mutex_t files_lock = PTHREAD_MUTEX_INITIALIZER;
+/* released light regions (light_region_get) */
+#define LIGHT_POOL 8
+static unsigned char *light_pool[LIGHT_POOL];
+static int light_pooled;
+static pthread_mutex_t light_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int sys_flock(int fd, int op)
 {
@@ -85,6 +90,7 @@ void warp_files_after_fork(void)
 {
 	pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
 	files_lock = fresh;
+	light_pool_lock = fresh;
 	/* The child's table is the forking thread's: the process's, or one
 	 * that thread unshared, where warp's numbers may be closed or other
 	 * files. Each is checked; one that is not warp's is forgotten (never
@@ -262,13 +268,50 @@ static void recover(struct warp_file *w, int fd, int64_t bs, int64_t bn, bool fr
 	init_hdr(w, bs, bn);
 }
 
+/* Released light regions, zeroed, for the next light file: a mapping made
+ * and unmapped per open and last close cost ~40% of a light open (the
+ * unmapping's TLB shootdown in a process with other threads, the page
+ * faults); a kept one costs a memset of the records that were used. */
+
+static unsigned char *light_region_get(void)
+{
+	unsigned char *m = NULL;
+	pthread_mutex_lock(&light_pool_lock);
+	if (light_pooled)
+		m = light_pool[--light_pooled];
+	pthread_mutex_unlock(&light_pool_lock);
+	if (m)
+		return m;
+	m = REAL(mmap64)(NULL, WARP_LIGHT_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			 -1, 0);
+	return m == MAP_FAILED ? NULL : m;
+}
+
+/* w's light region, no longer used by anyone: zeroed where it was written
+ * (the header, the records below light_top; a light file has no block
+ * bits) and kept, or unmapped. */
+static void light_region_put(struct warp_file *w)
+{
+	unsigned char *m = w->light_map;
+	memset(m, 0, sizeof(struct warp_hdr));
+	memset(m + WARP_NODES_OFF, 0, (size_t)atomic_load(&w->light_top) * sizeof(struct warp_node));
+	pthread_mutex_lock(&light_pool_lock);
+	if (light_pooled < LIGHT_POOL) {
+		light_pool[light_pooled++] = m;
+		m = NULL;
+	}
+	pthread_mutex_unlock(&light_pool_lock);
+	if (m)
+		munmap(m, WARP_LIGHT_BYTES);
+}
+
 static void file_free(struct warp_file *w)
 {
 	warp_tier_unmap_all(w);
 	if (w->map && w->map != w->light_map)
 		munmap(w->map, WARP_MAP_BYTES);
 	if (w->light_map)
-		munmap(w->light_map, WARP_LIGHT_BYTES);
+		light_region_put(w);
 	if (w->bfd >= 0)
 		chell_internal_close(w->bfd);
 	if (w->rfd >= 0 && w->rfd != w->wfd && w->rfd != w->lfd)
@@ -299,9 +342,8 @@ static void set_layout(struct warp_file *w, unsigned char *base, bool with_data)
  * false if they cannot be had (the caller then makes a buffer file). */
 static bool light_open(struct warp_file *w, int fd)
 {
-	void *m = REAL(mmap64)(NULL, WARP_LIGHT_BYTES, PROT_READ | PROT_WRITE,
-			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
+	unsigned char *m = light_region_get();
+	if (!m)
 		return false;
 	w->light_map = m;
 	w->light = 1;
@@ -309,9 +351,10 @@ static bool light_open(struct warp_file *w, int fd)
 	set_layout(w, m, false);
 	init_hdr(w, 0, 0);
 	/* the first node records are read (state) before they are written: a
-	 * store now makes their page at once, instead of the zero page's read
-	 * fault and then a copy-on-write fault */
+	 * store now makes their page at once (in a new region), instead of the
+	 * zero page's read fault and then a copy-on-write fault */
 	atomic_store(&w->nodes[0].want, 0);
+	warp_light_touch(w, 1);
 	int saved = warp_call_fd;
 	warp_call_fd = fd;
 	warp_patterns_apply(w); /* what earlier runs learnt, as a fresh buffer gets */
@@ -940,7 +983,10 @@ uint32_t warp_nnodes(struct warp_file *w)
 	if (!in && fd >= 0 && sys_fstat(fd, &st) == 0)
 		size = (uint64_t)st.st_size;
 	uint64_t n = (size + ((1ull << w->hdr->node_shift) - 1)) >> w->hdr->node_shift;
-	return n < WARP_MAX_NODES ? (uint32_t)n : WARP_MAX_NODES;
+	uint32_t nn = n < WARP_MAX_NODES ? (uint32_t)n : WARP_MAX_NODES;
+	if (w->light_map)
+		warp_light_touch(w, nn); /* callers walk and write records below nn */
+	return nn;
 }
 
 int warp_flush_all(struct warp_file *w, bool drop)

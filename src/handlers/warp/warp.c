@@ -109,6 +109,8 @@ static void access_node(chell_ctx *c, struct warp_file *w, uint64_t k, size_t n,
 		return;
 	struct warp_node *nd = &w->nodes[k];
 	if (unlikely(!nd->last_use)) {
+		if (w->light_map)
+			warp_light_touch(w, (uint32_t)k + 1); /* a record written (buf.c: light pool) */
 		uint32_t hint = WD(c)->hint;
 		if (hint != WARP_NORMAL && atomic_load(&nd->state) == WARP_NORMAL &&
 		    (hint != WARP_BUFFERED || warp_lease_ok(w, c))) {

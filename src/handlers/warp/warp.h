@@ -123,6 +123,10 @@ struct warp_file {
 	 * (warp_file_promote), never set again. */
 	_Atomic int light;
 	unsigned char *light_map;  /* WARP_LIGHT_BYTES, kept until the file is freed */
+	/* node records [0, light_top) of light_map may be non-zero (every
+	 * record written is of a node accessed, or below warp_nnodes): what
+	 * is zeroed before the region is used again (buf.c: light pool) */
+	_Atomic uint32_t light_top;
 	/* A light file's hole probes (tiermap.c) go through a read-only
 	 * description of Chell's own, opened at the first probe: the
 	 * application's may be shared with another process whose light
@@ -303,6 +307,14 @@ void warp_invalidate(struct warp_file *w, uint64_t lo, uint64_t hi);
  * lock. 0, or -EAGAIN when the change could not be made now (the node
  * stays as it was: a speed cost, never a correctness one). */
 int warp_set_state(struct warp_file *w, uint64_t k, enum warp_state s);
+/* A light file's records of nodes below n may be written (light_top). */
+static inline void warp_light_touch(struct warp_file *w, uint32_t n)
+{
+	uint32_t t = atomic_load_explicit(&w->light_top, memory_order_relaxed);
+	while (n > t && !atomic_compare_exchange_weak_explicit(&w->light_top, &t, n, memory_order_relaxed,
+							      memory_order_relaxed))
+		;
+}
 /* Nodes of the tier file as big as it is now (at most WARP_MAX_NODES). */
 uint32_t warp_nnodes(struct warp_file *w);
 /* Buffering off for good: write back and drop everything (takes the lock). */
