@@ -334,11 +334,46 @@ static void test_batch(void **state)
 	warp_patterns_close(p);
 }
 
+/* One batch of more files than the file has entries (a program that
+ * closed thousands of files between two stores: learn.c's queue): the
+ * last ones are kept, none is stored out of bounds (before: a slot of
+ * UINT32_MAX, a crash in store_batch). */
+static void test_batch_larger_than_file(void **state)
+{
+	enum { N = 40, ENTRIES = 16 };
+	static uint8_t st[N][8];
+	static uint32_t su[N][8];
+	static struct warp_xfile xf[N][WARP_XFILE_SLOTS];
+	struct warp_pattern_rec recs[N];
+	struct warp_patterns *p;
+	uint8_t st2[8];
+	uint32_t su2[8];
+	struct warp_xfile xf2[WARP_XFILE_SLOTS];
+	unlink(path);
+	assert_int_equal(warp_patterns_open_sized(path, ENTRIES, &p), 0);
+	for (unsigned i = 0; i < N; i++) {
+		fill(8, st[i], su[i], i);
+		memset(xf[i], 0, sizeof xf[i]);
+		recs[i] = (struct warp_pattern_rec){{5, 2000 + i}, 8, st[i], su[i], xf[i]};
+	}
+	assert_int_equal(warp_patterns_store_many(p, recs, N), 0);
+	warp_patterns_close(p);
+	assert_int_equal(warp_patterns_open(path, &p), 0);
+	for (unsigned i = 0; i < N; i++) {
+		int got = warp_patterns_load(p, (struct warp_file_id){5, 2000 + i}, 8, st2, su2, xf2);
+		assert_int_equal(got, i >= N - ENTRIES ? 8 : 0);
+		if (got)
+			assert_memory_equal(st2, st[i], 8);
+	}
+	warp_patterns_close(p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_store_load_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_batch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_batch_larger_than_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_sanitised, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_replacement, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_shared, setup, teardown),

@@ -774,15 +774,23 @@ static int store_batch(struct warp_patterns *p, struct chell_region *r, const st
 	if (!g)
 		return -ENOMEM;
 	size_t ng = 0;
+	/* A batch of more files than the file has entries keeps the last
+	 * ones (the least recently stored go first, as across batches): each
+	 * record needs a slot no other record of the batch took. */
+	size_t first = count > pat_entries(heap) ? count - pat_entries(heap) : 0;
 	for (size_t i = 0; i < count; i++) {
 		const struct warp_pattern_rec *x = &recs[i];
 		if (x->id.ino == 0 || x->n == 0) {
 			rc = -EINVAL;
 			break;
 		}
+		if (i < first)
+			continue;
 		uint32_t slot = batch_slot(p, *mirror, heap, x->id, &empty);
 		if (slot == UINT32_MAX)
 			slot = pick_slot_besides(heap, x->id, g, ng);
+		if (slot == UINT32_MAX)
+			continue; /* every slot holds a record of this batch */
 		const struct pat_entry *e = pat_entry_at(heap, slot);
 		build_entry(buf, x->id, x->n, x->states, x->succ, x->xf);
 		if (!(e->ino == x->id.ino && e->dev == x->id.dev && same_entry(e, buf)))
