@@ -469,10 +469,13 @@ static struct warp_file *file_open(int fd, uint64_t dev, uint64_t ino, bool crea
  * (tier_ops: warp_set_state waits for those too) or wait on the old locks
  * (taken here, so a holder finishes first; warp_lock and warp_koff_lock
  * then move on to the new ones). */
+_Atomic uint64_t warp_promote_ns = 100000;
+
 int warp_file_promote(struct warp_file *w, int fd)
 {
 	if (!atomic_load(&w->light))
 		return 0;
+	uint64_t t0 = mapped_tick();
 	struct warp_file *n = file_open(fd, w->dev, w->ino, true, false);
 	if (!n)
 		return -1;
@@ -511,6 +514,8 @@ int warp_file_promote(struct warp_file *w, int fd)
 	chell_lock_release(&old->lock);
 	free(n); /* its buffer file is w's now; it has nothing else */
 	WCTR(light_promotions, 1);
+	uint64_t d = mapped_tick() - t0, avg = atomic_load(&warp_promote_ns);
+	atomic_store(&warp_promote_ns, (avg * 7 + d) / 8);
 	return 0;
 }
 

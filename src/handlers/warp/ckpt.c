@@ -76,6 +76,7 @@ void warp_checkpoint(struct warp_file *w)
 	fc.wb_byte *= waited;
 	h = warp_lock(w);
 	uint64_t t1 = now_ns();
+	bool light = atomic_load(&w->light);
 	nn = warp_nnodes(w);
 	for (uint32_t k = 0; k < nn; k++) {
 		struct warp_node *nd = &w->nodes[k];
@@ -87,7 +88,14 @@ void warp_checkpoint(struct warp_file *w)
 		if (have_costs && (nd->st.nr | nd->st.nw)) {
 			struct warp_hyst hy = {nd->cand, nd->streak};
 			struct warp_node_stats st = nd->st;
-			enum warp_state want = warp_model_decide(&fc, &policy, cur, &hy, &st);
+			struct warp_costs nc = fc;
+			/* A light file has no buffer yet: buffered costs its making
+			 * once (buf.c: promotion, measured), spread over the node's
+			 * writes of the interval, so a small file written once or
+			 * twice is not worth one */
+			if (light && st.nw)
+				nc.lat_w[WARP_BUFFERED] += (double)atomic_load(&warp_promote_ns) / (double)st.nw;
+			enum warp_state want = warp_model_decide(&nc, &policy, cur, &hy, &st);
 			nd->cand = hy.candidate;
 			nd->streak = hy.streak;
 			/* Buffered needs the lease (warp.outside=lease), which only

@@ -169,8 +169,11 @@ void warp_patterns_apply(struct warp_file *w)
 			warp_succ_set(&w->nodes[j], succ[j]);
 		if (states[j] == WARP_MAPPED || (states[j] == WARP_BUFFERED && !warp_lease_mode))
 			atomic_store(&w->nodes[j].state, states[j]);
-		else if (states[j] == WARP_BUFFERED) /* its first write asks for the lease */
-			atomic_store(&w->nodes[j].want, 1);
+		else if (states[j] == WARP_BUFFERED && (!atomic_load(&w->light) || n > 1))
+			atomic_store(&w->nodes[j].want, 1); /* its first write asks for the lease */
+		/* (a light file of one node: buffering it would first make its
+		 * buffer file, worth it only if the model says so again, with
+		 * that cost counted: ckpt.c) */
 	}
 out:
 	free(states);

@@ -722,22 +722,20 @@ static int store_groups(struct chell_region *r, const struct warp_pattern_rec *r
 
 /* The entry a store of id writes: its own, else an empty one, else the
  * one stored least recently; in a group not stored yet, none that an
- * earlier member took (g[0..ng)). */
-static bool taken(const struct grp *g, size_t ng, uint32_t slot)
+ * earlier member took (the bits of `taken`, one per entry: a batch of
+ * a thousand files against a list of the group was ~10^9 steps). */
+static bool is_taken(const uint64_t *taken, uint32_t slot)
 {
-	for (size_t i = 0; i < ng; i++)
-		if (g[i].slot == slot)
-			return true;
-	return false;
+	return (taken[slot >> 6] >> (slot & 63)) & 1;
 }
-static uint32_t pick_slot_besides(const uint8_t *heap, struct warp_file_id id, const struct grp *g, size_t ng)
+static uint32_t pick_slot_besides(const uint8_t *heap, struct warp_file_id id, const uint64_t *taken)
 {
 	uint32_t empty = UINT32_MAX, oldest = UINT32_MAX;
 	for (uint32_t i = 0; i < pat_entries(heap); i++) {
 		const struct pat_entry *e = pat_entry_at(heap, i);
 		if (e->ino == id.ino && e->dev == id.dev)
 			return i;
-		if (taken(g, ng, i))
+		if (is_taken(taken, i))
 			continue;
 		if (e->ino == 0) {
 			if (empty == UINT32_MAX)
@@ -771,8 +769,12 @@ static int store_batch(struct warp_patterns *p, struct chell_region *r, const st
 	if (rc)
 		return rc;
 	struct grp *g = malloc(sizeof *g * (count ? count : 1));
-	if (!g)
+	uint64_t *taken = calloc((pat_entries(heap) + 63) / 64 + 1, sizeof *taken);
+	if (!g || !taken) {
+		free(g);
+		free(taken);
 		return -ENOMEM;
+	}
 	size_t ng = 0;
 	/* A batch of more files than the file has entries keeps the last
 	 * ones (the least recently stored go first, as across batches): each
@@ -788,18 +790,21 @@ static int store_batch(struct warp_patterns *p, struct chell_region *r, const st
 			continue;
 		uint32_t slot = batch_slot(p, *mirror, heap, x->id, &empty);
 		if (slot == UINT32_MAX)
-			slot = pick_slot_besides(heap, x->id, g, ng);
+			slot = pick_slot_besides(heap, x->id, taken);
 		if (slot == UINT32_MAX)
 			continue; /* every slot holds a record of this batch */
 		const struct pat_entry *e = pat_entry_at(heap, slot);
 		build_entry(buf, x->id, x->n, x->states, x->succ, x->xf);
-		if (!(e->ino == x->id.ino && e->dev == x->id.dev && same_entry(e, buf)))
+		if (!(e->ino == x->id.ino && e->dev == x->id.dev && same_entry(e, buf))) {
 			g[ng++] = (struct grp){i, slot};
+			taken[slot >> 6] |= 1ull << (slot & 63);
+		}
 		slots[(*nslots)++] = slot;
 	}
 	if (rc == 0)
 		rc = store_groups(r, recs, g, ng);
 	free(g);
+	free(taken);
 	return rc;
 }
 

@@ -187,6 +187,10 @@ struct warp_file *warp_file_get(int fd, uint64_t dev, uint64_t ino);
  * lease), and before a description of it escapes. 0, or -1 (stays light).
  * With warp_files_lock held; never with the records' lock held. */
 int warp_file_promote(struct warp_file *w, int fd);
+/* What a promotion costs on this machine, ns (a moving average of the
+ * ones made; 100 us before the first): the locating cost that the
+ * buffered state has, once, for a light file (ckpt.c). */
+extern _Atomic uint64_t warp_promote_ns;
 /* The process's lock of its file list (warp_file_promote's callers). */
 void warp_files_lock(void);
 void warp_files_unlock(void);
