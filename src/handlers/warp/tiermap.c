@@ -48,27 +48,36 @@ void warp_tier_probe_close(struct warp_file *w)
 	pthread_mutex_unlock(&tier_lock);
 }
 
+/* Under tier_lock, with w->hole_gen current. */
 static bool dense(struct warp_file *w, int fd, uint64_t lo, uint64_t node_bytes)
 {
 	struct stat st;
 	if (sys_fstat(fd, &st) < 0 || (uint64_t)st.st_size <= lo)
 		return false;
 	uint64_t hi = lo + node_bytes < (uint64_t)st.st_size ? lo + node_bytes : (uint64_t)st.st_size;
+	if (lo >= w->data_lo && hi <= w->data_hi)
+		return true; /* inside an extent an earlier probe found all data */
+	off_t hole;
 	if (atomic_load(&w->light)) {
 		/* no koff_lock is shared with the other processes that may hold
 		 * the application's description: probe through our own */
 		int p = probe_fd(w, fd);
-		off_t hole = p >= 0 ? sys_lseek(p, (off_t)lo, SEEK_HOLE) : -1;
-		return hole >= 0 && (uint64_t)hole >= hi;
+		hole = p >= 0 ? sys_lseek(p, (off_t)lo, SEEK_HOLE) : -1;
+	} else {
+		/* The probe moves the kernel's offset of fd's description: Chell
+		 * keeps warp's offsets itself, but an append reads the kernel's
+		 * back right after its write (warp.c: append), in any process
+		 * sharing the description; koff_lock keeps the probe out of that
+		 * window. */
+		struct warp_hdr *h = warp_koff_lock(w);
+		hole = sys_lseek(fd, (off_t)lo, SEEK_HOLE);
+		chell_lock_release(&h->koff_lock);
 	}
-	/* The probe moves the kernel's offset of fd's description: Chell keeps
-	 * warp's offsets itself, but an append reads the kernel's back right
-	 * after its write (warp.c: append), in any process sharing the
-	 * description; koff_lock keeps the probe out of that window. */
-	struct warp_hdr *h = warp_koff_lock(w);
-	off_t hole = sys_lseek(fd, (off_t)lo, SEEK_HOLE);
-	chell_lock_release(&h->koff_lock);
-	return hole >= 0 && (uint64_t)hole >= hi;
+	if (hole < 0 || (uint64_t)hole < hi)
+		return false;
+	w->data_lo = lo;
+	w->data_hi = (uint64_t)hole;
+	return true;
 }
 
 static const unsigned char *map_node(struct warp_file *w, int fd, uint64_t k, uint32_t hole_gen)
@@ -80,6 +89,7 @@ static const unsigned char *map_node(struct warp_file *w, int fd, uint64_t k, ui
 		goto out;
 	if (w->hole_gen != hole_gen) {
 		mapped_table_each(&w->tier, clear_dense, NULL);
+		w->data_lo = w->data_hi = 0; /* the extent too: holes may be anywhere now */
 		w->hole_gen = hole_gen;
 	}
 	struct mapped_chunk *e = mapped_chunk_make(&w->tier, k);
