@@ -28,6 +28,8 @@
 #ifndef CHELL_WARP_H
 #define CHELL_WARP_H
 
+#include <stddef.h>
+
 #include "../../nib/nib.h"
 #include "../mapped/base.h"
 #include "brain.h"
@@ -218,32 +220,25 @@ static inline enum warp_state warp_state_of(struct warp_file *w, uint64_t node)
 		return WARP_NORMAL;
 	return (enum warp_state)atomic_load_explicit(&w->nodes[node].state, memory_order_acquire);
 }
-/* The records' lock (hdr->lock) of the records that are w's now. A light
- * file's records move once, under their lock (buf.c: promote): a caller
- * that waited on the old lock takes the new one instead. While it is held
- * the records cannot move, so w->hdr stays the returned header until the
- * lock is released (chell_lock_release(&w->hdr->lock) is then right). */
-static inline struct warp_hdr *warp_lock(struct warp_file *w)
+/* A lock of the header (at byte `off`: lock or koff_lock) of the records
+ * that are w's now. A light file's records move once, under both locks
+ * (buf.c: promote): a caller that waited on an old one takes the new one
+ * instead. While it is held the records cannot move, so w->hdr stays the
+ * returned header until the lock is released (chell_lock_release(&w->hdr->
+ * lock) is then right). */
+static inline struct warp_hdr *warp_lock_at(struct warp_file *w, size_t off)
 {
 	for (;;) {
 		struct warp_hdr *h = __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE);
-		chell_lock_acquire(&h->lock);
+		struct chell_lock *l = (struct chell_lock *)((unsigned char *)h + off);
+		chell_lock_acquire(l);
 		if (h == __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE))
 			return h;
-		chell_lock_release(&h->lock);
+		chell_lock_release(l);
 	}
 }
-/* The same for hdr->koff_lock (promote takes the old one too). */
-static inline struct warp_hdr *warp_koff_lock(struct warp_file *w)
-{
-	for (;;) {
-		struct warp_hdr *h = __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE);
-		chell_lock_acquire(&h->koff_lock);
-		if (h == __atomic_load_n(&w->hdr, __ATOMIC_ACQUIRE))
-			return h;
-		chell_lock_release(&h->koff_lock);
-	}
-}
+#define warp_lock(w) warp_lock_at((w), offsetof(struct warp_hdr, lock))
+#define warp_koff_lock(w) warp_lock_at((w), offsetof(struct warp_hdr, koff_lock))
 
 static inline uint32_t warp_succ(const struct warp_node *n)
 {
