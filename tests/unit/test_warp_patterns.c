@@ -278,6 +278,19 @@ static void test_damage(void **state)
 	warp_patterns_close(p);
 }
 
+/* n records of 8 nodes for files {5, ino0 + i}, each with one tuple naming
+ * the next file, in the caller's arrays. */
+static void make_batch(struct warp_pattern_rec *recs, unsigned n, uint64_t ino0, uint8_t (*st)[8],
+		       uint32_t (*su)[8], struct warp_xfile (*xf)[WARP_XFILE_SLOTS])
+{
+	for (unsigned i = 0; i < n; i++) {
+		fill(8, st[i], su[i], i);
+		memset(xf[i], 0, sizeof xf[i]);
+		xf[i][0] = (struct warp_xfile){.ctx = 7, .next = {5, ino0 + i + 1}, .hint_node = i % 8};
+		recs[i] = (struct warp_pattern_rec){{5, ino0 + i}, 8, st[i], su[i], xf[i]};
+	}
+}
+
 /* A batch (the queue of learn.c): 300 new files in one call, more than one
  * transaction holds (~90), into a file sized for them
  * (warp_patterns_open_sized); then a second batch that changes some and
@@ -295,12 +308,7 @@ static void test_batch(void **state)
 	struct warp_xfile xf2[WARP_XFILE_SLOTS];
 	unlink(path);
 	assert_int_equal(warp_patterns_open_sized(path, N, &p), 0);
-	for (unsigned i = 0; i < N; i++) {
-		fill(8, st[i], su[i], i);
-		memset(xf[i], 0, sizeof xf[i]);
-		xf[i][0] = (struct warp_xfile){.ctx = 7, .next = {5, 1000 + i + 1}, .hint_node = i % 8};
-		recs[i] = (struct warp_pattern_rec){{5, 1000 + i}, 8, st[i], su[i], xf[i]};
-	}
+	make_batch(recs, N, 1000, st, su, xf);
 	assert_int_equal(warp_patterns_store_many(p, recs, N), 0);
 	warp_patterns_close(p);
 
@@ -351,11 +359,7 @@ static void test_batch_larger_than_file(void **state)
 	struct warp_xfile xf2[WARP_XFILE_SLOTS];
 	unlink(path);
 	assert_int_equal(warp_patterns_open_sized(path, ENTRIES, &p), 0);
-	for (unsigned i = 0; i < N; i++) {
-		fill(8, st[i], su[i], i);
-		memset(xf[i], 0, sizeof xf[i]);
-		recs[i] = (struct warp_pattern_rec){{5, 2000 + i}, 8, st[i], su[i], xf[i]};
-	}
+	make_batch(recs, N, 2000, st, su, xf);
 	assert_int_equal(warp_patterns_store_many(p, recs, N), 0);
 	warp_patterns_close(p);
 	assert_int_equal(warp_patterns_open(path, &p), 0);
